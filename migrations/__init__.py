@@ -1,0 +1,1 @@
+"""Alembic migrations of wq (installed as the `wq.migrations` package)."""

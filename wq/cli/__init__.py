@@ -1,0 +1,1 @@
+"""The `wq` command line."""

@@ -1,0 +1,1 @@
+"""The HTTP service and the thread wiring behind `wq daemon`."""

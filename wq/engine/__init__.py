@@ -1,0 +1,1 @@
+"""The generic work-queue engine: storage, admission, processing; no HTTP, no types."""

@@ -1,0 +1,85 @@
+"""The audit trail: one row per audited state change, logged at INFO once committed.
+
+Field conventions follow the work-queue-service spec: `actor` is the caller identity,
+the worker thread name or "system"/"dispatcher"; `old_state`/`new_state` hold only
+the keys that changed meaning (None values dropped); `trigger` always has `source`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, event, insert
+from sqlalchemy.orm import Session
+
+from wq.engine.models import AuditEntry, utcnow
+
+log = logging.getLogger("wq.audit")
+_PENDING_KEY = "wq_audit_pending"
+
+
+@dataclass
+class AuditRecord:
+    """One audit entry before it is written."""
+
+    event_type: str
+    actor: str
+    work_item_id: uuid.UUID | None = None
+    old_state: dict[str, Any] | None = None
+    new_state: dict[str, Any] | None = None
+    trigger: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+    at: datetime = field(default_factory=utcnow)
+
+    def row(self) -> dict[str, Any]:
+        """The audit_log row for this record."""
+        return {
+            "at": self.at,
+            "event_type": self.event_type,
+            "work_item_id": self.work_item_id,
+            "actor": self.actor,
+            "old_state": _compact(self.old_state),
+            "new_state": _compact(self.new_state),
+            "trigger": _compact(self.trigger),
+            "metadata": _compact(self.metadata),
+        }
+
+
+def _compact(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    if state is None:
+        return None
+    return {key: value for key, value in state.items() if value is not None}
+
+
+def audit(session: Session, *records: AuditRecord) -> None:
+    """Write audit rows in one statement; they are logged once the session commits."""
+    if not records:
+        return
+    rows = [record.row() for record in records]
+    session.execute(insert(AuditEntry), rows)
+    session.info.setdefault(_PENDING_KEY, []).extend(rows)
+
+
+@event.listens_for(Session, "after_commit")
+def _log_committed(session: Session) -> None:
+    for row in session.info.pop(_PENDING_KEY, []):
+        if log.isEnabledFor(logging.INFO):
+            log.info("audit %s", json.dumps(row, default=str, sort_keys=True))
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_rolled_back(session: Session) -> None:
+    session.info.pop(_PENDING_KEY, None)
+
+
+def prune(session: Session, *, retention_days: int, now: datetime) -> int:
+    """Delete audit rows older than the retention period; return how many."""
+    result = session.execute(
+        delete(AuditEntry).where(AuditEntry.at < now - timedelta(days=retention_days))
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]

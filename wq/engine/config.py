@@ -1,0 +1,183 @@
+"""Typed configuration: the YAML file, the environment, and the embedded default.
+
+Precedence is flags > `WQ_*` environment > config file > defaults. A named config
+file that is missing or invalid is an error naming the file and the key at fault;
+with no config file at all the daemon runs the embedded default (SQLite under the
+XDG data directory, bound to loopback).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+SYSTEM_CONFIG_PATH = Path("/etc/wq/config.yml")
+CONFIG_ENV_VARS = ("WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG")
+DATABASE_ENV_VARS = ("WQ_DATABASE_URL", "DATABASE_URL")
+
+NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    """Where the HTTP API listens."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
+
+
+class ProcessingConfig(_Section):
+    """The processing manager: worker pool, leases, retries, sweep."""
+
+    workers: PositiveInt = 10
+    lease_seconds: PositiveFloat = 60.0
+    deadline_seconds: PositiveFloat = 60.0
+    max_attempts: PositiveInt = 5
+    backoff_base_seconds: PositiveFloat = 5.0
+    backoff_max_seconds: PositiveFloat = 600.0
+    sweep_interval_seconds: PositiveFloat = 300.0
+    poll_interval_seconds: PositiveFloat = 5.0
+    shutdown_grace_seconds: PositiveFloat = 30.0
+
+
+class PoolConfig(_Section):
+    """Capacity of one project's admission pools."""
+
+    capacity: NonNegativeInt = 10
+    alert_capacity: NonNegativeInt = 1
+    queued_autonomous_cap: NonNegativeInt = 6
+
+
+class AuditConfig(_Section):
+    """How long audit rows are kept in the database."""
+
+    retention_days: PositiveInt = 30
+
+
+class AuthConfig(_Section):
+    """Authentication settings known to the foundation (rules come later)."""
+
+    local_token: bool = True
+
+
+class Config(_Section):
+    """The whole daemon configuration."""
+
+    database_url: str | None = None
+    server: ServerConfig = ServerConfig()
+    processing: ProcessingConfig = ProcessingConfig()
+    pools: dict[str, PoolConfig] = Field(default_factory=dict)
+    audit: AuditConfig = AuditConfig()
+    auth: AuthConfig = AuthConfig()
+    handled_types: dict[str, dict[str, Any]] | None = None
+    _source: str = PrivateAttr(default="embedded default")
+
+    @field_validator("pools")
+    @classmethod
+    def _pool_keys_are_paths(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
+        for key in pools:
+            if key != "default" and (not key or key.startswith("/") or key.endswith("/")):
+                raise ValueError(f"pool key {key!r} must be 'default' or a project path")
+        return pools
+
+    @property
+    def source(self) -> str:
+        """Where this configuration came from: a file path or "embedded default"."""
+        return self._source
+
+    @property
+    def embedded(self) -> bool:
+        """True when no config file was given (the laptop default)."""
+        return self.source == "embedded default"
+
+    def pool_for(self, project: str) -> PoolConfig:
+        """The pool settings of a project: exact key, then longest `/` prefix, then default."""
+        if project in self.pools:
+            return self.pools[project]
+        prefixes = [key for key in self.pools if project.startswith(key + "/")]
+        if prefixes:
+            return self.pools[max(prefixes, key=len)]
+        return self.pools.get("default", PoolConfig())
+
+
+def _format_error(path: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    return f"config {path}: {key}: {message}"
+
+
+def parse_config(data: Any, source: str) -> Config:
+    """Validate already-parsed YAML data; raise ConfigError naming the key at fault."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {source}: (top level): must be a mapping")
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(source, err)) from None
+    config._source = source
+    return config
+
+
+def read_config_file(path: Path) -> Config:
+    """Read and validate one YAML config file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"config {path}: cannot read: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config {path}: not valid YAML: {err}") from None
+    return parse_config(data, str(path))
+
+
+def locate_config(explicit: str | None) -> Path | None:
+    """The config file to use: the flag, then `WQ_CONFIG`, then /etc/wq/config.yml."""
+    if explicit:
+        return Path(explicit)
+    for var in CONFIG_ENV_VARS:
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    if SYSTEM_CONFIG_PATH.exists():
+        return SYSTEM_CONFIG_PATH
+    return None
+
+
+def load_config(explicit: str | None = None) -> Config:
+    """Load the effective configuration (file or embedded default), env overrides applied."""
+    path = locate_config(explicit)
+    config = read_config_file(path) if path else Config()
+    for var in DATABASE_ENV_VARS:
+        if os.environ.get(var):
+            config = config.model_copy(update={"database_url": os.environ[var]})
+            break
+    return config
+
+
+def data_dir() -> Path:
+    """The XDG data directory of wq (the embedded SQLite file lives here)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "wq"
+
+
+def default_database_url() -> str:
+    """The embedded default database: a SQLite file under the XDG data directory."""
+    return f"sqlite:///{data_dir() / 'wq.db'}"

@@ -1,0 +1,55 @@
+"""Readiness dimensions: the uniform `needs_*` state machine.
+
+A dimension is "true" (action needed) or "false" (handled); an absent one counts as
+actionable; a "true" one with a future `pending_until` is deferred and counts as not
+actionable until that time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from wq.engine.models import WorkItem, WorkItemStatus, utcnow
+
+
+def set_dimension(
+    session: Session,
+    item: WorkItem,
+    dimension: str,
+    needed: bool,
+    *,
+    variant: str = "",
+    detail: Any = None,
+    pending_until: datetime | None = None,
+) -> WorkItemStatus:
+    """Create or update one dimension of an item (detail replaced as given)."""
+    row = item.status(dimension, variant)
+    if row is None:
+        row = WorkItemStatus(dimension=dimension, variant=variant, status="")
+        item.statuses.append(row)
+    row.status = "true" if needed else "false"
+    row.detail = detail
+    row.pending_until = pending_until
+    row.updated_at = utcnow()
+    session.add(row)
+    return row
+
+
+def is_actionable(item: WorkItem, dimension: str, now: datetime, variant: str = "") -> bool:
+    """True when the dimension is absent, or "true" and not deferred."""
+    row = item.status(dimension, variant)
+    if row is None:
+        return True
+    return row.status != "false" and not row.is_deferred(now)
+
+
+def first_actionable(item: WorkItem, dimensions: Iterable[str], now: datetime) -> str | None:
+    """The first dimension, in the given priority order, that needs action."""
+    for dimension in dimensions:
+        if is_actionable(item, dimension, now):
+            return dimension
+    return None

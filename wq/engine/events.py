@@ -1,0 +1,110 @@
+"""Events for work items: stored in `pending_events`, then applied in order.
+
+Intake (a webhook, a queue consumer, a test) stores an event and signals; the
+scheduler drains it right away, whatever the item's admission state, so views are
+never stale. Applying an event runs the type's handler under a per-item lock, with the
+out-of-order guard on `last_event_at`; events for terminal items are discarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from wq.engine import store
+from wq.engine.items import settle
+from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
+from wq.engine.registry import EventContext, TypeRegistry
+from wq.engine.wakeup import EVENT_STORED, signal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DrainResult:
+    """How the events of one item were dealt with."""
+
+    applied: int = 0
+    discarded: int = 0
+
+
+def store_event(
+    session: Session,
+    item_id: uuid.UUID,
+    event_type: str,
+    payload: Any,
+    *,
+    event_at: datetime | None = None,
+) -> None:
+    """Store one event for an item and wake the scheduler once it commits."""
+    store.lock_item(session, item_id)
+    session.add(
+        PendingEvent(
+            work_item_id=item_id, event_type=event_type, payload=payload, event_at=event_at
+        )
+    )
+    signal(session, EVENT_STORED, str(item_id))
+
+
+def drain_events(
+    session: Session, item_id: uuid.UUID, registry: TypeRegistry, *, actor: str = "system"
+) -> DrainResult:
+    """Apply an item's pending events in arrival order (caller commits)."""
+    result = DrainResult()
+    store.lock_item(session, item_id)
+    events = list(
+        session.execute(
+            select(PendingEvent)
+            .where(PendingEvent.work_item_id == item_id)
+            .order_by(PendingEvent.id)
+        ).scalars()
+    )
+    if not events:
+        return result
+    item = session.get(WorkItem, item_id, with_for_update=True, populate_existing=True)
+    if item is None:
+        return result
+    handler = registry.get(item.type).event_handler if item.type in registry else None
+    now = utcnow()
+    for pending in events:
+        stale = (
+            pending.event_at is not None
+            and item.last_event_at is not None
+            and pending.event_at < item.last_event_at
+        )
+        if item.phase in TERMINAL_PHASES or stale or handler is None:
+            result.discarded += 1
+            log.info(
+                "discarded event %s for item %s (%s)",
+                pending.event_type,
+                item_id,
+                "terminal item"
+                if item.phase in TERMINAL_PHASES
+                else "older than the last event"
+                if stale
+                else "no handler",
+            )
+            continue
+        handler(
+            EventContext(session, item, pending.event_type, pending.payload, pending.event_at, now)
+        )
+        if pending.event_at is not None:
+            item.last_event_at = pending.event_at
+        result.applied += 1
+    session.execute(
+        delete(PendingEvent).where(PendingEvent.id.in_([pending.id for pending in events]))
+    )
+    settle(session, item, registry, now, actor=actor, trigger={"source": "event"})
+    return result
+
+
+def items_with_pending_events(session: Session, limit: int = 1000) -> list[uuid.UUID]:
+    """Items that still have stored events (start-up recovery, the sweep's safety net)."""
+    rows = session.execute(select(PendingEvent.work_item_id).distinct().limit(limit)).scalars()
+    return list(rows)

@@ -1,0 +1,272 @@
+"""Work-item lifecycle services: intake, queueing, release, terminal phases, retry.
+
+Every admission or phase change of an item happens in one of these functions, and
+each leaves one audit row. They take the caller's session and never commit; the
+daemon's routers and threads call the same code.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from wq.engine import store
+from wq.engine.audit import AuditRecord, audit
+from wq.engine.config import PoolConfig
+from wq.engine.models import (
+    ACTIVE,
+    ADMITTED,
+    CANCELLED,
+    DONE,
+    FAILED,
+    IDLE,
+    LANES,
+    QUEUED,
+    TERMINAL_PHASES,
+    WorkItem,
+)
+from wq.engine.registry import TypeRegistry
+from wq.engine.wakeup import PROJECT_QUEUED, signal
+
+IntakeOutcome = Literal["created", "dedup", "capped"]
+
+
+class ItemNotFound(LookupError):
+    """No work item has that id."""
+
+
+class ItemConflict(Exception):
+    """The item is not in a state that allows the operation."""
+
+
+@dataclass(frozen=True)
+class Intake:
+    """What an intake did: created an item, hit a dedup key, or was capped."""
+
+    outcome: IntakeOutcome
+    item: WorkItem | None
+
+
+def snapshot(item: WorkItem) -> dict[str, Any]:
+    """The audited view of an item's state."""
+    return {
+        "phase": item.phase,
+        "admission": item.admission,
+        "lane": item.lane,
+        "seq": item.seq,
+        "project": item.project,
+    }
+
+
+def enqueue(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, Any]) -> None:
+    """Put an item in its project's queue with a fresh sequence value."""
+    old = snapshot(item) if item.seq is not None or item.admission != QUEUED else None
+    item.admission = QUEUED
+    item.seq = store.next_seq(session)
+    item.admitted_at = None
+    audit(
+        session,
+        AuditRecord(
+            "queued", actor, item.id, old_state=old, new_state=snapshot(item), trigger=trigger
+        ),
+    )
+    signal(session, PROJECT_QUEUED, item.project)
+
+
+def release(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, Any]) -> None:
+    """End an item's admission: `idle` while active, `done` once terminal.
+
+    Frees its slot (if it held one) and wakes the dispatcher of its project.
+    """
+    new_admission = DONE if item.phase in TERMINAL_PHASES else IDLE
+    if item.admission == new_admission:
+        return
+    old = snapshot(item)
+    held_slot = item.admission == ADMITTED
+    item.admission = new_admission
+    item.lease_owner = item.lease_token = None
+    item.leased_until = None
+    audit(
+        session,
+        AuditRecord(
+            "released" if held_slot else "dequeued",
+            actor,
+            item.id,
+            old_state=old,
+            new_state=snapshot(item),
+            trigger=trigger,
+        ),
+    )
+    if held_slot:
+        signal(session, PROJECT_QUEUED, item.project)
+
+
+def settle(
+    session: Session,
+    item: WorkItem,
+    registry: TypeRegistry,
+    now: datetime,
+    *,
+    actor: str,
+    trigger: dict[str, Any],
+) -> None:
+    """Bring admission in line with the item after a change the worker did not make.
+
+    A terminal item is `done`; an idle (or not yet queued) active item whose decider
+    wants to act is queued with a fresh seq. Queued and admitted items are left alone.
+    """
+    if item.phase in TERMINAL_PHASES:
+        release(session, item, actor=actor, trigger=trigger)
+    elif item.seq is None or item.admission in (IDLE, DONE):
+        if registry.get(item.type).decider(item, now) is not None:
+            enqueue(session, item, actor=actor, trigger=trigger)
+        elif item.admission != IDLE:
+            item.admission = IDLE
+
+
+def set_phase(
+    session: Session,
+    item: WorkItem,
+    phase: str,
+    *,
+    actor: str,
+    trigger: dict[str, Any],
+    error: str | None = None,
+) -> None:
+    """Move an active item to another phase; a terminal phase releases its slot."""
+    if item.phase == phase:
+        return
+    old = snapshot(item)
+    item.phase = phase
+    if error is not None:
+        item.error = error
+    audit(
+        session,
+        AuditRecord(
+            "phase_changed",
+            actor,
+            item.id,
+            old_state=old,
+            new_state=snapshot(item),
+            trigger=trigger,
+        ),
+    )
+    if phase in TERMINAL_PHASES:
+        release(session, item, actor=actor, trigger=trigger)
+
+
+def _find_active_by_dedup_key(session: Session, dedup_key: str) -> WorkItem | None:
+    return session.execute(
+        select(WorkItem).where(WorkItem.dedup_key == dedup_key, WorkItem.phase == ACTIVE)
+    ).scalar_one_or_none()
+
+
+def queued_autonomous(session: Session, project: str) -> int:
+    """How many autonomous items of the project wait in its queue."""
+    return int(
+        session.execute(
+            select(func.count())
+            .select_from(WorkItem)
+            .where(
+                WorkItem.project == project,
+                WorkItem.admission == QUEUED,
+                WorkItem.autonomous.is_(True),
+            )
+        ).scalar_one()
+    )
+
+
+def submit(
+    session: Session,
+    item: WorkItem,
+    *,
+    registry: TypeRegistry,
+    pool: PoolConfig,
+    now: datetime,
+    actor: str,
+    trigger: dict[str, Any],
+) -> Intake:
+    """Take a new item in: dedup on its key, cap autonomous work, then queue it.
+
+    The item's `project`, `lane`, `autonomous` and `dedup_key` must be set. A key that
+    matches an active item is a dedup hit even when two intakes race (the partial
+    unique index decides, and the loser re-reads the winner).
+    """
+    if item.lane not in LANES:
+        raise ValueError(f"lane must be one of {', '.join(LANES)}")
+    if item.dedup_key:
+        existing = _find_active_by_dedup_key(session, item.dedup_key)
+        if existing is not None:
+            return Intake("dedup", existing)
+    if item.autonomous:
+        # Count under the project's lock so concurrent producers cannot overshoot K.
+        store.lock_project(session, item.project)
+        if queued_autonomous(session, item.project) >= pool.queued_autonomous_cap:
+            return Intake("capped", None)
+    item.id = item.id or uuid.uuid4()
+    item.phase = ACTIVE
+    item.admission = IDLE
+    item.created_at = item.updated_at = now
+    try:
+        with session.begin_nested():
+            session.add(item)
+            session.flush()
+    except IntegrityError:
+        if not item.dedup_key:
+            raise
+        existing = _find_active_by_dedup_key(session, item.dedup_key)
+        if existing is None:
+            raise
+        return Intake("dedup", existing)
+    audit(
+        session,
+        AuditRecord(
+            "created",
+            actor,
+            item.id,
+            new_state=snapshot(item),
+            trigger=trigger,
+            metadata={"type": item.type, "autonomous": item.autonomous or None},
+        ),
+    )
+    settle(session, item, registry, now, actor=actor, trigger=trigger)
+    return Intake("created", item)
+
+
+def retry(
+    session: Session,
+    item_id: uuid.UUID,
+    *,
+    registry: TypeRegistry,
+    now: datetime,
+    actor: str,
+) -> WorkItem:
+    """Bring a failed or cancelled item back to `active` with its attempts reset."""
+    item = session.get(WorkItem, item_id, with_for_update=True)
+    if item is None:
+        raise ItemNotFound(str(item_id))
+    if item.phase not in (FAILED, CANCELLED):
+        raise ItemConflict(
+            f"work item {item_id} is {item.phase}; only failed or cancelled items can be retried"
+        )
+    old = snapshot(item)
+    item.phase = ACTIVE
+    item.attempts = 0
+    item.error = None
+    item.run_after = None
+    item.admission = IDLE
+    trigger = {"source": "api", "action": "retry"}
+    audit(
+        session,
+        AuditRecord(
+            "retried", actor, item.id, old_state=old, new_state=snapshot(item), trigger=trigger
+        ),
+    )
+    settle(session, item, registry, now, actor=actor, trigger=trigger)
+    return item

@@ -1,0 +1,51 @@
+"""PostgreSQL `LISTEN`: wake this replica when another one commits new work."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import psycopg
+from sqlalchemy import Engine
+
+from wq.engine.store import NOTIFY_CHANNEL
+from wq.engine.wakeup import Wakeup
+
+log = logging.getLogger(__name__)
+
+
+class NotifyListener:
+    """A thread holding one autocommit connection that listens on the wq channel."""
+
+    def __init__(self, engine: Engine, wakeup: Wakeup) -> None:
+        url = engine.url.set(drivername="postgresql")
+        self._dsn = url.render_as_string(hide_password=False)
+        self._wakeup = wakeup
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wq-listen", daemon=True)
+
+    def start(self) -> None:
+        """Start listening in the background."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening (within about a second)."""
+        self._stopping.set()
+        self._thread.join(timeout=3)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    backoff = 0.5
+                    # Anything may have happened while we were not listening.
+                    self._wakeup.poke()
+                    while not self._stopping.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            self._wakeup.deliver_payload(note.payload)
+            except psycopg.Error as err:
+                log.warning("LISTEN connection lost (%s); reconnecting", err)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 30.0)

@@ -1,0 +1,261 @@
+"""The generic tables: work items, readiness dimensions, pending events, audit log.
+
+Type-specific data lives in one detail table per type, mapped by joined-table
+inheritance on `WorkItem` (the `type` column is the discriminator) and loaded with
+`selectin` polymorphic loading.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+ACTIVE = "active"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TERMINAL_PHASES = frozenset({COMPLETED, FAILED, CANCELLED})
+PHASES = (ACTIVE, COMPLETED, FAILED, CANCELLED)
+
+QUEUED = "queued"
+ADMITTED = "admitted"
+IDLE = "idle"
+DONE = "done"
+ADMISSION_STATES = (QUEUED, ADMITTED, IDLE, DONE)
+
+NORMAL_LANE = "normal"
+ALERT_LANE = "alert"
+LANES = (ALERT_LANE, NORMAL_LANE)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp stored with time zone and always read back as aware UTC.
+
+    SQLite keeps no zone; this makes both databases hand back the same values.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        if value is not None and dialect.name == "sqlite":
+            return value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention so migrations name constraints alike."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class WorkItem(Base):
+    """One unit of work of some type, with its phase, lease and admission state."""
+
+    __tablename__ = "work_items"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    type: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(512))
+    phase: Mapped[str] = mapped_column(String(16), default=ACTIVE)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    # Processing lease: the token fences every state change of the holder.
+    leased_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_token: Mapped[str | None] = mapped_column(String(36))
+    run_after: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_event_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    idempotency_key: Mapped[str | None] = mapped_column(String(512))
+    # Admission (per-project pools, strict FIFO by seq within project and lane).
+    admission: Mapped[str] = mapped_column(String(16), default=QUEUED)
+    seq: Mapped[int | None] = mapped_column(BigInteger)
+    lane: Mapped[str] = mapped_column(String(16), default=NORMAL_LANE)
+    autonomous: Mapped[bool] = mapped_column(Boolean, default=False)
+    dedup_key: Mapped[str | None] = mapped_column(String(512))
+    admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+    statuses: Mapped[list[WorkItemStatus]] = relationship(
+        back_populates="work_item",
+        lazy="selectin",
+        cascade="all, delete-orphan",
+        order_by="(WorkItemStatus.dimension, WorkItemStatus.variant)",
+    )
+
+    __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
+        "polymorphic_on": "type",
+        "polymorphic_identity": "work_item",
+    }
+    __table_args__ = (
+        # The dispatcher's queue: head of each (project, lane) in seq order.
+        Index(
+            "ix_work_items_queue",
+            "project",
+            "lane",
+            "seq",
+            sqlite_where=text("admission = 'queued'"),
+            postgresql_where=text("admission = 'queued'"),
+        ),
+        # In-flight counts per project and lane, and the claim scan.
+        Index(
+            "ix_work_items_in_flight",
+            "project",
+            "lane",
+            sqlite_where=text("admission = 'admitted'"),
+            postgresql_where=text("admission = 'admitted'"),
+        ),
+        Index(
+            "ix_work_items_claimable",
+            "seq",
+            sqlite_where=text("admission = 'admitted' AND phase = 'active'"),
+            postgresql_where=text("admission = 'admitted' AND phase = 'active'"),
+        ),
+        Index(
+            "ix_work_items_idempotency_key",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=text("phase NOT IN ('completed', 'cancelled')"),
+            postgresql_where=text("phase NOT IN ('completed', 'cancelled')"),
+        ),
+        Index(
+            "ix_work_items_dedup_key",
+            "dedup_key",
+            unique=True,
+            sqlite_where=text("phase = 'active'"),
+            postgresql_where=text("phase = 'active'"),
+        ),
+        Index("ix_work_items_type_phase", "type", "phase"),
+        Index("ix_work_items_project_phase", "project", "phase"),
+        Index("ix_work_items_leased_until", "leased_until"),
+    )
+
+    def status(self, dimension: str, variant: str = "") -> WorkItemStatus | None:
+        """The row of one readiness dimension, or None when it is absent."""
+        for row in self.statuses:
+            if row.dimension == dimension and row.variant == variant:
+                return row
+        return None
+
+    def details_dict(self) -> dict[str, Any]:
+        """Type-specific fields for the API's nested `details`; types override this."""
+        return {}
+
+
+class WorkItemStatus(Base):
+    """One readiness dimension of an item: "true" means action needed."""
+
+    __tablename__ = "work_item_statuses"
+
+    work_item_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("work_items.id", ondelete="CASCADE"), primary_key=True
+    )
+    dimension: Mapped[str] = mapped_column(String(128), primary_key=True)
+    variant: Mapped[str] = mapped_column(String(256), primary_key=True, default="")
+    status: Mapped[str] = mapped_column(String(8))
+    detail: Mapped[Any | None] = mapped_column(JsonDoc)
+    pending_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+    work_item: Mapped[WorkItem] = relationship(back_populates="statuses")
+
+    __table_args__ = (
+        Index(
+            "ix_work_item_statuses_pending_until",
+            "pending_until",
+            sqlite_where=text("status = 'true' AND pending_until IS NOT NULL"),
+            postgresql_where=text("status = 'true' AND pending_until IS NOT NULL"),
+        ),
+    )
+
+    def is_deferred(self, now: datetime) -> bool:
+        """True while the dimension waits for its pending_until time."""
+        return self.pending_until is not None and self.pending_until > now
+
+
+class PendingEvent(Base):
+    """An event stored for an item and not yet applied to it."""
+
+    __tablename__ = "pending_events"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    work_item_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("work_items.id", ondelete="CASCADE"), index=True
+    )
+    event_type: Mapped[str] = mapped_column(String(128))
+    payload: Mapped[Any] = mapped_column(JsonDoc)
+    event_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AuditEntry(Base):
+    """One audited state change, kept for a bounded time for the CLI and the TUI."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    event_type: Mapped[str] = mapped_column(String(64))
+    work_item_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    old_state: Mapped[Any | None] = mapped_column(JsonDoc)
+    new_state: Mapped[Any | None] = mapped_column(JsonDoc)
+    trigger: Mapped[Any | None] = mapped_column(JsonDoc)
+    extra: Mapped[Any | None] = mapped_column("metadata", JsonDoc)
+
+
+class SequenceCounter(Base):
+    """SQLite's stand-in for a database SEQUENCE: one row, only ever incremented."""
+
+    __tablename__ = "wq_sequences"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))

@@ -1,0 +1,351 @@
+"""The processing manager: admission, claims, workers, heartbeat.
+
+One scheduler thread turns wake-ups into work: it applies stored events, runs an
+admission pass for the projects that changed, and claims as many admitted items as
+there are free workers. Each claimed item runs on a pool worker one action at a
+time: ask the decider, run the executor, commit fenced by the lease token, ask
+again, until the decider has nothing to do (the item goes idle and frees its slot),
+the phase becomes terminal, or the per-item deadline returns the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import event, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.engine import store
+from wq.engine.admission import dispatch
+from wq.engine.audit import AuditRecord, audit
+from wq.engine.config import Config
+from wq.engine.events import drain_events
+from wq.engine.items import release, set_phase, snapshot
+from wq.engine.models import FAILED, TERMINAL_PHASES, WorkItem, utcnow
+from wq.engine.registry import ActionContext, TypeRegistry
+from wq.engine.sweep import sweep_once
+from wq.engine.wakeup import WAKEUP_KEY, Wakeup
+
+log = logging.getLogger(__name__)
+_IN_EXECUTOR = "wq_in_executor"
+
+
+class ExecutorMisbehaved(RuntimeError):
+    """An executor tried to commit or roll back the engine's transaction."""
+
+
+def _forbid_commit_in_executor(session: Session) -> None:
+    if session.info.get(_IN_EXECUTOR):
+        raise ExecutorMisbehaved("executors must not commit or roll back the session")
+
+
+event.listen(Session, "before_commit", _forbid_commit_in_executor)
+
+
+def default_owner() -> str:
+    """This process's name in lease_owner: host and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def backoff_delay(attempts: int, base: float, maximum: float) -> float:
+    """Seconds to wait before retrying after the given number of failed attempts."""
+    return float(min(maximum, base * 2 ** max(0, attempts - 1)))
+
+
+class ProcessingManager:
+    """Drives admitted items through their actions with a bounded worker pool."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        registry: TypeRegistry,
+        config: Config,
+        *,
+        wakeup: Wakeup | None = None,
+        owner: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.sessions = sessions
+        self.registry = registry
+        self.config = config
+        self.settings = config.processing
+        self.wakeup = wakeup or Wakeup()
+        self.owner = owner or default_owner()
+        self.clock = clock
+        self.sessions.configure(info={WAKEUP_KEY: self.wakeup})
+        self._pool = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="wq-worker")
+        self._running: dict[uuid.UUID, str] = {}
+        self._running_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the scheduler and heartbeat threads."""
+        loops = (
+            ("wq-scheduler", self._schedule_loop),
+            ("wq-heartbeat", self._heartbeat_loop),
+            ("wq-sweep", self._sweep_loop),
+        )
+        for name, target in loops:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop claiming, let running actions finish up to `grace`, release held leases."""
+        grace = self.settings.shutdown_grace_seconds if grace is None else grace
+        self._stopping.set()
+        self.wakeup.poke()
+        deadline = time.monotonic() + grace
+        while self.busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._running_lock:
+            leftovers = dict(self._running)
+        for item_id, token in leftovers.items():
+            self._release_lease(item_id, token)
+        for thread in self._threads:
+            thread.join(timeout=2)
+
+    @property
+    def busy(self) -> int:
+        """How many items are being processed right now."""
+        with self._running_lock:
+            return len(self._running)
+
+    # ----------------------------------------------------------------- scheduler
+
+    def _schedule_loop(self) -> None:
+        last_resync = 0.0
+        while not self._stopping.is_set():
+            pending = self.wakeup.wait(self.settings.poll_interval_seconds)
+            if self._stopping.is_set():
+                return
+            try:
+                resync = time.monotonic() - last_resync >= self.settings.poll_interval_seconds
+                if resync:
+                    last_resync = time.monotonic()
+                self.run_once(
+                    projects=None if resync else pending.projects,
+                    event_items=pending.event_items,
+                )
+            except Exception:
+                log.exception("scheduler pass failed; retrying after the poll interval")
+                self._stopping.wait(self.settings.poll_interval_seconds)
+
+    def run_once(
+        self,
+        *,
+        projects: set[str] | None = None,
+        event_items: set[uuid.UUID] | frozenset[uuid.UUID] = frozenset(),
+    ) -> int:
+        """One scheduler pass: apply events, admit, claim; return how many were claimed.
+
+        `projects=None` admits every project with queued work (a resync).
+        """
+        for item_id in event_items:
+            with self.sessions.begin() as session:
+                drain_events(session, item_id, self.registry)
+        if projects is None or projects:
+            dispatch(self.sessions, self.config, projects)
+        return self._claim_and_submit()
+
+    def _claim_and_submit(self) -> int:
+        free = self.settings.workers - self.busy
+        if free <= 0 or self._stopping.is_set():
+            return 0
+        now = self.clock()
+        with self.sessions.begin() as session:
+            claimed = store.claim(
+                session,
+                owner=self.owner,
+                limit=free,
+                types=self.registry.names,
+                now=now,
+                lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+            )
+        with self._running_lock:
+            self._running.update(claimed)
+        for item_id, token in claimed:
+            self._pool.submit(self._work, item_id, token)
+        return len(claimed)
+
+    # ----------------------------------------------------------------- heartbeat
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.settings.lease_seconds / 3
+        while not self._stopping.wait(interval):
+            try:
+                self.heartbeat()
+            except Exception:
+                log.exception("heartbeat failed")
+
+    def heartbeat(self) -> int:
+        """Extend the leases of every item being processed; return how many still held."""
+        with self._running_lock:
+            running = dict(self._running)
+        if not running:
+            return 0
+        lease_until = self.clock() + timedelta(seconds=self.settings.lease_seconds)
+        with self.sessions.begin() as session:
+            result = session.execute(
+                update(WorkItem)
+                .where(
+                    WorkItem.id.in_(running),
+                    WorkItem.lease_token.in_(set(running.values())),
+                )
+                .values(leased_until=lease_until)
+                .execution_options(synchronize_session=False)
+            )
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
+    def _sweep_loop(self) -> None:
+        # The first sweep runs at start: it recovers what a previous process left.
+        while not self._stopping.is_set():
+            try:
+                sweep_once(self.sessions, self.registry, self.config)
+            except Exception:
+                log.exception("sweep failed")
+            if self._stopping.wait(self.settings.sweep_interval_seconds):
+                return
+
+    # ----------------------------------------------------------------- workers
+
+    def _work(self, item_id: uuid.UUID, token: str) -> None:
+        started = time.monotonic()
+        try:
+            while True:
+                if self._stopping.is_set() or (
+                    time.monotonic() - started >= self.settings.deadline_seconds
+                ):
+                    # Keep the slot, give the worker back; the item is claimed again.
+                    self._release_lease(item_id, token)
+                    return
+                if not self._step(item_id, token):
+                    return
+        except Exception:
+            log.exception("processing of work item %s failed", item_id)
+        finally:
+            with self._running_lock:
+                self._running.pop(item_id, None)
+            self.wakeup.poke()
+
+    def _step(self, item_id: uuid.UUID, token: str) -> bool:
+        """Run the next action of one item; return whether another may follow."""
+        actor = threading.current_thread().name
+        with self.sessions() as session:
+            item = session.get(WorkItem, item_id)
+            if item is None or item.lease_token != token:
+                return False
+            now = self.clock()
+            if item.phase in TERMINAL_PHASES:
+                return self._finish(session, item, token, actor, {"source": "worker"})
+            item_type = self.registry.get(item.type)
+            action = item_type.decider(item, now)
+            if action is None:
+                return self._finish(session, item, token, actor, {"source": "decider"})
+            executor = self.registry.executor(item.type, action)
+            # End the read transaction: on SQLite the write lock is then taken only
+            # when the executor first touches the database, not for its whole run.
+            session.commit()
+            old = snapshot(item)
+            session.info[_IN_EXECUTOR] = True
+            try:
+                executor(ActionContext(session, item, now, item_type.settings))
+                session.flush()
+            except Exception as err:
+                session.info[_IN_EXECUTOR] = False
+                session.rollback()
+                self._record_failure(item_id, token, action, err, actor)
+                return False
+            finally:
+                session.info[_IN_EXECUTOR] = False
+            if not store.holds_lease(session, item_id, token, self.clock()):
+                session.rollback()
+                log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
+                return False
+            record = AuditRecord(
+                "action_completed",
+                actor,
+                item_id,
+                old_state=old,
+                new_state=snapshot(item),
+                trigger={"source": "worker", "action": action},
+            )
+            audit(session, record)
+            terminal = item.phase in TERMINAL_PHASES
+            if terminal:
+                release(session, item, actor=actor, trigger={"source": "worker", "action": action})
+            session.commit()
+            return not terminal
+
+    def _finish(
+        self, session: Session, item: WorkItem, token: str, actor: str, trigger: dict[str, Any]
+    ) -> bool:
+        if store.holds_lease(session, item.id, token, self.clock()):
+            release(session, item, actor=actor, trigger=trigger)
+            session.commit()
+        return False
+
+    def _record_failure(
+        self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str
+    ) -> None:
+        now = self.clock()
+        message = f"{action}: {type(err).__name__}: {err}"[:4000]
+        log.warning("work item %s: %s", item_id, message)
+        with self.sessions.begin() as session:
+            if not store.holds_lease(session, item_id, token, now):
+                return
+            item = session.get(WorkItem, item_id, populate_existing=True)
+            if item is None:
+                return
+            old = snapshot(item)
+            item.attempts += 1
+            item.error = message
+            trigger = {"source": "worker", "action": action, "error": message}
+            if item.attempts >= self.settings.max_attempts:
+                set_phase(
+                    session,
+                    item,
+                    FAILED,
+                    actor=actor,
+                    trigger={**trigger, "reason": "max attempts reached"},
+                )
+                return
+            delay = backoff_delay(
+                item.attempts, self.settings.backoff_base_seconds, self.settings.backoff_max_seconds
+            )
+            item.run_after = now + timedelta(seconds=delay)
+            item.lease_owner = item.lease_token = None
+            item.leased_until = None
+            audit(
+                session,
+                AuditRecord(
+                    "action_failed",
+                    actor,
+                    item_id,
+                    old_state=old,
+                    new_state={**snapshot(item), "attempts": item.attempts},
+                    trigger={**trigger, "retry_in_seconds": delay},
+                ),
+            )
+
+    def _release_lease(self, item_id: uuid.UUID, token: str) -> None:
+        with self.sessions.begin() as session:
+            session.execute(
+                update(WorkItem)
+                .where(WorkItem.id == item_id, WorkItem.lease_token == token)
+                .values(lease_owner=None, lease_token=None, leased_until=None)
+                .execution_options(synchronize_session=False)
+            )

@@ -1,0 +1,76 @@
+"""Schema migrations (Alembic, with wq's own version table) and the start-up check."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from wq.engine.db import make_engine
+
+VERSION_TABLE = "wq_alembic_version"
+FIX_COMMAND = "wq db migrate"
+
+
+class SchemaOutdated(RuntimeError):
+    """The database schema is not at the migrations' head."""
+
+
+def migrations_dir() -> Path:
+    """Where the Alembic scripts are (installed as the `wq.migrations` package)."""
+    spec = importlib.util.find_spec("wq.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the wq.migrations package is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def make_engine_for_migrations(url: str) -> Engine:
+    """An engine for running Alembic outside wq (the `alembic` command)."""
+    return make_engine(url, pool_size=1)
+
+
+def alembic_config(engine: Engine) -> AlembicConfig:
+    """An Alembic config bound to an engine's URL."""
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option(
+        "sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%")
+    )
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database up to a revision (head by default)."""
+    config = alembic_config(engine)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def head_revision(engine: Engine) -> str | None:
+    """The newest revision the installed migrations know."""
+    return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+    with engine.connect() as connection:
+        context = MigrationContext.configure(
+            connection, opts={"version_table": VERSION_TABLE}
+        )
+        return context.get_current_revision()
+
+
+def check_current(engine: Engine) -> None:
+    """Refuse an outdated schema, naming the command that fixes it."""
+    current, head = current_revision(engine), head_revision(engine)
+    if current != head:
+        raise SchemaOutdated(
+            f"database schema is at {current or 'nothing (empty database)'}, "
+            f"wq needs {head}: run `{FIX_COMMAND}`"
+        )

@@ -1,0 +1,137 @@
+"""The dialect seam: the few statements that differ between PostgreSQL and SQLite.
+
+Everything else in the engine is the same SQLAlchemy code on both databases. Here:
+the admission sequence, per-project and per-item locks, the batch claim, and the
+cross-process wake-up (`NOTIFY`).
+"""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import and_, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from wq.engine.models import ACTIVE, ADMITTED, SequenceCounter, WorkItem
+
+ADMISSION_SEQUENCE = "wq_admission_seq"
+NOTIFY_CHANNEL = "wq_events"
+_PROJECT_LOCK_SPACE = 0x5751  # "WQ": keeps our advisory keys apart from other users'
+_ITEM_LOCK_SPACE = 0x5752
+
+
+def _is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _lock_key(value: str) -> int:
+    # A stable 32-bit key; PostgreSQL's two-key advisory locks take int4 values.
+    return zlib.crc32(value.encode()) - 2**31
+
+
+def next_seq(session: Session) -> int:
+    """A fresh value of the global admission sequence; never reused, never from a clock."""
+    if _is_postgres(session):
+        return int(session.execute(text(f"SELECT nextval('{ADMISSION_SEQUENCE}')")).scalar_one())
+    value = session.execute(
+        update(SequenceCounter)
+        .where(SequenceCounter.name == ADMISSION_SEQUENCE)
+        .values(value=SequenceCounter.value + 1)
+        .returning(SequenceCounter.value)
+    ).scalar_one()
+    return int(value)
+
+
+def lock_project(session: Session, project: str) -> None:
+    """Serialize admission of one project until the transaction ends.
+
+    PostgreSQL: a transaction-scoped advisory lock, so two replicas admitting the same
+    project queue up. SQLite: the `BEGIN IMMEDIATE` write lock already serializes.
+    """
+    if _is_postgres(session):
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:space, :key)"),
+            {"space": _PROJECT_LOCK_SPACE, "key": _lock_key(project)},
+        )
+
+
+def lock_item(session: Session, item_id: uuid.UUID) -> None:
+    """Serialize event intake and event draining for one item until the transaction ends."""
+    if _is_postgres(session):
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:space, :key)"),
+            {"space": _ITEM_LOCK_SPACE, "key": _lock_key(str(item_id))},
+        )
+
+
+def claim(
+    session: Session,
+    *,
+    owner: str,
+    limit: int,
+    types: Sequence[str],
+    now: datetime,
+    lease_until: datetime,
+) -> list[tuple[uuid.UUID, str]]:
+    """Lease up to `limit` admitted, active, unleased items; return (id, lease token).
+
+    Every claim takes a fresh token. PostgreSQL skips rows other replicas hold
+    (`FOR UPDATE SKIP LOCKED`); SQLite runs inside the `BEGIN IMMEDIATE` lock.
+    """
+    if limit <= 0 or not types:
+        return []
+    token = str(uuid.uuid4())
+    candidates = (
+        select(WorkItem.id)
+        .where(
+            WorkItem.admission == ADMITTED,
+            WorkItem.phase == ACTIVE,
+            WorkItem.type.in_(types),
+            or_(WorkItem.leased_until.is_(None), WorkItem.leased_until < now),
+            or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
+        )
+        .order_by(WorkItem.seq)
+        .limit(limit)
+    )
+    if _is_postgres(session):
+        candidates = candidates.with_for_update(skip_locked=True)
+    ids = list(session.execute(candidates).scalars())
+    if not ids:
+        return []
+    session.execute(
+        update(WorkItem)
+        .where(WorkItem.id.in_(ids))
+        .values(lease_owner=owner, lease_token=token, leased_until=lease_until)
+        .execution_options(synchronize_session=False)
+    )
+    return [(item_id, token) for item_id in ids]
+
+
+def holds_lease(session: Session, item_id: uuid.UUID, token: str, now: datetime) -> bool:
+    """Fence: true, and the row locked until commit, while the token still owns the item.
+
+    Done as an UPDATE so that on PostgreSQL the row stays locked until this
+    transaction commits: no other worker can take the lease in between.
+    """
+    result = session.execute(
+        update(WorkItem)
+        .where(and_(WorkItem.id == item_id, WorkItem.lease_token == token))
+        .values(updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def notify(session: Session, payload: str) -> None:
+    """Tell other replicas on the same PostgreSQL about new work (on commit)."""
+    if _is_postgres(session):
+        session.execute(
+            text("SELECT pg_notify(:channel, :payload)"),
+            {
+                "channel": NOTIFY_CHANNEL,
+                "payload": payload,
+            },
+        )

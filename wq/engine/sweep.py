@@ -1,0 +1,107 @@
+"""The periodic sweep: the safety net behind leases, deferrals and events.
+
+It reclaims leases that expired (a dead worker's items run again about one lease
+period after its last heartbeat), queues idle items whose deferred dimensions came
+due, drains events that nobody applied (start-up recovery), and prunes old audit rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.engine.audit import AuditRecord, audit, prune
+from wq.engine.config import Config
+from wq.engine.events import drain_events, items_with_pending_events
+from wq.engine.items import settle
+from wq.engine.models import ACTIVE, IDLE, WorkItem, WorkItemStatus, utcnow
+from wq.engine.registry import TypeRegistry
+from wq.engine.wakeup import ITEMS_ADMITTED, signal
+
+log = logging.getLogger(__name__)
+SWEEP = "sweep"
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did."""
+
+    leases_reclaimed: int = 0
+    deferrals_due: int = 0
+    events_drained: int = 0
+    audit_pruned: int = 0
+
+
+def sweep_once(
+    sessions: sessionmaker[Session], registry: TypeRegistry, config: Config
+) -> SweepReport:
+    """Run every part of the sweep once."""
+    report = SweepReport()
+    now = utcnow()
+    with sessions.begin() as session:
+        expired = (
+            session.execute(
+                update(WorkItem)
+                .where(WorkItem.leased_until < now)
+                .values(lease_owner=None, lease_token=None, leased_until=None)
+                .returning(WorkItem.id)
+                .execution_options(synchronize_session=False)
+            )
+            .scalars()
+            .all()
+        )
+        report.leases_reclaimed = len(expired)
+        if expired:
+            audit(
+                session,
+                *(
+                    AuditRecord(
+                        "lease_expired",
+                        SWEEP,
+                        item_id,
+                        trigger={"source": "sweep", "reason": "lease expired"},
+                    )
+                    for item_id in expired
+                ),
+            )
+            signal(session, ITEMS_ADMITTED)
+    with sessions.begin() as session:
+        due = (
+            session.execute(
+                select(WorkItem)
+                .join(WorkItemStatus)
+                .where(
+                    WorkItem.phase == ACTIVE,
+                    WorkItem.admission == IDLE,
+                    WorkItem.type.in_(registry.names),
+                    WorkItemStatus.status == "true",
+                    WorkItemStatus.pending_until <= now,
+                )
+                .distinct()
+            )
+            .scalars()
+            .all()
+        )
+        for item in due:
+            settle(
+                session,
+                item,
+                registry,
+                now,
+                actor=SWEEP,
+                trigger={"source": "sweep", "reason": "pending_until expired"},
+            )
+        report.deferrals_due = len(due)
+    with sessions.begin() as session:
+        orphaned = items_with_pending_events(session)
+    for item_id in orphaned:
+        with sessions.begin() as session:
+            result = drain_events(session, item_id, registry, actor=SWEEP)
+            report.events_drained += result.applied + result.discarded
+    with sessions.begin() as session:
+        report.audit_pruned = prune(session, retention_days=config.audit.retention_days, now=now)
+    log.debug("sweep: %s", report)
+    return report

@@ -1,0 +1,100 @@
+"""Wake-ups: tell the scheduler about new work as soon as it is committed.
+
+Code that creates work calls `signal(session, ...)` inside its transaction. On
+PostgreSQL that also issues a `NOTIFY`, which the database delivers to every replica
+on commit; in-process, the session's `Wakeup` hub is poked after the commit. Nothing
+is signalled for a transaction that rolls back.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from wq.engine import store
+
+WAKEUP_KEY = "wq_wakeup"
+_SIGNALS_KEY = "wq_signals"
+
+PROJECT_QUEUED = "queued"
+ITEMS_ADMITTED = "admitted"
+EVENT_STORED = "event"
+
+
+@dataclass
+class Pending:
+    """What a scheduler pass should look at, gathered from signals since the last one."""
+
+    projects: set[str] = field(default_factory=set)
+    event_items: set[uuid.UUID] = field(default_factory=set)
+    claim: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.projects or self.event_items or self.claim)
+
+
+class Wakeup:
+    """A hub that gathers signals and wakes the thread waiting on it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending = Pending()
+
+    def deliver(self, kind: str, subject: str) -> None:
+        """Record one signal (from this process or a NOTIFY) and wake the waiter."""
+        with self._cond:
+            if kind == PROJECT_QUEUED:
+                self._pending.projects.add(subject)
+            elif kind == EVENT_STORED:
+                try:
+                    self._pending.event_items.add(uuid.UUID(subject))
+                except ValueError:
+                    return
+            elif kind == ITEMS_ADMITTED:
+                self._pending.claim = True
+            else:
+                return
+            self._cond.notify_all()
+
+    def deliver_payload(self, payload: str) -> None:
+        """Record a `kind:subject` NOTIFY payload."""
+        kind, _, subject = payload.partition(":")
+        self.deliver(kind, subject)
+
+    def poke(self) -> None:
+        """Wake the waiter with nothing specific to do (a slot may be free)."""
+        self.deliver(ITEMS_ADMITTED, "")
+
+    def wait(self, timeout: float) -> Pending:
+        """Block until something is signalled or the timeout passes; take what was signalled."""
+        with self._cond:
+            if not self._pending:
+                self._cond.wait(timeout)
+            taken, self._pending = self._pending, Pending()
+            return taken
+
+
+def signal(session: Session, kind: str, subject: str = "") -> None:
+    """Announce work from inside a transaction; delivered only if it commits."""
+    signals = session.info.setdefault(_SIGNALS_KEY, set())
+    if (kind, subject) not in signals:
+        signals.add((kind, subject))
+        store.notify(session, f"{kind}:{subject}")
+
+
+@event.listens_for(Session, "after_commit")
+def _deliver_committed(session: Session) -> None:
+    signals = session.info.pop(_SIGNALS_KEY, None)
+    hub = session.info.get(WAKEUP_KEY)
+    if signals and isinstance(hub, Wakeup):
+        for kind, subject in signals:
+            hub.deliver(kind, subject)
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_rolled_back(session: Session) -> None:
+    session.info.pop(_SIGNALS_KEY, None)
