@@ -124,7 +124,8 @@ def settle(
     if item.phase in TERMINAL_PHASES:
         release(session, item, actor=actor, trigger=trigger)
     elif item.seq is None or item.admission in (IDLE, DONE):
-        if registry.get(item.type).decider(item, now) is not None:
+        # A type this process does not handle is queued for the daemons that do.
+        if item.type not in registry or registry.get(item.type).decider(item, now) is not None:
             enqueue(session, item, actor=actor, trigger=trigger)
         elif item.admission != IDLE:
             item.admission = IDLE

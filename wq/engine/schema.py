@@ -60,9 +60,7 @@ def head_revision(engine: Engine) -> str | None:
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at (None for an empty database)."""
     with engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection, opts={"version_table": VERSION_TABLE}
-        )
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()
 
 

@@ -1,0 +1,107 @@
+"""The per-server Bearer token cache under `$XDG_CACHE_HOME/wq/tokens/`.
+
+One JSON file per server URL, mode 0600 in a 0700 directory, written atomically.
+Entries carry an expiry (20 h for logins); the embedded daemon's local token has
+none and is removed when that daemon stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LOGIN_TTL_SECONDS = 20 * 3600
+
+
+def cache_dir() -> Path:
+    """The token cache directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "wq" / "tokens"
+
+
+def normalize_server(url: str) -> str:
+    """One spelling per server: no trailing slash, lower-case scheme and host."""
+    url = url.strip().rstrip("/")
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]+)(.*)$", url)
+    if not match:
+        return url
+    scheme, host, rest = match.groups()
+    return f"{scheme.lower()}://{host.lower()}{rest}"
+
+
+@dataclass(frozen=True)
+class CachedToken:
+    """A cached credential for one server."""
+
+    server: str
+    token: str
+    expires_at: float | None
+
+    def valid(self, now: float | None = None) -> bool:
+        """True until the expiry (forever when it has none)."""
+        return self.expires_at is None or (now or time.time()) < self.expires_at
+
+
+class TokenCache:
+    """Read and write cached tokens, one file per server."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory or cache_dir()
+
+    def path_for(self, server: str) -> Path:
+        """The cache file of one server."""
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", normalize_server(server))
+        return self.directory / f"{name}.json"
+
+    def load(self, server: str) -> CachedToken | None:
+        """The valid cached token of a server, or None."""
+        path = self.path_for(server)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            entry = CachedToken(
+                server=str(data["server"]),
+                token=str(data["token"]),
+                expires_at=None if data.get("expires_at") is None else float(data["expires_at"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return entry if entry.valid() else None
+
+    def store(
+        self, server: str, token: str, *, ttl_seconds: float | None = LOGIN_TTL_SECONDS
+    ) -> Path:
+        """Write a token for a server (0600, atomically); return the file."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)
+        path = self.path_for(server)
+        expires_at = None if ttl_seconds is None else time.time() + ttl_seconds
+        body = json.dumps(
+            {"server": normalize_server(server), "token": token, "expires_at": expires_at}
+        )
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".json")
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(body)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def forget(self, server: str, *, token: str | None = None) -> None:
+        """Remove a server's entry (only if it still holds `token`, when given)."""
+        path = self.path_for(server)
+        if token is not None:
+            entry = self.load(server)
+            if entry is None or entry.token != token:
+                return
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

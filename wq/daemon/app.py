@@ -1,0 +1,28 @@
+"""The FastAPI application of `wq daemon`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+import wq
+from wq.daemon.errors import install_error_handlers
+from wq.daemon.routers import health, work_items
+from wq.daemon.runtime import Runtime
+
+
+def create_app(runtime: Runtime) -> FastAPI:
+    """Build the API around a runtime (the engine threads are started elsewhere)."""
+    app = FastAPI(
+        title="wq",
+        version=wq.__version__,
+        description="The wq work-queue engine: work items, admission pools, processing.",
+    )
+    app.state.runtime = runtime
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(work_items.router)
+    for name in runtime.registry.names:
+        router = runtime.registry.get(name).router
+        if router is not None:
+            app.include_router(router)
+    return app

@@ -1,0 +1,95 @@
+"""The deployer commands behind `wq daemon`, `wq db ...` and `wq config check`.
+
+The CLI imports this module only when one of these commands runs, so the operator
+commands never load the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from wq.engine.config import ConfigError, load_config, read_config_file
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+
+
+def _fail(message: str) -> int:
+    print(f"wq: error: {message}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def daemon(config_path: str | None, host: str | None, port: int | None) -> int:
+    """Run the daemon until it is told to stop."""
+    from wq.daemon.serve import StartupError, run_daemon
+
+    _setup_logging()
+    try:
+        config = load_config(config_path)
+        run_daemon(config, host=host, port=port)
+    except (ConfigError, StartupError) as err:
+        return _fail(str(err))
+    return EXIT_OK
+
+
+def db_migrate(config_path: str | None) -> int:
+    """Upgrade the database schema to the newest revision."""
+    from wq.daemon.runtime import build_runtime
+    from wq.engine import schema
+
+    try:
+        runtime = build_runtime(load_config(config_path))
+        before = schema.current_revision(runtime.engine)
+        schema.upgrade(runtime.engine)
+        after = schema.current_revision(runtime.engine)
+    except ConfigError as err:
+        return _fail(str(err))
+    except Exception as err:
+        return _fail(f"migration failed: {err}")
+    if before == after:
+        print(f"database already at {after}")
+    else:
+        print(f"database migrated from {before or 'empty'} to {after}")
+    return EXIT_OK
+
+
+def db_current(config_path: str | None) -> int:
+    """Print the schema revision of the database and whether it is the newest."""
+    from wq.daemon.runtime import build_runtime
+    from wq.engine import schema
+
+    try:
+        runtime = build_runtime(load_config(config_path))
+        current = schema.current_revision(runtime.engine)
+        head = schema.head_revision(runtime.engine)
+    except ConfigError as err:
+        return _fail(str(err))
+    except Exception as err:
+        return _fail(f"cannot read the schema revision: {err}")
+    state = "up to date" if current == head else f"outdated, head is {head}: run `wq db migrate`"
+    print(f"{current or 'empty'} ({state})")
+    return EXIT_OK if current == head else EXIT_FAILURE
+
+
+def config_check(path: str) -> int:
+    """Validate a config file without starting anything."""
+    from pathlib import Path
+
+    from wq.daemon.runtime import build_registry
+
+    try:
+        config = read_config_file(Path(path))
+        build_registry(config)
+    except ConfigError as err:
+        return _fail(str(err))
+    print(f"{path}: ok")
+    return EXIT_OK

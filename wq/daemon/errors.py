@@ -1,0 +1,49 @@
+"""JSON errors with a readable message: bad input is a 4xx, never a 500."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from wq.engine.items import ItemConflict, ItemNotFound
+
+log = logging.getLogger(__name__)
+
+
+def _error(
+    status: int, message: str, headers: dict[str, str] | None = None, **extra: object
+) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Turn every error into `{"error": message}` with the right status code."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(part) for part in err.get("loc", ()) if part != "body")
+            problems.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+        return _error(422, "; ".join(problems) or "invalid request", problems=problems)
+
+    @app.exception_handler(ItemNotFound)
+    async def not_found(_: Request, exc: ItemNotFound) -> JSONResponse:
+        return _error(404, f"work item {exc} not found")
+
+    @app.exception_handler(ItemConflict)
+    async def conflict(_: Request, exc: ItemConflict) -> JSONResponse:
+        return _error(409, str(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return _error(500, "internal error; the daemon's log has the details")

@@ -1,0 +1,115 @@
+"""The generic work-item API: list, read, retry."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy import and_, or_, select
+
+from wq.daemon.auth import Principal
+from wq.daemon.deps import (
+    PrincipalDep,
+    ReadSessionDep,
+    RuntimeDep,
+    SessionDep,
+    forbid_unless,
+    require,
+)
+from wq.daemon.schemas import WorkItemPage, WorkItemPublic
+from wq.engine import items as item_service
+from wq.engine.models import WorkItem, utcnow
+
+router = APIRouter(prefix="/api/work-items", tags=["work items"])
+
+Phase = Literal["active", "completed", "failed", "cancelled"]
+Admission = Literal["queued", "admitted", "idle", "done"]
+
+
+def _encode_cursor(item: WorkItem) -> str:
+    raw = f"{item.created_at.isoformat()}|{item.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, item_id = raw.partition("|")
+        return datetime.fromisoformat(created), uuid.UUID(item_id)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise HTTPException(422, "cursor: not a cursor this API returned") from None
+
+
+@router.get("", response_model=WorkItemPage)
+def read_items(
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    type: Annotated[str | None, Query(description="only items of this type")] = None,
+    phase: Phase | None = None,
+    project: str | None = None,
+    admission: Admission | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> WorkItemPage:
+    """List work items, newest first, with filters and cursor pagination."""
+    forbid_unless(principal, "read", type)
+    query = select(WorkItem)
+    for column, value in (
+        (WorkItem.type, type),
+        (WorkItem.phase, phase),
+        (WorkItem.project, project),
+        (WorkItem.admission, admission),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    if cursor:
+        created, item_id = _decode_cursor(cursor)
+        query = query.where(
+            or_(
+                WorkItem.created_at < created,
+                and_(WorkItem.created_at == created, WorkItem.id < item_id),
+            )
+        )
+    query = query.order_by(WorkItem.created_at.desc(), WorkItem.id.desc()).limit(limit + 1)
+    rows = [row for row in session.execute(query).scalars() if principal.allows("read", row.type)]
+    page = rows[:limit]
+    more = len(rows) > limit
+    return WorkItemPage(
+        items=[WorkItemPublic.of(item) for item in page],
+        next_cursor=_encode_cursor(page[-1]) if more and page else None,
+    )
+
+
+@router.get("/{item_id}", response_model=WorkItemPublic)
+def read_item(
+    item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
+) -> WorkItemPublic:
+    """One work item with its details and dimensions."""
+    item = session.get(WorkItem, item_id)
+    if item is None:
+        raise item_service.ItemNotFound(str(item_id))
+    forbid_unless(principal, "read", item.type)
+    return WorkItemPublic.of(item)
+
+
+@router.post("/{item_id}/retry", response_model=WorkItemPublic)
+def retry_item(
+    item_id: uuid.UUID,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    principal: Annotated[Principal, Depends(require("retry"))],
+) -> WorkItemPublic:
+    """Bring a failed or cancelled item back to active (attempts reset, audited)."""
+    item = session.get(WorkItem, item_id)
+    if item is None:
+        raise item_service.ItemNotFound(str(item_id))
+    forbid_unless(principal, "retry", item.type)
+    item = item_service.retry(
+        session, item_id, registry=runtime.registry, now=utcnow(), actor=principal.identity
+    )
+    session.commit()
+    return WorkItemPublic.of(item)

@@ -1,0 +1,81 @@
+"""Everything one daemon process holds: config, database, types, auth, the manager."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.daemon.auth import Authenticator, LocalTokenTier
+from wq.engine.config import Config, ConfigError, default_database_url
+from wq.engine.db import make_engine, make_sessionmaker, read_only
+from wq.engine.processing import ProcessingManager
+from wq.engine.registry import TypeRegistry
+from wq.engine.wakeup import WAKEUP_KEY, Wakeup
+from wq.types import KNOWN_TYPES, load_all_models
+
+
+@dataclass
+class Runtime:
+    """The shared state of the API and the engine threads of one daemon."""
+
+    config: Config
+    engine: Engine
+    sessions: sessionmaker[Session]
+    read_sessions: sessionmaker[Session]
+    registry: TypeRegistry
+    authenticator: Authenticator
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    local_tier: LocalTokenTier | None = None
+    manager: ProcessingManager | None = None
+
+    def start_processing(self) -> ProcessingManager:
+        """Create and start the processing manager (scheduler, workers, sweep)."""
+        self.manager = ProcessingManager(
+            self.sessions, self.registry, self.config, wakeup=self.wakeup
+        )
+        self.manager.start()
+        return self.manager
+
+
+def build_registry(config: Config) -> TypeRegistry:
+    """Register the types the config handles (every known type when it names none)."""
+    registry = TypeRegistry()
+    load_all_models()
+    handled = config.handled_types
+    names = list(KNOWN_TYPES) if handled is None else list(handled)
+    for name in names:
+        if name not in KNOWN_TYPES:
+            known = ", ".join(sorted(KNOWN_TYPES)) or "none"
+            raise ConfigError(
+                f"config {config.source}: handled_types.{name}: unknown work-item type "
+                f"(known: {known})"
+            )
+        module = importlib.import_module(KNOWN_TYPES[name])
+        module.register(registry, (handled or {}).get(name) or {})
+    return registry
+
+
+def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runtime:
+    """Connect to the database and assemble the runtime (does not migrate or start)."""
+    url = config.database_url or default_database_url()
+    workers = config.processing.workers
+    engine = make_engine(url, pool_size=workers + 5)
+    wakeup = Wakeup()
+    sessions = make_sessionmaker(engine)
+    sessions.configure(info={WAKEUP_KEY: wakeup})
+    read_sessions = make_sessionmaker(read_only(engine))
+    local_tier = LocalTokenTier() if config.auth.local_token else None
+    tiers = [local_tier] if local_tier else []
+    return Runtime(
+        config=config,
+        engine=engine,
+        sessions=sessions,
+        read_sessions=read_sessions,
+        registry=registry if registry is not None else build_registry(config),
+        authenticator=Authenticator(tiers),
+        wakeup=wakeup,
+        local_tier=local_tier,
+    )

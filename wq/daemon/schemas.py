@@ -1,0 +1,99 @@
+"""Response and request schemas of the generic API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from wq.engine.models import WorkItem
+
+
+class DimensionPublic(BaseModel):
+    """One readiness dimension of an item."""
+
+    dimension: str
+    variant: str
+    status: str
+    detail: Any = None
+    pending_until: datetime | None = None
+    updated_at: datetime
+
+
+class WorkItemPublic(BaseModel):
+    """A work item as the API shows it, with nested type `details`."""
+
+    id: uuid.UUID
+    type: str
+    project: str
+    phase: str
+    attempts: int
+    error: str | None
+    admission: str
+    lane: str
+    seq: int | None
+    autonomous: bool
+    dedup_key: str | None
+    idempotency_key: str | None
+    leased_until: datetime | None
+    lease_owner: str | None
+    run_after: datetime | None
+    last_event_at: datetime | None
+    admitted_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    details: dict[str, Any]
+    dimensions: list[DimensionPublic]
+
+    @classmethod
+    def of(cls, item: WorkItem) -> WorkItemPublic:
+        """Build from a loaded item."""
+        return cls(
+            id=item.id,
+            type=item.type,
+            project=item.project,
+            phase=item.phase,
+            attempts=item.attempts,
+            error=item.error,
+            admission=item.admission,
+            lane=item.lane,
+            seq=item.seq,
+            autonomous=item.autonomous,
+            dedup_key=item.dedup_key,
+            idempotency_key=item.idempotency_key,
+            leased_until=item.leased_until,
+            lease_owner=item.lease_owner,
+            run_after=item.run_after,
+            last_event_at=item.last_event_at,
+            admitted_at=item.admitted_at,
+            created_at=item.created_at,
+            updated_at=item.updated_at,
+            details=item.details_dict(),
+            dimensions=[
+                DimensionPublic(
+                    dimension=row.dimension,
+                    variant=row.variant,
+                    status=row.status,
+                    detail=row.detail,
+                    pending_until=row.pending_until,
+                    updated_at=row.updated_at,
+                )
+                for row in item.statuses
+            ],
+        )
+
+
+class WorkItemPage(BaseModel):
+    """One page of items; pass `next_cursor` back as `cursor` for the next."""
+
+    items: list[WorkItemPublic]
+    next_cursor: str | None
+
+
+class Health(BaseModel):
+    """The daemon's health."""
+
+    status: str
+    database: str

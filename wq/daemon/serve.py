@@ -1,0 +1,115 @@
+"""`wq daemon`: the API, the processing manager, the sweep and LISTEN in one process.
+
+Start-up logs one line per fact (config, database, bind address, types). Shutdown on
+SIGTERM/SIGINT stops claiming, lets running actions finish up to the grace period,
+and releases the leases still held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from wq.client.token_cache import TokenCache
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
+from wq.engine import schema
+from wq.engine.config import Config
+from wq.engine.db import is_sqlite
+from wq.engine.listener import NotifyListener
+
+log = logging.getLogger("wq.daemon")
+
+
+class StartupError(RuntimeError):
+    """The daemon cannot start; the message says why and what fixes it."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise StartupError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url_for(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def prepare_database(runtime: Runtime) -> None:
+    """Check the schema; the embedded default migrates itself, anything else refuses."""
+    try:
+        if runtime.config.embedded and is_sqlite(runtime.engine):
+            schema.upgrade(runtime.engine)
+        schema.check_current(runtime.engine)
+    except schema.SchemaOutdated as err:
+        raise StartupError(str(err)) from None
+    except Exception as err:
+        raise StartupError(f"cannot use the database: {err}") from None
+
+
+def run_daemon(config: Config, *, host: str | None = None, port: int | None = None) -> None:
+    """Run until SIGTERM/SIGINT."""
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    runtime = build_runtime(config)
+    log.info("config: %s", config.source)
+    log.info("database: %s", runtime.engine.url.render_as_string(hide_password=True))
+    prepare_database(runtime)
+    sock = _bind(host, port)
+    url = _url_for(host, sock.getsockname()[1])
+    log.info("listening on %s", url)
+    log.info("handled types: %s", ", ".join(runtime.registry.names) or "none")
+
+    cache = TokenCache()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        manager = runtime.start_processing()
+        listener = None
+        if runtime.engine.dialect.name == "postgresql":
+            listener = NotifyListener(runtime.engine, runtime.wakeup)
+            listener.start()
+        if runtime.local_tier is not None:
+            path = cache.store(url, runtime.local_tier.token, ttl_seconds=None)
+            log.info("local token for %s written to %s", url, path)
+        log.info(
+            "workers: %d, lease %.0fs", config.processing.workers, config.processing.lease_seconds
+        )
+        try:
+            yield
+        finally:
+            log.info("shutting down: no new claims, waiting for running actions")
+            manager.stop()
+            if listener is not None:
+                listener.stop()
+            if runtime.local_tier is not None:
+                cache.forget(url, token=runtime.local_tier.token)
+            runtime.engine.dispose()
+            log.info("stopped")
+
+    app = create_app(runtime)
+    app.router.lifespan_context = lifespan
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=int(config.processing.shutdown_grace_seconds),
+        )
+    )
+    server.run(sockets=[sock])
