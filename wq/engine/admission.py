@@ -63,7 +63,7 @@ def in_flight(session: Session, project: str) -> dict[str, int]:
         .where(WorkItem.project == project, WorkItem.admission == ADMITTED)
         .group_by(WorkItem.lane)
     )
-    return {lane: int(count) for lane, count in rows.tuples()}
+    return {lane: int(count) for lane, count in rows}
 
 
 def admit_project(session: Session, project: str, pool: PoolConfig) -> list[Admitted]:
@@ -90,9 +90,7 @@ def admit_project(session: Session, project: str, pool: PoolConfig) -> list[Admi
             .returning(WorkItem.id, WorkItem.seq)
             .execution_options(synchronize_session=False)
         )
-        admitted.extend(
-            Admitted(item_id, project, lane, int(seq or 0)) for item_id, seq in rows.tuples()
-        )
+        admitted.extend(Admitted(item_id, project, lane, int(seq or 0)) for item_id, seq in rows)
     if admitted:
         audit(
             session,

@@ -1,0 +1,137 @@
+"""Shared fixtures: every storage test runs on SQLite and on PostgreSQL.
+
+PostgreSQL tests use a database of their own (created once per run, migrated, and
+emptied between tests). When PostgreSQL cannot be reached they are skipped on a
+laptop but fail in CI (`CI` or `WQ_REQUIRE_POSTGRES` set), so CI can never pass
+without really running them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.engine import schema
+from wq.engine.config import Config, parse_config
+from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.models import Base
+
+PG_ADMIN_URL = os.environ.get(
+    "WQ_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REQUIRE_PG = bool(os.environ.get("CI") or os.environ.get("WQ_REQUIRE_POSTGRES"))
+
+
+def _pg_url(database: str) -> str:
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    return f"{base}/{database}"
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this test run; dropped at the end."""
+    name = f"wq_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = make_engine(PG_ADMIN_URL, pool_size=1)
+    try:
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as err:
+        admin.dispose()
+        message = f"PostgreSQL at {PG_ADMIN_URL} is not reachable: {err}"
+        if REQUIRE_PG:
+            pytest.fail(message)
+        pytest.skip(message)
+    url = _pg_url(name)
+    engine = make_engine(url, pool_size=2)
+    schema.upgrade(engine)
+    engine.dispose()
+    yield url
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file that each test copies (faster than migrating each time)."""
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    engine = make_engine(f"sqlite:///{path}", pool_size=1)
+    schema.upgrade(engine)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    engine.dispose()
+    return path
+
+
+def _empty_postgres(engine: Engine) -> None:
+    tables = ", ".join(
+        table.name for table in Base.metadata.sorted_tables if table.name != "wq_sequences"
+    )
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {tables} CASCADE"))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database URL; the test runs once per database."""
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        path = tmp_path / "wq.db"
+        path.write_bytes(template.read_bytes())
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue("pg_database")
+    engine = make_engine(url, pool_size=1)
+    _empty_postgres(engine)
+    engine.dispose()
+    return url
+
+
+@dataclass
+class Store:
+    """A test's database: engine, sessions and a config pointing at it."""
+
+    url: str
+    engine: Engine
+    sessions: sessionmaker[Session]
+    config: Config
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+
+def make_config(url: str, **overrides: object) -> Config:
+    """A config for tests: fast polling, short leases, the given overrides."""
+    data: dict[str, object] = {
+        "database_url": url,
+        "processing": {
+            "workers": 4,
+            "lease_seconds": 5.0,
+            "poll_interval_seconds": 0.2,
+            "sweep_interval_seconds": 3600.0,
+            "backoff_base_seconds": 0.05,
+            "backoff_max_seconds": 0.2,
+            "shutdown_grace_seconds": 5.0,
+        },
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}  # type: ignore[dict-item]
+        else:
+            data[key] = value
+    return parse_config(data, "test config")
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    """The test's database with engine and sessions."""
+    engine = make_engine(db_url, pool_size=20)
+    yield Store(db_url, engine, make_sessionmaker(engine), make_config(db_url))
+    engine.dispose()

@@ -1,0 +1,123 @@
+"""A test-only work-item type, `chain`: three actions in order, then idle.
+
+Each action clears its `needs_stepN` dimension. Executions are recorded (in memory,
+and optionally appended to a file so several processes can be checked together);
+tests can make an action slow or fail a number of times.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from wq.engine.dimensions import first_actionable, set_dimension
+from wq.engine.models import WorkItem
+from wq.engine.registry import ActionContext, EventContext, ItemType, TypeRegistry
+
+STEPS = ("step1", "step2", "step3")
+
+
+class ChainItem(WorkItem):
+    """A chain item: no detail table, the generic columns are enough."""
+
+    __mapper_args__ = {"polymorphic_identity": "chain"}  # noqa: RUF012
+
+    def details_dict(self) -> dict[str, object]:
+        return {"steps": list(STEPS)}
+
+
+@dataclass
+class Behaviour:
+    """How the executors behave and what they saw."""
+
+    sleep: dict[str, float] = field(default_factory=dict)
+    fail_times: dict[str, int] = field(default_factory=dict)
+    log_file: Path | None = None
+    calls: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, item_id: uuid.UUID, action: str) -> None:
+        with self._lock:
+            self.calls.append((item_id, action))
+        if self.log_file is not None:
+            fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, f"{item_id} {action}\n".encode())
+            finally:
+                os.close(fd)
+
+    def should_fail(self, action: str) -> bool:
+        with self._lock:
+            left = self.fail_times.get(action, 0)
+            if left > 0:
+                self.fail_times[action] = left - 1
+                return True
+            return False
+
+    def counts(self) -> Counter[tuple[uuid.UUID, str]]:
+        with self._lock:
+            return Counter(self.calls)
+
+    def actions_of(self, item_id: uuid.UUID) -> list[str]:
+        with self._lock:
+            return [action for seen, action in self.calls if seen == item_id]
+
+
+def decide(item: WorkItem, now: datetime) -> str | None:
+    """The first step whose dimension still needs action."""
+    dimension = first_actionable(item, [f"needs_{step}" for step in STEPS], now)
+    return dimension.removeprefix("needs_") if dimension else None
+
+
+def make_executor(step: str, behaviour: Behaviour):  # type: ignore[no-untyped-def]
+    def run(ctx: ActionContext) -> None:
+        behaviour.record(ctx.item.id, step)
+        if behaviour.sleep.get(step):
+            time.sleep(behaviour.sleep[step])
+        if behaviour.should_fail(step):
+            raise RuntimeError(f"{step} failed on purpose")
+        set_dimension(ctx.session, ctx.item, f"needs_{step}", False)
+
+    return run
+
+
+def handle_event(ctx: EventContext) -> None:
+    """`redo`: step3 is needed again; `cancel`: the item is cancelled."""
+    if ctx.event_type == "redo":
+        set_dimension(ctx.session, ctx.item, "needs_step3", True)
+    elif ctx.event_type == "cancel":
+        ctx.item.phase = "cancelled"
+
+
+def chain_type(behaviour: Behaviour) -> ItemType:
+    """The `chain` type bound to a behaviour."""
+    return ItemType(
+        name="chain",
+        model=ChainItem,
+        decider=decide,
+        executors={step: make_executor(step, behaviour) for step in STEPS},
+        event_handler=handle_event,
+    )
+
+
+def chain_registry(behaviour: Behaviour) -> TypeRegistry:
+    """A registry with only the chain type."""
+    registry = TypeRegistry()
+    registry.register_type(chain_type(behaviour))
+    return registry
+
+
+def new_chain_item(project: str = "group/project", **fields: object) -> ChainItem:
+    """An unsaved chain item for `items.submit`."""
+    return ChainItem(
+        project=project,
+        lane=fields.pop("lane", "normal"),
+        autonomous=fields.pop("autonomous", False),
+        **fields,
+    )
