@@ -64,9 +64,7 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("template") / "template.db"
     engine = make_engine(f"sqlite:///{path}", pool_size=1)
     schema.upgrade(engine)
-    with engine.connect() as conn:
-        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    engine.dispose()
+    engine.dispose()  # closing the last connection checkpoints the WAL into the file
     return path
 
 
@@ -135,3 +133,12 @@ def store(db_url: str) -> Iterator[Store]:
     engine = make_engine(db_url, pool_size=20)
     yield Store(db_url, engine, make_sessionmaker(engine), make_config(db_url))
     engine.dispose()
+
+
+@pytest.fixture
+def managers(store: Store) -> Iterator[list[object]]:
+    """Processing managers started by a test; stopped at its end."""
+    started: list[object] = []
+    yield started
+    for manager in started:
+        manager.stop(grace=2)  # type: ignore[attr-defined]

@@ -70,6 +70,7 @@ def enqueue(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, 
     item.admission = QUEUED
     item.seq = store.next_seq(session)
     item.admitted_at = None
+    item.run_after = None
     audit(
         session,
         AuditRecord(

@@ -229,8 +229,9 @@ class ProcessingManager:
                 if self._stopping.is_set() or (
                     time.monotonic() - started >= self.settings.deadline_seconds
                 ):
-                    # Keep the slot, give the worker back; the item is claimed again.
-                    self._release_lease(item_id, token)
+                    # Keep the slot, give the worker back; the item is claimed again
+                    # behind the items that were already waiting.
+                    self._release_lease(item_id, token, resume_at=self.clock())
                     return
                 if not self._step(item_id, token):
                     return
@@ -341,11 +342,16 @@ class ProcessingManager:
                 ),
             )
 
-    def _release_lease(self, item_id: uuid.UUID, token: str) -> None:
+    def _release_lease(
+        self, item_id: uuid.UUID, token: str, resume_at: datetime | None = None
+    ) -> None:
+        values: dict[str, Any] = {"lease_owner": None, "lease_token": None, "leased_until": None}
+        if resume_at is not None:
+            values["run_after"] = resume_at
         with self.sessions.begin() as session:
             session.execute(
                 update(WorkItem)
                 .where(WorkItem.id == item_id, WorkItem.lease_token == token)
-                .values(lease_owner=None, lease_token=None, leased_until=None)
+                .values(**values)
                 .execution_options(synchronize_session=False)
             )

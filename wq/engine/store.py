@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, or_, select, text, update
+from sqlalchemy import and_, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from wq.engine.models import ACTIVE, ADMITTED, SequenceCounter, WorkItem
@@ -93,7 +93,9 @@ def claim(
             or_(WorkItem.leased_until.is_(None), WorkItem.leased_until < now),
             or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
         )
-        .order_by(WorkItem.seq)
+        # Ready-since order: an item resumed after a deadline or a backoff goes behind
+        # the items that were waiting before it became ready again.
+        .order_by(func.coalesce(WorkItem.run_after, WorkItem.admitted_at), WorkItem.seq)
         .limit(limit)
     )
     if _is_postgres(session):

@@ -1,0 +1,855 @@
+#!/usr/bin/env python
+"""End-to-end no-op throughput and latency of wq's processing loop on PostgreSQL.
+
+N no-op items are submitted through `wq.engine.items.submit` and processed to idle by
+the real `ProcessingManager` (admission dispatcher, SKIP LOCKED claim, decider, executor,
+release, audit) with the daemon's LISTEN/NOTIFY wake-ups. Throughput and latency are
+derived from the `audit_log` rows the engine writes, not from wall-clock sampling:
+
+* throughput = N / (last `released`→idle row − start), where start is the first
+  `created` row (default, overlapping mode) or the moment the manager starts
+  (`--phase submit-first`, the drain mode of DESIGN.md "Performance targets");
+* latency per item = first `created`/`queued` row → the `released` row whose
+  new_state.admission is `idle`; p50/p99 reported, plus the intermediate steps.
+
+In the same database it also times DESIGN's baseline: a raw single-row
+`FOR UPDATE SKIP LOCKED` claim + complete loop with psycopg 3 (no ORM, no admission,
+no audit) over the same number of pre-enqueued jobs, and optionally the pgqueuer and
+procrastinate peers when they are installed. wq's figure is reported as a ratio of each.
+
+This is a measurement, never a test: nothing here asserts a target.
+
+    python benchmarks/throughput.py                      # 10,000 items, overlapping
+    python benchmarks/throughput.py --phase submit-first # drain a pre-enqueued backlog
+    python benchmarks/throughput.py --items 1000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import importlib.util
+import json
+import logging
+import math
+import os
+import platform
+import pstats
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.engine import schema
+from wq.engine.config import Config, parse_config
+from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.dimensions import first_actionable, set_dimension
+from wq.engine.items import submit
+from wq.engine.listener import NotifyListener
+from wq.engine.models import WorkItem, utcnow
+from wq.engine.processing import ProcessingManager
+from wq.engine.registry import ActionContext, ItemType, TypeRegistry
+
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+TYPE_NAME = "bench_noop"
+DIMENSION = "needs_noop"
+RAW_TABLE = "wq_bench_raw_jobs"
+
+# ----------------------------------------------------------------------------- the type
+
+
+class NoopItem(WorkItem):
+    """The benchmark's item: the generic columns only (single-table inheritance)."""
+
+    __mapper_args__ = {"polymorphic_identity": TYPE_NAME}  # noqa: RUF012
+
+    def details_dict(self) -> dict[str, object]:
+        return {}
+
+
+def decide(item: WorkItem, now: datetime) -> str | None:
+    """`noop` while `needs_noop` is actionable (absent or true), then nothing."""
+    return "noop" if first_actionable(item, [DIMENSION], now) else None
+
+
+def run_noop(ctx: ActionContext) -> None:
+    """The whole job: mark the dimension handled."""
+    set_dimension(ctx.session, ctx.item, DIMENSION, False)
+
+
+def noop_registry() -> TypeRegistry:
+    """A registry with only the no-op type."""
+    registry = TypeRegistry()
+    registry.register_type(
+        ItemType(name=TYPE_NAME, model=NoopItem, decider=decide, executors={"noop": run_noop})
+    )
+    return registry
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of an already sorted list (NaN when empty)."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+@dataclass
+class Latency:
+    """Percentiles of one interval, in milliseconds."""
+
+    count: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> Latency:
+        values = sorted(seconds)
+        return cls(
+            count=len(values),
+            p50_ms=percentile(values, 0.50) * 1000,
+            p90_ms=percentile(values, 0.90) * 1000,
+            p99_ms=percentile(values, 0.99) * 1000,
+            max_ms=(values[-1] if values else math.nan) * 1000,
+        )
+
+
+@dataclass
+class WqResult:
+    """What one wq run measured."""
+
+    phase: str
+    items: int
+    projects: int
+    workers: int
+    batch: int
+    rate: float | None
+    submit_seconds: float
+    submit_per_second: float
+    process_seconds: float
+    items_per_second: float
+    wall_seconds: float
+    latency: dict[str, Latency]
+    anomalies: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PeerResult:
+    """One comparison queue: jobs drained per second, or why it was skipped."""
+
+    name: str
+    jobs: int
+    seconds: float | None = None
+    jobs_per_second: float | None = None
+    skipped: str | None = None
+
+
+def pg_url(url: str, database: str) -> str:
+    """The same server URL pointing at another database."""
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """A URL psycopg/asyncpg accept (no SQLAlchemy driver suffix)."""
+    parsed = make_url(url).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def bench_database(url: str | None, admin_url: str, keep: bool) -> Iterator[str]:
+    """The database to measure in: the given URL, or a throwaway one dropped afterwards."""
+    if url:
+        yield url
+        return
+    name = f"wq_bench_{os.getpid()}"
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg_url(admin_url, name)
+    finally:
+        if keep:
+            print(f"kept database {name}", file=sys.stderr)
+        else:
+            with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def checkpoint(url: str) -> None:
+    """Flush dirty buffers so one phase's writes do not land in the next one's timing."""
+    with contextlib.suppress(psycopg.Error), psycopg.connect(libpq_url(url)) as conn:
+        conn.autocommit = True
+        conn.execute("CHECKPOINT")
+
+
+def server_version(url: str) -> str:
+    with psycopg.connect(libpq_url(url)) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "?"
+
+
+# ----------------------------------------------------------------------------- profiling
+
+
+class ThreadProfiler:
+    """cProfile for every thread started while installed (cProfile alone sees one thread).
+
+    The manager's scheduler, heartbeat, sweep and pool workers are plain threads, so
+    `Thread.run` is wrapped to profile each one; the stats are merged into one file
+    that `python -m pstats` or snakeviz can read.
+    """
+
+    def __init__(self) -> None:
+        self._profiles: list[cProfile.Profile] = []
+        self._lock = threading.Lock()
+        self._original = threading.Thread.run
+        self._main = cProfile.Profile()
+
+    def start(self) -> None:
+        original, profiles, lock = self._original, self._profiles, self._lock
+
+        def run(thread: threading.Thread) -> None:
+            profile = cProfile.Profile()
+            with lock:
+                profiles.append(profile)
+            profile.enable()
+            try:
+                original(thread)
+            finally:
+                profile.disable()
+
+        threading.Thread.run = run  # type: ignore[method-assign]
+        self._main.enable()
+
+    def stop(self, path: str) -> None:
+        self._main.disable()
+        threading.Thread.run = self._original  # type: ignore[method-assign]
+        stats = pstats.Stats(self._main)
+        with self._lock:
+            for profile in self._profiles:
+                with contextlib.suppress(TypeError):  # a profile that saw no call
+                    stats.add(profile)
+        stats.dump_stats(path)
+
+
+# ----------------------------------------------------------------------------- wq
+
+
+def bench_config(url: str, workers: int, poll: float) -> Config:
+    """Like tests' make_config: fast polling, no sweep during the run, huge pools."""
+    return parse_config(
+        {
+            "database_url": url,
+            "processing": {
+                "workers": workers,
+                "lease_seconds": 60.0,
+                "poll_interval_seconds": poll,
+                "sweep_interval_seconds": 3600.0,
+                "shutdown_grace_seconds": 10.0,
+            },
+            "pools": {"default": {"capacity": 1_000_000, "alert_capacity": 1}},
+        },
+        "bench",
+    )
+
+
+def submit_items(
+    sessions: sessionmaker[Session],
+    registry: TypeRegistry,
+    config: Config,
+    *,
+    items: int,
+    projects: int,
+    batch: int,
+    rate: float | None,
+) -> None:
+    """Submit `items` no-op items in transactions of `batch`, optionally paced to `rate`/s."""
+    started = time.monotonic()
+    done = 0
+    while done < items:
+        if rate:
+            ahead = done / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+        size = min(batch, items - done)
+        with sessions.begin() as session:
+            for index in range(done, done + size):
+                project = f"bench/p{index % projects:04d}"
+                submit(
+                    session,
+                    NoopItem(project=project, lane="normal", autonomous=False),
+                    registry=registry,
+                    pool=config.pool_for(project),
+                    now=utcnow(),
+                    actor="bench",
+                    trigger={"source": "bench"},
+                )
+        done += size
+
+
+def count_idle(engine: Engine) -> tuple[int, dict[str, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT admission, count(*) FROM work_items WHERE type = :type GROUP BY admission"
+            ),
+            {"type": TYPE_NAME},
+        ).all()
+    states = {str(state): int(count) for state, count in rows}
+    return states.get("idle", 0), states
+
+
+def wait_until_idle(engine: Engine, items: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        idle, states = count_idle(engine)
+        if idle >= items:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {idle}/{items} items idle after {timeout:.0f} s: {states}")
+        time.sleep(0.1)
+
+
+AUDIT_TIMES = text(
+    """
+    SELECT a.work_item_id,
+           min(a.at) FILTER (WHERE a.event_type IN ('created', 'queued')) AS queued_at,
+           min(a.at) FILTER (WHERE a.event_type = 'admitted') AS admitted_at,
+           min(a.at) FILTER (WHERE a.event_type = 'action_completed') AS acted_at,
+           max(a.at) FILTER (WHERE a.event_type = 'released'
+                             AND a.new_state ->> 'admission' = 'idle') AS idle_at,
+           count(*) FILTER (WHERE a.event_type = 'action_completed') AS actions,
+           count(*) FILTER (WHERE a.event_type = 'released') AS releases
+      FROM audit_log a
+      JOIN work_items w ON w.id = a.work_item_id
+     WHERE w.type = :type
+     GROUP BY a.work_item_id
+    """
+)
+
+
+def analyse(engine: Engine, items: int) -> tuple[dict[str, Any], list[str]]:
+    """Per-item times from the audit log, and anything that does not look right."""
+    with engine.connect() as conn:
+        rows = conn.execute(AUDIT_TIMES, {"type": TYPE_NAME}).all()
+        dims = conn.execute(
+            text(
+                "SELECT s.status, count(*) FROM work_item_statuses s "
+                "JOIN work_items w ON w.id = s.work_item_id "
+                "WHERE w.type = :type AND s.dimension = :dim GROUP BY s.status"
+            ),
+            {"type": TYPE_NAME, "dim": DIMENSION},
+        ).all()
+        other = conn.execute(
+            text(
+                "SELECT event_type, count(*) FROM audit_log a JOIN work_items w "
+                "ON w.id = a.work_item_id WHERE w.type = :type AND event_type NOT IN "
+                "('created', 'queued', 'admitted', 'action_completed', 'released') "
+                "GROUP BY event_type"
+            ),
+            {"type": TYPE_NAME},
+        ).all()
+    anomalies: list[str] = []
+    if len(rows) != items:
+        anomalies.append(f"audit rows found for {len(rows)} items, expected {items}")
+    extra_actions = sum(1 for row in rows if row.actions != 1)
+    if extra_actions:
+        anomalies.append(f"{extra_actions} items did not run `noop` exactly once")
+    extra_releases = sum(1 for row in rows if row.releases != 1)
+    if extra_releases:
+        anomalies.append(f"{extra_releases} items were released more than once or never")
+    dim_counts = {str(status): int(count) for status, count in dims}
+    if dim_counts.get("false", 0) != items or len(dim_counts) != 1:
+        anomalies.append(f"needs_noop statuses: {dim_counts}")
+    for event_type, count in other:
+        anomalies.append(f"unexpected audit events: {event_type} x{count}")
+    missing = [row for row in rows if row.queued_at is None or row.idle_at is None]
+    if missing:
+        anomalies.append(f"{len(missing)} items lack a queued or idle audit row")
+    good = [row for row in rows if row.queued_at is not None and row.idle_at is not None]
+    times = {
+        "first_queued": min((row.queued_at for row in good), default=None),
+        "last_queued": max((row.queued_at for row in good), default=None),
+        "last_idle": max((row.idle_at for row in good), default=None),
+        "first_admitted": min(
+            (row.admitted_at for row in good if row.admitted_at is not None), default=None
+        ),
+    }
+
+    def span(start: str, end: str) -> list[float]:
+        values = []
+        for row in good:
+            first, last = getattr(row, start), getattr(row, end)
+            if first is not None and last is not None:
+                values.append((last - first).total_seconds())
+        return values
+
+    latency = {
+        "queued_to_idle": Latency.of(span("queued_at", "idle_at")),
+        "queued_to_admitted": Latency.of(span("queued_at", "admitted_at")),
+        "queued_to_action_done": Latency.of(span("queued_at", "acted_at")),
+        "admitted_to_idle": Latency.of(span("admitted_at", "idle_at")),
+    }
+    return {"times": times, "latency": latency}, anomalies
+
+
+def run_wq(
+    url: str,
+    *,
+    items: int,
+    projects: int,
+    workers: int,
+    batch: int,
+    phase: str,
+    rate: float | None,
+    poll: float,
+    listen: bool,
+    timeout: float,
+    on_phase: Callable[[str], None],
+) -> WqResult:
+    """Submit and process `items` no-op items; measure from the audit log."""
+    config = bench_config(url, workers, poll)
+    registry = noop_registry()
+    engine = make_engine(url, pool_size=workers + 5)
+    try:
+        sessions = make_sessionmaker(engine)
+        manager = ProcessingManager(sessions, registry, config, owner="bench")
+        listener = NotifyListener(engine, manager.wakeup) if listen else None
+        wall_start = time.monotonic()
+        submit_seconds = 0.0
+        if phase == "submit-first":
+            on_phase(f"wq: submitting {items} items (manager stopped)")
+            submit_start = time.monotonic()
+            submit_items(
+                sessions,
+                registry,
+                config,
+                items=items,
+                projects=projects,
+                batch=batch,
+                rate=rate,
+            )
+            submit_seconds = time.monotonic() - submit_start
+            on_phase("wq: draining")
+            wall_start = time.monotonic()
+            process_start: datetime | None = utcnow()
+            if listener:
+                listener.start()
+            manager.start()
+        else:
+            process_start = None
+            if listener:
+                listener.start()
+            manager.start()
+            on_phase(f"wq: submitting {items} items while processing")
+            submit_start = time.monotonic()
+            submit_items(
+                sessions,
+                registry,
+                config,
+                items=items,
+                projects=projects,
+                batch=batch,
+                rate=rate,
+            )
+            submit_seconds = time.monotonic() - submit_start
+        try:
+            wait_until_idle(engine, items, timeout)
+            wall_seconds = time.monotonic() - wall_start
+        finally:
+            manager.stop(grace=10)
+            if listener:
+                listener.stop()
+        measured, anomalies = analyse(engine, items)
+    finally:
+        engine.dispose()
+    times = measured["times"]
+    start = process_start or times["first_queued"]
+    process_seconds = (
+        (times["last_idle"] - start).total_seconds()
+        if start is not None and times["last_idle"] is not None
+        else math.nan
+    )
+    return WqResult(
+        phase=phase,
+        items=items,
+        projects=projects,
+        workers=workers,
+        batch=batch,
+        rate=rate,
+        submit_seconds=submit_seconds,
+        submit_per_second=items / submit_seconds if submit_seconds else math.nan,
+        process_seconds=process_seconds,
+        items_per_second=items / process_seconds if process_seconds else math.nan,
+        wall_seconds=wall_seconds,
+        latency=measured["latency"],
+        anomalies=anomalies,
+    )
+
+
+# ----------------------------------------------------------------------------- baseline
+
+
+def run_raw_baseline(url: str, jobs: int, threads: int) -> PeerResult:
+    """DESIGN's floor: one row claimed (SKIP LOCKED) and completed per round trip pair."""
+    dsn = libpq_url(url)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
+        conn.execute(
+            f"CREATE TABLE {RAW_TABLE} (id bigserial PRIMARY KEY, "
+            "status text NOT NULL DEFAULT 'queued', payload jsonb NOT NULL DEFAULT '{}', "
+            "created_at timestamptz NOT NULL DEFAULT now(), done_at timestamptz)"
+        )
+        conn.execute(f"CREATE INDEX ON {RAW_TABLE} (id) WHERE status = 'queued'")
+        conn.execute(
+            f"INSERT INTO {RAW_TABLE} (payload) SELECT '{{}}' FROM generate_series(1, %s)",
+            (jobs,),
+        )
+        conn.execute(f"ANALYZE {RAW_TABLE}")
+    checkpoint(url)
+    claim = (
+        f"UPDATE {RAW_TABLE} SET status = 'running' WHERE id = ("
+        f"SELECT id FROM {RAW_TABLE} WHERE status = 'queued' ORDER BY id "
+        "LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id"
+    )
+    complete = f"UPDATE {RAW_TABLE} SET status = 'done', done_at = now() WHERE id = %s"
+    barrier = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
+                barrier.wait()
+                while True:
+                    row = conn.execute(claim).fetchone()
+                    if row is None:
+                        return
+                    conn.execute(complete, row)
+        except BaseException as err:  # reported after the run
+            errors.append(err)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.abort()
+
+    pool = [threading.Thread(target=worker, name=f"raw-{n}") for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    barrier.wait()
+    started = time.monotonic()
+    for thread in pool:
+        thread.join()
+    seconds = time.monotonic() - started
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {RAW_TABLE} WHERE status = 'done'").fetchone()
+        conn.execute(f"DROP TABLE {RAW_TABLE}")
+    done = int(row[0]) if row else 0
+    if errors or done != jobs:
+        return PeerResult("raw SKIP LOCKED", jobs, skipped=f"failed: {errors[:1]} done={done}")
+    return PeerResult("raw SKIP LOCKED (psycopg 3)", jobs, seconds, jobs / seconds)
+
+
+def run_pgqueuer(url: str, jobs: int, threads: int) -> PeerResult:
+    """pgqueuer with asyncpg, draining pre-enqueued no-op jobs (skipped when absent)."""
+    name = "pgqueuer (asyncpg)"
+    if importlib.util.find_spec("pgqueuer") is None or importlib.util.find_spec("asyncpg") is None:
+        return PeerResult(name, jobs, skipped="not installed (pip install pgqueuer asyncpg)")
+    try:
+        return asyncio.run(_pgqueuer(url, jobs, threads, name))
+    except Exception as err:
+        return PeerResult(name, jobs, skipped=f"failed: {type(err).__name__}: {err}")
+
+
+async def _pgqueuer(url: str, jobs: int, concurrency: int, name: str) -> PeerResult:
+    import asyncpg
+    from pgqueuer import PgQueuer
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.models import Job
+    from pgqueuer.queries import Queries
+
+    dsn = libpq_url(url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pgqueuer",
+        "install",
+        env={**os.environ, "PGDSN": dsn},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"pgqueuer install: {err.decode()[-300:]}")
+    conn = await asyncpg.connect(dsn)
+    try:
+        queries = Queries(AsyncpgDriver(conn))
+        for start in range(0, jobs, 1000):
+            size = min(1000, jobs - start)
+            await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+        done = 0
+        finished = asyncio.Event()
+        pgq = PgQueuer(AsyncpgDriver(conn))
+
+        @pgq.entrypoint("noop", concurrency_limit=concurrency)
+        async def noop(job: Job) -> None:
+            nonlocal done
+            done += 1
+            if done >= jobs:
+                finished.set()
+
+        started = time.monotonic()
+        runner = asyncio.create_task(pgq.run(batch_size=concurrency))
+        await asyncio.wait_for(finished.wait(), timeout=600)
+        seconds = time.monotonic() - started
+        pgq.shutdown.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(runner, timeout=10)
+        return PeerResult(name, jobs, seconds, jobs / seconds)
+    finally:
+        await conn.close()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pgqueuer",
+            "uninstall",
+            env={**os.environ, "PGDSN": dsn},
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        await proc.communicate()
+
+
+PEERS: dict[str, Callable[[str, int, int], PeerResult]] = {
+    "raw": run_raw_baseline,
+    "pgqueuer": run_pgqueuer,
+}
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def render(report: dict[str, Any], result: WqResult, peers: list[PeerResult]) -> None:
+    """A small table on stdout (rich when available)."""
+    rows: list[tuple[str, str]] = [
+        ("machine", f"{report['cpus']} cores, PostgreSQL {report['postgres']}"),
+        (
+            "wq run",
+            f"{result.items:,} items, {result.projects} projects, {result.workers} workers, "
+            f"phase {result.phase}, batch {result.batch}"
+            + (f", rate {result.rate:g}/s" if result.rate else ""),
+        ),
+        (
+            "submit",
+            f"{fmt(result.submit_seconds, 2)} s ({fmt(result.submit_per_second)} items/s)",
+        ),
+        (
+            "wq throughput",
+            f"{fmt(result.items_per_second)} items/s ({fmt(result.process_seconds, 2)} s)",
+        ),
+    ]
+    for key, lat in result.latency.items():
+        rows.append(
+            (
+                key.replace("_", " "),
+                f"p50 {fmt(lat.p50_ms, 1)} ms  p90 {fmt(lat.p90_ms, 1)} ms  "
+                f"p99 {fmt(lat.p99_ms, 1)} ms  max {fmt(lat.max_ms, 1)} ms",
+            )
+        )
+    for peer in peers:
+        if peer.skipped:
+            rows.append((peer.name, f"skipped: {peer.skipped}"))
+        else:
+            ratio = result.items_per_second / peer.jobs_per_second if peer.jobs_per_second else 0
+            rows.append(
+                (
+                    peer.name,
+                    f"{fmt(peer.jobs_per_second)} jobs/s ({fmt(peer.seconds, 2)} s); "
+                    f"wq = {ratio:.2f}x",
+                )
+            )
+    for anomaly in result.anomalies:
+        rows.append(("ANOMALY", anomaly))
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        width = max(len(name) for name, _ in rows)
+        for name, value in rows:
+            print(f"{name:<{width}}  {value}")
+        return
+    table = Table(title="wq no-op throughput", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="wq end-to-end no-op throughput on PostgreSQL (a measurement, not a test)"
+    )
+    parser.add_argument("--items", type=int, default=10_000, help="no-op items (default 10000)")
+    parser.add_argument("--projects", type=int, default=100, help="projects (default 100)")
+    parser.add_argument("--workers", type=int, default=10, help="processing workers (10)")
+    parser.add_argument(
+        "--phase",
+        choices=("overlap", "submit-first"),
+        default="overlap",
+        help="overlap: submit while processing (default); submit-first: drain a backlog",
+    )
+    parser.add_argument("--batch", type=int, default=500, help="items per submit transaction")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="pace submissions to this many items/s"
+    )
+    parser.add_argument(
+        "--poll-interval", type=float, default=0.2, help="processing.poll_interval_seconds"
+    )
+    parser.add_argument("--no-listen", action="store_true", help="do not run LISTEN/NOTIFY")
+    parser.add_argument(
+        "--daemon-logging",
+        action="store_true",
+        help="log at INFO like `wq daemon` (every audit row is formatted) into /dev/null",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="measure in this (PostgreSQL) database; default: a throwaway wq_bench_<pid>",
+    )
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL),
+        help="server used to create/drop the throwaway database",
+    )
+    parser.add_argument("--keep-database", action="store_true", help="do not drop it afterwards")
+    parser.add_argument(
+        "--peers",
+        default="raw,pgqueuer",
+        help="comparison queues, comma-separated (raw, pgqueuer) or 'none'",
+    )
+    parser.add_argument(
+        "--peer-threads", type=int, default=10, help="threads/concurrency of the peers (10)"
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="give up after N s")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+    parser.add_argument(
+        "--profile",
+        metavar="PATH",
+        default=None,
+        help="cProfile every thread of the wq phase into PATH (pstats format); slows it down",
+    )
+    args = parser.parse_args(argv)
+    if args.items <= 0 or args.projects <= 0 or args.workers <= 0 or args.batch <= 0:
+        parser.error("--items, --projects, --workers and --batch must be positive")
+    peers = [] if args.peers in ("", "none") else args.peers.split(",")
+    unknown = [peer for peer in peers if peer not in PEERS]
+    if unknown:
+        parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
+    args.peer_list = peers
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.daemon_logging:
+        logging.basicConfig(level=logging.INFO, stream=open(os.devnull, "w"))  # noqa: SIM115
+    quiet = args.json
+
+    def on_phase(message: str) -> None:
+        if not quiet:
+            print(f"... {message}", file=sys.stderr, flush=True)
+
+    with bench_database(args.database_url, args.admin_url, args.keep_database) as url:
+        engine = make_engine(url, pool_size=1)
+        try:
+            schema.upgrade(engine)
+        finally:
+            engine.dispose()
+        peers: list[PeerResult] = []
+        for peer in args.peer_list:
+            on_phase(f"peer {peer}: {args.items} jobs, {args.peer_threads} threads")
+            peers.append(PEERS[peer](url, args.items, args.peer_threads))
+        checkpoint(url)
+        profiler = ThreadProfiler() if args.profile else None
+        if profiler:
+            profiler.start()
+        result = run_wq(
+            url,
+            items=args.items,
+            projects=args.projects,
+            workers=args.workers,
+            batch=args.batch,
+            phase=args.phase,
+            rate=args.rate,
+            poll=args.poll_interval,
+            listen=not args.no_listen,
+            timeout=args.timeout,
+            on_phase=on_phase,
+        )
+        if profiler:
+            profiler.stop(args.profile)
+            on_phase(f"profile written to {args.profile}")
+        report: dict[str, Any] = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "postgres": server_version(url),
+            "run_id": uuid.uuid4().hex[:8],
+        }
+    if args.json:
+        document = {
+            **report,
+            "wq": asdict(result),
+            "peers": [
+                {
+                    **asdict(peer),
+                    "wq_ratio": (
+                        result.items_per_second / peer.jobs_per_second
+                        if peer.jobs_per_second
+                        else None
+                    ),
+                }
+                for peer in peers
+            ],
+        }
+        print(json.dumps(_jsonable(document), indent=2, default=str))
+    else:
+        render(report, result, peers)
+    return 1 if result.anomalies else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

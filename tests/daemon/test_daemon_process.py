@@ -1,0 +1,501 @@
+"""`wq daemon` and the deployer commands as real subprocesses (`python -m wq ...`).
+
+Every process gets its own XDG directories and HOME under the test's temporary
+directory and none of the `WQ_*` settings of the caller's environment. HTTP goes to
+127.0.0.1 only, with bounded timeouts; waits poll against a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import inspect, text
+
+import wq
+from tests.conftest import PG_ADMIN_URL, REQUIRE_PG
+from wq.engine.config import SYSTEM_CONFIG_PATH
+from wq.engine.db import make_engine
+
+STARTUP_DEADLINE = 30.0  # seconds for a daemon to answer /healthz
+COMMAND_TIMEOUT = 60.0  # seconds for a one-shot command
+GRACE_SECONDS = 5.0  # the shutdown grace period the configured daemons get
+EMBEDDED_GRACE_SECONDS = 30.0  # the default grace period of the embedded daemon
+HTTP_TIMEOUT = httpx.Timeout(2.0)
+CLEARED_ENV = (
+    "WQ_CONFIG",
+    "WORKQUEUE_SERVICE_CONFIG",
+    "WQ_DATABASE_URL",
+    "DATABASE_URL",
+    "WQ_URL",
+    "WQ_TOKEN",
+)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def clean_env(root: Path, **extra: str) -> dict[str, str]:
+    """The caller's environment without wq settings, with private XDG dirs and HOME."""
+    env = {key: value for key, value in os.environ.items() if key not in CLEARED_ENV}
+    env.update(
+        XDG_DATA_HOME=str(root / "data"),
+        XDG_CACHE_HOME=str(root / "cache"),
+        XDG_CONFIG_HOME=str(root / "config"),
+        HOME=str(root / "home"),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def wq_args(*args: str) -> list[str]:
+    return [sys.executable, "-m", "wq", *args]
+
+
+def run_wq(*args: str, env: Mapping[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run one `wq` command to its end."""
+    return subprocess.run(
+        wq_args(*args),
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write(path: Path, content: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+    return path
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+@dataclass
+class Daemon:
+    """A `wq daemon` subprocess and where its output goes."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_healthy(self, deadline_seconds: float = STARTUP_DEADLINE) -> dict[str, str]:
+        """Poll /healthz until it answers 200; fail early if the process exits."""
+        deadline = time.monotonic() + deadline_seconds
+        last_error = "no attempt"
+        with httpx.Client(timeout=HTTP_TIMEOUT) as client:
+            while time.monotonic() < deadline:
+                code = self.proc.poll()
+                if code is not None:
+                    pytest.fail(f"daemon exited with {code} before it was healthy:\n{self.log()}")
+                try:
+                    response = client.get(f"{self.url}/healthz")
+                except httpx.TransportError as err:
+                    last_error = repr(err)
+                else:
+                    if response.status_code == 200:
+                        body: dict[str, str] = response.json()
+                        return body
+                    last_error = f"{response.status_code} {response.text}"
+                time.sleep(0.05)
+        pytest.fail(f"daemon not healthy within {deadline_seconds}s ({last_error}):\n{self.log()}")
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code, or None when the process is still running after `timeout`."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def terminate(self, sig: signal.Signals, timeout: float) -> int | None:
+        """Send a signal and wait (bounded) for the exit; the exit code or None."""
+        self.proc.send_signal(sig)
+        return self.wait_exit(timeout)
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    """Daemons started by a test; any still running at the end is killed (by its pid)."""
+    started: list[Daemon] = []
+    yield started
+    for daemon in started:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                daemon.proc.wait(timeout=10)
+
+
+def start_daemon(
+    daemons: list[Daemon], root: Path, env: Mapping[str, str], *extra_args: str
+) -> Daemon:
+    port = free_port()
+    log_path = root / f"daemon-{port}.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            wq_args("daemon", "--port", str(port), *extra_args),
+            env=dict(env),
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    daemon = Daemon(proc, port, log_path)
+    daemons.append(daemon)
+    return daemon
+
+
+def token_files(root: Path) -> list[Path]:
+    directory = root / "cache" / "wq" / "tokens"
+    return sorted(directory.glob("*.json")) if directory.exists() else []
+
+
+def read_token(root: Path, url: str) -> tuple[Path, str]:
+    """The token file the daemon at `url` wrote, and its token."""
+    files = token_files(root)
+    assert len(files) == 1, files
+    (path,) = files
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["server"] == url
+    assert isinstance(data["token"], str) and len(data["token"]) >= 32
+    return path, data["token"]
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_help_exits_zero(tmp_path: Path) -> None:
+    result = run_wq("--help", env=clean_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "daemon" in result.stdout
+    assert "config" in result.stdout
+
+
+def test_version(tmp_path: Path) -> None:
+    result = run_wq("--version", env=clean_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"wq {wq.__version__}"
+
+
+# --------------------------------------------------------------------------- embedded default
+
+
+@pytest.fixture
+def no_system_config() -> None:
+    if SYSTEM_CONFIG_PATH.exists():
+        pytest.skip(f"{SYSTEM_CONFIG_PATH} exists, so the daemon would not be the embedded one")
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_embedded_daemon_serves_and_stops_cleanly_on_sigterm(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    assert daemon.wait_healthy() == {"status": "ok", "database": "sqlite"}
+
+    # The embedded default: SQLite under $XDG_DATA_HOME/wq, bound to loopback.
+    assert (tmp_path / "data" / "wq" / "wq.db").is_file()
+    log = daemon.log()
+    assert "config: embedded default" in log
+    assert f"listening on {daemon.url}" in log
+
+    # The local token: one 0600 file in a 0700 directory, and it authenticates.
+    path, token = read_token(tmp_path, daemon.url)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    with httpx.Client(base_url=daemon.url, timeout=HTTP_TIMEOUT) as client:
+        response = client.get("/api/work-items", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, response.text
+        assert response.json() == {"items": [], "next_cursor": None}
+        # Nothing on /api/ is served without it.
+        anonymous = client.get("/api/work-items")
+        assert anonymous.status_code == 401
+        assert anonymous.json()["error"]
+        wrong = client.get("/api/work-items", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+
+    code = daemon.terminate(signal.SIGTERM, EMBEDDED_GRACE_SECONDS)
+    assert code is not None, f"still running {EMBEDDED_GRACE_SECONDS}s after SIGTERM"
+    assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"
+    assert not path.exists(), "the local token file outlived the daemon"
+    assert "stopped" in daemon.log()
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_embedded_daemon_stops_cleanly_on_sigint(tmp_path: Path, daemons: list[Daemon]) -> None:
+    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    daemon.wait_healthy()
+    path, _ = read_token(tmp_path, daemon.url)
+    code = daemon.terminate(signal.SIGINT, EMBEDDED_GRACE_SECONDS)
+    assert code is not None, f"still running {EMBEDDED_GRACE_SECONDS}s after SIGINT"
+    assert not path.exists(), "the local token file outlived the daemon"
+    assert "stopped" in daemon.log()
+    assert code == 0, f"exit code {code} after SIGINT:\n{daemon.log()}"
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_embedded_daemon_keeps_its_data_across_restarts(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    # The second start finds the already-migrated embedded database and a fresh token.
+    first = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    first.wait_healthy()
+    _, first_token = read_token(tmp_path, first.url)
+    first.terminate(signal.SIGTERM, EMBEDDED_GRACE_SECONDS)
+
+    second = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    assert second.wait_healthy()["database"] == "sqlite"
+    _, second_token = read_token(tmp_path, second.url)
+    assert second_token != first_token
+    with httpx.Client(base_url=second.url, timeout=HTTP_TIMEOUT) as client:
+        stale = client.get("/api/work-items", headers={"Authorization": f"Bearer {first_token}"})
+        assert stale.status_code == 401
+    second.terminate(signal.SIGTERM, EMBEDDED_GRACE_SECONDS)
+
+
+# --------------------------------------------------------------------------- bad configuration
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A daemon start that must fail: config text (None: no file), extra env, what stderr names."""
+
+    config: str | None
+    names: tuple[str, ...]
+    use_env_var: bool = False
+    database: str | None = None
+
+
+REFUSALS: dict[str, Refusal] = {
+    "unknown-top-level-key": Refusal("bogus: 1\n", ("bogus", "unknown key")),
+    "unknown-nested-key": Refusal("processing:\n  wrokers: 3\n", ("processing.wrokers",)),
+    "negative-capacity": Refusal(
+        "pools:\n  default:\n    capacity: -1\n", ("pools.default.capacity",)
+    ),
+    "port-not-a-number": Refusal("server:\n  port: eighty\n", ("server.port",)),
+    "zero-workers": Refusal("processing:\n  workers: 0\n", ("processing.workers",)),
+    "not-yaml": Refusal("pools: [unclosed\n", ("YAML",)),
+    "not-a-mapping": Refusal("- a\n- b\n", ("top level",)),
+    "missing-file": Refusal(None, ("cannot read",)),
+    "missing-file-via-WQ_CONFIG": Refusal(None, ("cannot read",), use_env_var=True),
+    "bad-file-via-WQ_CONFIG": Refusal(
+        "pools:\n  default:\n    capacity: -1\n", ("pools.default.capacity",), use_env_var=True
+    ),
+    # A configured (not embedded) daemon on an empty SQLite file does not migrate it.
+    "unmigrated-sqlite": Refusal(
+        "processing:\n  workers: 2\n", ("wq db migrate",), database="sqlite"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    config_path: Path
+    returncode: int | None
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """Start every refused daemon at once (they are independent), then collect the results."""
+    running: dict[str, tuple[Path, subprocess.Popen[str]]] = {}
+    for name, case in REFUSALS.items():
+        root = tmp_path_factory.mktemp(f"refusal-{name}")
+        config_path = root / "conf" / "wq.yml"
+        if case.config is not None:
+            write(config_path, case.config)
+        env = clean_env(root)
+        args = ["daemon", "--port", "0"]
+        if case.use_env_var:
+            env["WQ_CONFIG"] = str(config_path)
+        else:
+            args += ["--config", str(config_path)]
+        if case.database == "sqlite":
+            env["WQ_DATABASE_URL"] = f"sqlite:///{root / 'fresh.db'}"
+        running[name] = (
+            config_path,
+            subprocess.Popen(
+                wq_args(*args),
+                env=env,
+                cwd=root,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+    outcomes: dict[str, Outcome] = {}
+    for name, (config_path, proc) in running.items():
+        try:
+            _, stderr = proc.communicate(timeout=COMMAND_TIMEOUT)
+            outcomes[name] = Outcome(config_path, proc.returncode, stderr)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate(timeout=10)
+            outcomes[name] = Outcome(config_path, None, stderr)
+    return outcomes
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_daemon_refuses_bad_configuration(refusals: dict[str, Outcome], case: str) -> None:
+    outcome = refusals[case]
+    assert outcome.returncode is not None, f"the daemon started anyway:\n{outcome.stderr}"
+    assert outcome.returncode != 0, outcome.stderr
+    assert "Traceback" not in outcome.stderr
+    if REFUSALS[case].database is None:
+        # A config error is one line, naming the file and the key at fault.
+        lines = error_lines(outcome.stderr)
+        assert len(lines) == 1, outcome.stderr
+        message = lines[0]
+        assert str(outcome.config_path) in message
+    else:
+        message = error_lines(outcome.stderr)[-1]
+        assert "listening on" not in outcome.stderr
+    for needle in REFUSALS[case].names:
+        assert needle in message, f"{needle!r} not in {message!r}"
+
+
+def test_config_check(tmp_path: Path) -> None:
+    env = clean_env(tmp_path)
+    good = write(
+        tmp_path / "good.yml",
+        "server:\n  host: 127.0.0.1\n  port: 9000\n"
+        "processing:\n  workers: 3\n  shutdown_grace_seconds: 5\n"
+        "pools:\n  default:\n    capacity: 4\n  group/team:\n    capacity: 2\n"
+        "    alert_capacity: 1\n    queued_autonomous_cap: 3\n",
+    )
+    bad = write(tmp_path / "bad.yml", "pools:\n  default:\n    capacity: -1\n")
+    unknown = write(tmp_path / "unknown.yml", "processing:\n  wrokers: 3\n")
+    missing = tmp_path / "missing.yml"
+
+    result = run_wq("config", "check", str(good), env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert str(good) in result.stdout and "ok" in result.stdout
+
+    for path, key in [
+        (bad, "pools.default.capacity"),
+        (unknown, "processing.wrokers"),
+        (missing, "cannot read"),
+    ]:
+        result = run_wq("config", "check", str(path), env=env, cwd=tmp_path)
+        assert result.returncode != 0, (path, result.stdout)
+        lines = error_lines(result.stderr)
+        assert len(lines) == 1, result.stderr
+        assert str(path) in lines[0]
+        assert key in lines[0]
+    # Nothing was started or created.
+    assert not (tmp_path / "data").exists()
+
+
+# --------------------------------------------------------------------------- PostgreSQL schema
+
+
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """A new, empty (unmigrated) PostgreSQL database for this test; dropped afterwards."""
+    name = f"wq_daemon_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = make_engine(PG_ADMIN_URL, pool_size=1)
+    try:
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as err:
+        admin.dispose()
+        message = f"PostgreSQL at {PG_ADMIN_URL} is not reachable: {err}"
+        if REQUIRE_PG:
+            pytest.fail(message)
+        pytest.skip(message)
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def table_names(url: str) -> set[str]:
+    engine = make_engine(url, pool_size=1)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_daemon_refuses_unmigrated_postgres_until_wq_db_migrate(
+    tmp_path: Path, daemons: list[Daemon], fresh_pg_url: str
+) -> None:
+    config = write(
+        tmp_path / "wq.yml",
+        f"processing:\n  workers: 2\n  shutdown_grace_seconds: {GRACE_SECONDS}\n",
+    )
+    env = clean_env(tmp_path, WQ_DATABASE_URL=fresh_pg_url)
+
+    refused = start_daemon(daemons, tmp_path, env, "--config", str(config))
+    code = refused.wait_exit(COMMAND_TIMEOUT)
+    assert code is not None, f"the daemon started on an unmigrated database:\n{refused.log()}"
+    assert code != 0
+    log = refused.log()
+    assert "wq db migrate" in error_lines(log)[-1], log
+    assert "listening on" not in log
+    assert "Traceback" not in log
+    # Refusing changed nothing: the database is still empty.
+    assert table_names(fresh_pg_url) == set()
+
+    current = run_wq("db", "current", "--config", str(config), env=env, cwd=tmp_path)
+    assert current.returncode != 0
+    assert "wq db migrate" in current.stdout
+
+    migrate = run_wq("db", "migrate", "--config", str(config), env=env, cwd=tmp_path)
+    assert migrate.returncode == 0, migrate.stderr
+    assert "migrated" in migrate.stdout
+    assert {"work_items", "audit_log", "wq_alembic_version"} <= table_names(fresh_pg_url)
+
+    current = run_wq("db", "current", "--config", str(config), env=env, cwd=tmp_path)
+    assert current.returncode == 0, current.stdout + current.stderr
+    assert "up to date" in current.stdout
+
+    again = run_wq("db", "migrate", "--config", str(config), env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "already" in again.stdout
+
+    daemon = start_daemon(daemons, tmp_path, env, "--config", str(config))
+    assert daemon.wait_healthy() == {"status": "ok", "database": "postgresql"}
+    assert f"config: {config}" in daemon.log()
+    path, token = read_token(tmp_path, daemon.url)
+    with httpx.Client(base_url=daemon.url, timeout=HTTP_TIMEOUT) as client:
+        response = client.get("/api/work-items", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, response.text
+    code = daemon.terminate(signal.SIGTERM, GRACE_SECONDS + 10)
+    assert code is not None, "still running after SIGTERM and the grace period"
+    assert not path.exists()
+    assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"

@@ -1,0 +1,91 @@
+"""Helpers for engine tests: submitting chain items and reading their state."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tests.support.chain import new_chain_item
+from wq.engine import items
+from wq.engine.config import Config
+from wq.engine.models import AuditEntry, WorkItem, utcnow
+from wq.engine.registry import TypeRegistry
+
+
+def submit(
+    sessions: sessionmaker[Session],
+    registry: TypeRegistry,
+    config: Config,
+    project: str = "group/project",
+    **fields: Any,
+) -> items.Intake:
+    """Submit one chain item in its own transaction."""
+    with sessions.begin() as session:
+        intake = items.submit(
+            session,
+            new_chain_item(project, **fields),
+            registry=registry,
+            pool=config.pool_for(project),
+            now=utcnow(),
+            actor="test",
+            trigger={"source": "test"},
+        )
+        session.expunge_all()
+        return intake
+
+
+def submit_many(
+    sessions: sessionmaker[Session],
+    registry: TypeRegistry,
+    config: Config,
+    projects: list[str],
+) -> list[uuid.UUID]:
+    """Submit one item per entry of `projects`, all in one transaction."""
+    ids = []
+    with sessions.begin() as session:
+        for project in projects:
+            intake = items.submit(
+                session,
+                new_chain_item(project),
+                registry=registry,
+                pool=config.pool_for(project),
+                now=utcnow(),
+                actor="test",
+                trigger={"source": "test"},
+            )
+            assert intake.item is not None
+            ids.append(intake.item.id)
+    return ids
+
+
+def load(sessions: sessionmaker[Session], item_id: uuid.UUID) -> WorkItem:
+    """A fresh copy of an item."""
+    with sessions() as session:
+        item = session.get(WorkItem, item_id)
+        assert item is not None
+        session.expunge_all()
+        return item
+
+
+def audit_types(sessions: sessionmaker[Session], item_id: uuid.UUID) -> list[str]:
+    """The audit event types of an item, oldest first."""
+    with sessions() as session:
+        return list(
+            session.execute(
+                select(AuditEntry.event_type)
+                .where(AuditEntry.work_item_id == item_id)
+                .order_by(AuditEntry.id)
+            ).scalars()
+        )
+
+
+def count_by(sessions: sessionmaker[Session], column: Any) -> dict[Any, int]:
+    """How many items there are per value of a column."""
+    from sqlalchemy import func
+
+    with sessions() as session:
+        rows = session.execute(select(column, func.count()).group_by(column))
+        return {value: int(count) for value, count in rows}

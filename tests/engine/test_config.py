@@ -1,0 +1,104 @@
+"""Config parsing: defaults, pools by prefix, errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wq.engine.config import ConfigError, load_config, parse_config, read_config_file
+
+
+def test_defaults_match_the_design() -> None:
+    config = parse_config({}, "x")
+    assert config.processing.workers == 10
+    assert config.processing.deadline_seconds == 60
+    assert config.processing.max_attempts == 5
+    pool = config.pool_for("any/project")
+    assert (pool.capacity, pool.alert_capacity, pool.queued_autonomous_cap) == (10, 1, 6)
+    assert config.server.host == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("project", "expected"),
+    [
+        ("org/group/project", 1),  # exact match wins
+        ("org/group/project/sub", 1),  # longest prefix on a / boundary
+        ("org/group/other", 2),
+        ("org/groupie/x", 3),  # not a / boundary: falls to the default
+        ("elsewhere/x", 3),
+    ],
+)
+def test_pool_lookup_exact_then_longest_prefix(project: str, expected: int) -> None:
+    config = parse_config(
+        {
+            "pools": {
+                "default": {"capacity": 3},
+                "org/group": {"capacity": 2},
+                "org/group/project": {"capacity": 1},
+            }
+        },
+        "x",
+    )
+    assert config.pool_for(project).capacity == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"pools": {"default": {"capacity": -1}}}, "pools.default.capacity"),
+        ({"pools": {"a/b": {"alert_capacity": 1.5}}}, "pools.a/b.alert_capacity"),
+        ({"pools": {"default": {"capcity": 1}}}, "pools.default.capcity"),
+        (
+            {"pools": {"default": {"queued_autonomous_cap": "6"}}},
+            "pools.default.queued_autonomous_cap",
+        ),
+        ({"processing": {"workers": 0}}, "processing.workers"),
+        ({"server": {"port": 70000}}, "server.port"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_invalid_values_name_the_key(data: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "cfg.yml")
+    assert f"config cfg.yml: {key}:" in str(err.value)
+
+
+def test_missing_and_broken_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nope.yml: cannot read"):
+        read_config_file(tmp_path / "nope.yml")
+    broken = tmp_path / "broken.yml"
+    broken.write_text("pools: [unclosed\n")
+    with pytest.raises(ConfigError, match="broken.yml: not valid YAML"):
+        read_config_file(broken)
+    listy = tmp_path / "list.yml"
+    listy.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        read_config_file(listy)
+
+
+def test_environment_selects_file_and_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "wq.yml"
+    path.write_text("database_url: sqlite:///from-file.db\nserver: {port: 9000}\n")
+    monkeypatch.setenv("WQ_CONFIG", str(path))
+    monkeypatch.delenv("WQ_DATABASE_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    config = load_config()
+    assert (config.source, config.server.port) == (str(path), 9000)
+    assert config.database_url == "sqlite:///from-file.db"
+    assert not config.embedded
+    monkeypatch.setenv("DATABASE_URL", "postgresql://db/x")
+    assert load_config().database_url == "postgresql://db/x"
+    monkeypatch.setenv("WQ_DATABASE_URL", "postgresql://db/y")
+    assert load_config().database_url == "postgresql://db/y"
+
+
+def test_no_config_is_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG", "WQ_DATABASE_URL", "DATABASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr("wq.engine.config.SYSTEM_CONFIG_PATH", Path("/nonexistent/wq.yml"))
+    config = load_config()
+    assert config.embedded
+    assert config.database_url is None
