@@ -65,11 +65,11 @@ def test_invalid_values_name_the_key(data: dict[str, object], key: str) -> None:
 
 
 def test_missing_and_broken_files_name_the_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.yml: cannot read"):
+    with pytest.raises(ConfigError, match=r"nope\.yml: cannot read"):
         read_config_file(tmp_path / "nope.yml")
     broken = tmp_path / "broken.yml"
     broken.write_text("pools: [unclosed\n")
-    with pytest.raises(ConfigError, match="broken.yml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"broken\.yml: not valid YAML"):
         read_config_file(broken)
     listy = tmp_path / "list.yml"
     listy.write_text("- a\n- b\n")
