@@ -53,6 +53,7 @@ def upgrade() -> None:
     sa.Column('lane', sa.String(length=16), nullable=False),
     sa.Column('autonomous', sa.Boolean(), nullable=False),
     sa.Column('dedup_key', sa.String(length=512), nullable=True),
+    sa.Column('queued_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('admitted_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),

@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 import wq
 from wq.daemon.errors import install_error_handlers
-from wq.daemon.routers import health, work_items
+from wq.daemon.routers import health, pools, work_items
 from wq.daemon.runtime import Runtime
 
 
@@ -21,6 +21,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(work_items.router)
+    app.include_router(pools.router)
     for name in runtime.registry.names:
         router = runtime.registry.get(name).router
         if router is not None:

@@ -41,6 +41,7 @@ class WorkItemPublic(BaseModel):
     lease_owner: str | None
     run_after: datetime | None
     last_event_at: datetime | None
+    queued_at: datetime | None
     admitted_at: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -67,6 +68,7 @@ class WorkItemPublic(BaseModel):
             lease_owner=item.lease_owner,
             run_after=item.run_after,
             last_event_at=item.last_event_at,
+            queued_at=item.queued_at,
             admitted_at=item.admitted_at,
             created_at=item.created_at,
             updated_at=item.updated_at,

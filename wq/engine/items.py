@@ -30,6 +30,7 @@ from wq.engine.models import (
     QUEUED,
     TERMINAL_PHASES,
     WorkItem,
+    utcnow,
 )
 from wq.engine.registry import TypeRegistry
 from wq.engine.wakeup import PROJECT_QUEUED, signal
@@ -69,6 +70,7 @@ def enqueue(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, 
     old = snapshot(item) if item.seq is not None or item.admission != QUEUED else None
     item.admission = QUEUED
     item.seq = store.next_seq(session)
+    item.queued_at = utcnow()
     item.admitted_at = None
     item.run_after = None
     audit(

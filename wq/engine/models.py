@@ -116,6 +116,7 @@ class WorkItem(Base):
     lane: Mapped[str] = mapped_column(String(16), default=NORMAL_LANE)
     autonomous: Mapped[bool] = mapped_column(Boolean, default=False)
     dedup_key: Mapped[str | None] = mapped_column(String(512))
+    queued_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)

@@ -1,0 +1,128 @@
+"""What operators see of admission: per-project pool usage and the FIFO queue."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Integer, cast, func, select
+from sqlalchemy.orm import Session
+
+from wq.engine.config import Config
+from wq.engine.models import ADMITTED, ALERT_LANE, LANES, NORMAL_LANE, QUEUED, WorkItem
+
+
+@dataclass
+class LaneUsage:
+    """One lane of one project's pool."""
+
+    capacity: int
+    in_flight: int = 0
+    queued: int = 0
+
+
+@dataclass
+class PoolStatus:
+    """A project's pool: capacities, usage per lane, autonomous backlog, oldest wait."""
+
+    project: str
+    capacity: int
+    alert_capacity: int
+    queued_autonomous_cap: int
+    lanes: dict[str, LaneUsage] = field(default_factory=dict)
+    queued_autonomous: int = 0
+    oldest_queued_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A queued item and its position in its project's lane (1 = next)."""
+
+    position: int
+    id: uuid.UUID
+    type: str
+    project: str
+    lane: str
+    seq: int
+    autonomous: bool
+    queued_at: datetime | None
+
+
+def pool_statuses(session: Session, config: Config, project: str | None = None) -> list[PoolStatus]:
+    """Pool usage of every project with queued or admitted work (or of one project)."""
+    query = (
+        select(
+            WorkItem.project,
+            WorkItem.lane,
+            WorkItem.admission,
+            func.count(),
+            func.sum(cast(WorkItem.autonomous, Integer)),
+            func.min(WorkItem.queued_at),
+        )
+        .where(WorkItem.admission.in_((QUEUED, ADMITTED)))
+        .group_by(WorkItem.project, WorkItem.lane, WorkItem.admission)
+    )
+    if project is not None:
+        query = query.where(WorkItem.project == project)
+    statuses: dict[str, PoolStatus] = {}
+
+    def status_of(name: str) -> PoolStatus:
+        if name not in statuses:
+            pool = config.pool_for(name)
+            statuses[name] = PoolStatus(
+                project=name,
+                capacity=pool.capacity,
+                alert_capacity=pool.alert_capacity,
+                queued_autonomous_cap=pool.queued_autonomous_cap,
+                lanes={
+                    ALERT_LANE: LaneUsage(pool.alert_capacity),
+                    NORMAL_LANE: LaneUsage(pool.capacity),
+                },
+            )
+        return statuses[name]
+
+    for name, lane, admission, count, autonomous, oldest in session.execute(query):
+        status = status_of(name)
+        usage = status.lanes[lane] if lane in LANES else status.lanes[NORMAL_LANE]
+        if admission == QUEUED:
+            usage.queued += int(count)
+            status.queued_autonomous += int(autonomous or 0)
+            if oldest is not None and (
+                status.oldest_queued_at is None or oldest < status.oldest_queued_at
+            ):
+                status.oldest_queued_at = oldest
+        else:
+            usage.in_flight += int(count)
+    if project is not None:
+        status_of(project)
+    return [statuses[name] for name in sorted(statuses)]
+
+
+def queue(
+    session: Session, project: str, lane: str | None = None, limit: int = 100
+) -> list[QueueEntry]:
+    """A project's queued items in admission order, with their position per lane."""
+    lanes = [lane] if lane else list(LANES)
+    entries: list[QueueEntry] = []
+    for name in lanes:
+        rows = session.execute(
+            select(WorkItem)
+            .where(WorkItem.project == project, WorkItem.lane == name, WorkItem.admission == QUEUED)
+            .order_by(WorkItem.seq)
+            .limit(limit)
+        ).scalars()
+        entries.extend(
+            QueueEntry(
+                position=position,
+                id=item.id,
+                type=item.type,
+                project=item.project,
+                lane=item.lane,
+                seq=item.seq or 0,
+                autonomous=item.autonomous,
+                queued_at=item.queued_at,
+            )
+            for position, item in enumerate(rows, start=1)
+        )
+    return entries
