@@ -6,7 +6,7 @@ the real `ProcessingManager` (admission dispatcher, SKIP LOCKED claim, decider, 
 release, audit) with the daemon's LISTEN/NOTIFY wake-ups. Throughput and latency are
 derived from the `audit_log` rows the engine writes, not from wall-clock sampling:
 
-* throughput = N / (last `released`→idle row − start), where start is the first
+* throughput = N / (last `released`→idle row - start), where start is the first
   `created` row (default, overlapping mode) or the moment the manager starts
   (`--phase submit-first`, the drain mode of DESIGN.md "Performance targets");
 * latency per item = first `created`/`queued` row → the `released` row whose
@@ -40,14 +40,14 @@ import pstats
 import sys
 import threading
 import time
-import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -146,6 +146,7 @@ class WqResult:
     items_per_second: float
     wall_seconds: float
     latency: dict[str, Latency]
+    statements_per_item: dict[str, dict[str, float]] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)
 
 
@@ -246,6 +247,59 @@ class ThreadProfiler:
                 with contextlib.suppress(TypeError):  # a profile that saw no call
                     stats.add(profile)
         stats.dump_stats(path)
+
+
+class StatementCounter:
+    """Round trips the engine makes: statements by kind, plus BEGIN, COMMIT and pings."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        event.listen(engine, "before_cursor_execute", self._statement)
+        event.listen(engine, "begin", self._begin)
+        event.listen(engine, "commit", self._commit)
+        event.listen(engine, "rollback", self._rollback)
+        event.listen(engine.pool, "checkout", self._checkout)
+
+    def _add(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] += 1
+
+    def _statement(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        words = " ".join(statement.split())
+        if words.startswith(("INSERT", "UPDATE", "DELETE")):
+            key = " ".join(words.split()[:3])
+        elif words.startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO")):
+            key = words.rsplit(" ", 1)[0]
+        elif words.startswith("WITH RECURSIVE"):
+            key = "WITH RECURSIVE (projects_with_queued)"
+        elif "pg_notify" in words:
+            key = "SELECT pg_notify"
+        elif "pg_advisory_xact_lock" in words:
+            key = "SELECT pg_advisory_xact_lock"
+        elif "nextval" in words:
+            key = "SELECT nextval"
+        elif words.startswith("SELECT") and " FROM " in words:
+            key = "SELECT ... FROM " + words.split(" FROM ", 1)[1].split()[0]
+        else:
+            key = words[:40]
+        self._add(key)
+
+    def _begin(self, conn: Any) -> None:
+        self._add("BEGIN")
+
+    def _commit(self, conn: Any) -> None:
+        self._add("COMMIT")
+
+    def _rollback(self, conn: Any) -> None:
+        self._add("ROLLBACK")
+
+    def _checkout(self, *args: Any) -> None:
+        self._add("pool checkout (pre-ping SELECT 1)")
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
 
 
 # ----------------------------------------------------------------------------- wq
@@ -426,59 +480,52 @@ def run_wq(
     """Submit and process `items` no-op items; measure from the audit log."""
     config = bench_config(url, workers, poll)
     registry = noop_registry()
-    engine = make_engine(url, pool_size=workers + 5)
+    engine = make_engine(url, pool_size=workers + 5)  # as the daemon sizes it
+    observer = make_engine(url, pool_size=1)  # polling and analysis, not counted
+    counter = StatementCounter(engine)
+    submit_counts: Counter[str] | None = None
     try:
         sessions = make_sessionmaker(engine)
         manager = ProcessingManager(sessions, registry, config, owner="bench")
         listener = NotifyListener(engine, manager.wakeup) if listen else None
-        wall_start = time.monotonic()
-        submit_seconds = 0.0
+
+        def submit_all() -> float:
+            started = time.monotonic()
+            submit_items(
+                sessions, registry, config, items=items, projects=projects, batch=batch, rate=rate
+            )
+            return time.monotonic() - started
+
+        process_start: datetime | None = None
         if phase == "submit-first":
             on_phase(f"wq: submitting {items} items (manager stopped)")
-            submit_start = time.monotonic()
-            submit_items(
-                sessions,
-                registry,
-                config,
-                items=items,
-                projects=projects,
-                batch=batch,
-                rate=rate,
-            )
-            submit_seconds = time.monotonic() - submit_start
-            on_phase("wq: draining")
+            submit_seconds = submit_all()
+            submit_counts = counter.snapshot()
+            on_phase("wq: draining the backlog")
             wall_start = time.monotonic()
-            process_start: datetime | None = utcnow()
+            process_start = utcnow()
             if listener:
                 listener.start()
             manager.start()
         else:
-            process_start = None
+            wall_start = time.monotonic()
             if listener:
                 listener.start()
             manager.start()
             on_phase(f"wq: submitting {items} items while processing")
-            submit_start = time.monotonic()
-            submit_items(
-                sessions,
-                registry,
-                config,
-                items=items,
-                projects=projects,
-                batch=batch,
-                rate=rate,
-            )
-            submit_seconds = time.monotonic() - submit_start
+            submit_seconds = submit_all()
         try:
-            wait_until_idle(engine, items, timeout)
+            wait_until_idle(observer, items, timeout)
             wall_seconds = time.monotonic() - wall_start
         finally:
             manager.stop(grace=10)
             if listener:
                 listener.stop()
-        measured, anomalies = analyse(engine, items)
+        total_counts = counter.snapshot()
+        measured, anomalies = analyse(observer, items)
     finally:
         engine.dispose()
+        observer.dispose()
     times = measured["times"]
     start = process_start or times["first_queued"]
     process_seconds = (
@@ -486,6 +533,12 @@ def run_wq(
         if start is not None and times["last_idle"] is not None
         else math.nan
     )
+    statements: dict[str, dict[str, float]] = {}
+    if submit_counts is not None:
+        statements["submit"] = per_item(submit_counts, items)
+        statements["process"] = per_item(total_counts - submit_counts, items)
+    else:
+        statements["submit+process"] = per_item(total_counts, items)
     return WqResult(
         phase=phase,
         items=items,
@@ -499,8 +552,16 @@ def run_wq(
         items_per_second=items / process_seconds if process_seconds else math.nan,
         wall_seconds=wall_seconds,
         latency=measured["latency"],
+        statements_per_item=statements,
         anomalies=anomalies,
     )
+
+
+def per_item(counts: Counter[str], items: int) -> dict[str, float]:
+    """Statement counts divided by the number of items, largest first, with a total."""
+    result = {key: round(count / items, 2) for key, count in counts.most_common()}
+    result["TOTAL round trips"] = round(sum(counts.values()) / items, 2)
+    return result
 
 
 # ----------------------------------------------------------------------------- baseline
@@ -648,10 +709,13 @@ def fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
-def render(report: dict[str, Any], result: WqResult, peers: list[PeerResult]) -> None:
+def render(
+    report: dict[str, Any], result: WqResult, peers: list[PeerResult], *, verbose: bool
+) -> None:
     """A small table on stdout (rich when available)."""
     rows: list[tuple[str, str]] = [
         ("machine", f"{report['cpus']} cores, PostgreSQL {report['postgres']}"),
+        ("load average", f"{report['load_before']:.2f} before, {report['load_after']:.2f} after"),
         (
             "wq run",
             f"{result.items:,} items, {result.projects} projects, {result.workers} workers, "
@@ -686,6 +750,14 @@ def render(report: dict[str, Any], result: WqResult, peers: list[PeerResult]) ->
                     f"{fmt(peer.jobs_per_second)} jobs/s ({fmt(peer.seconds, 2)} s); "
                     f"wq = {ratio:.2f}x",
                 )
+            )
+    for section, counts in result.statements_per_item.items():
+        rows.append((f"round trips/item ({section})", fmt(counts.get("TOTAL round trips"), 1)))
+        if verbose:
+            rows.extend(
+                (f"  {key}", fmt(value, 2))
+                for key, value in counts.items()
+                if key != "TOTAL round trips"
             )
     for anomaly in result.anomalies:
         rows.append(("ANOMALY", anomaly))
@@ -766,6 +838,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after N s")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     parser.add_argument(
+        "--statements", action="store_true", help="list the round trips per item by statement"
+    )
+    parser.add_argument(
         "--profile",
         metavar="PATH",
         default=None,
@@ -792,6 +867,7 @@ def main(argv: list[str] | None = None) -> int:
         if not quiet:
             print(f"... {message}", file=sys.stderr, flush=True)
 
+    load_before = os.getloadavg()[0]
     with bench_database(args.database_url, args.admin_url, args.keep_database) as url:
         engine = make_engine(url, pool_size=1)
         try:
@@ -827,7 +903,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "postgres": server_version(url),
-            "run_id": uuid.uuid4().hex[:8],
+            "load_before": load_before,
+            "load_after": os.getloadavg()[0],
         }
     if args.json:
         document = {
@@ -847,7 +924,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(_jsonable(document), indent=2, default=str))
     else:
-        render(report, result, peers)
+        render(report, result, peers, verbose=args.statements)
     return 1 if result.anomalies else 0
 
 

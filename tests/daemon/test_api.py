@@ -7,6 +7,8 @@ manager is not started, so what the tests set up stays as they set it.
 from __future__ import annotations
 
 import base64
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from tests.conftest import Store
 from tests.support.chain import STEPS, Behaviour, chain_registry, new_chain_item
@@ -519,6 +521,15 @@ def test_forged_cursor_is_422(client: TestClient, raw: str) -> None:
     assert "cursor" in error_of(response)
 
 
+def known_bug(response: Any, dialect: str, where: set[str], reason: str) -> None:
+    """Mark the test as an expected failure when a known wq bug shows its exact symptom.
+
+    The bug is reported, not fixed here; once it is fixed the test simply passes.
+    """
+    if response.status_code == 500 and dialect in where:
+        pytest.xfail(f"known wq bug: {reason}")
+
+
 def test_cursor_without_time_zone_is_not_a_server_error(
     client: TestClient, store: Store, runtime: Runtime
 ) -> None:
@@ -528,9 +539,58 @@ def test_cursor_without_time_zone_is_not_a_server_error(
     response = client.get(
         "/api/work-items", params={"cursor": _cursor(f"2030-01-01T00:00:00|{uuid.UUID(int=1)}")}
     )
+    known_bug(
+        response,
+        store.dialect,
+        {"sqlite", "postgresql"},
+        "a cursor with a naive time reaches UtcDateTime.process_bind_param, whose "
+        "ValueError surfaces as a 500 (wq/daemon/routers/work_items.py _decode_cursor)",
+    )
     assert response.status_code in (200, 422), response.text
     if response.status_code == 422:
         assert "cursor" in error_of(response)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        f"9999-12-31T23:59:59-23:59|{uuid.UUID(int=1)}",
+        f"0001-01-01T00:00:00+23:59|{uuid.UUID(int=1)}",
+    ],
+    ids=["after-year-9999-in-utc", "before-year-1-in-utc"],
+)
+def test_cursor_time_out_of_range_is_not_a_server_error(
+    client: TestClient, store: Store, runtime: Runtime, raw: str
+) -> None:
+    add_item(store, runtime)
+    response = client.get("/api/work-items", params={"cursor": _cursor(raw)})
+    known_bug(
+        response,
+        store.dialect,
+        {"sqlite"},
+        "on SQLite UtcDateTime.process_bind_param converts the cursor time to UTC and "
+        "raises OverflowError, a 500",
+    )
+    assert response.status_code in (200, 422), response.text
+
+
+@pytest.mark.parametrize("field", ["project", "type"])
+def test_filter_with_nul_byte_is_not_a_server_error(
+    client: TestClient, store: Store, runtime: Runtime, field: str
+) -> None:
+    add_item(store, runtime)
+    response = client.get("/api/work-items", params={field: "group/a\x00b"})
+    known_bug(
+        response,
+        store.dialect,
+        {"postgresql"},
+        "PostgreSQL text cannot hold NUL; psycopg raises DataError for the filter value, a 500",
+    )
+    assert response.status_code in (200, 422), response.text
+    if response.status_code == 200:
+        assert response.json()["items"] == []
+    else:
+        assert field in error_of(response)
 
 
 def test_bad_uuid_on_retry_is_422_and_changes_nothing(
@@ -655,3 +715,64 @@ def test_retry_leaves_other_items_alone(client: TestClient, store: Store, runtim
     assert client.post(f"/api/work-items/{target}/retry").status_code == 200
     assert row_of(store, bystander) == before
     assert not [row for row in audit_rows(store, bystander) if row.event_type == "retried"]
+
+
+def _locks_waited_on(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )
+
+
+def test_concurrent_retries_retry_once(runtime: Runtime, store: Store, token: str) -> None:
+    """Two simultaneous retries of one failed item: one 200, one 409, one audit row.
+
+    On PostgreSQL the test holds the item's row lock until both requests wait for it,
+    so the second request always runs after the first committed.
+    """
+    item_id = add_item(store, runtime)
+    make_terminal(store, item_id, "failed", error="boom", attempts=5)
+    app = create_app(runtime)
+    codes: list[int] = []
+
+    def post() -> None:
+        with TestClient(
+            app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {token}"}
+        ) as client:
+            codes.append(client.post(f"/api/work-items/{item_id}/retry").status_code)
+
+    threads = [threading.Thread(target=post, daemon=True) for _ in range(2)]
+    if store.dialect == "postgresql":
+        with store.engine.connect() as blocker:
+            blocker.execute(select(WorkItem.id).where(WorkItem.id == item_id).with_for_update())
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if _locks_waited_on(store) >= 2 or not any(t.is_alive() for t in threads):
+                    break
+                time.sleep(0.01)
+            blocker.rollback()
+    else:
+        for thread in threads:
+            thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+
+    retried = [row for row in audit_rows(store, item_id) if row.event_type == "retried"]
+    if sorted(codes) == [200, 200] and store.dialect == "postgresql":
+        pytest.xfail(
+            "known wq bug: both retries succeed (two 'retried' audit rows, two fresh seqs): "
+            "the route's unlocked session.get puts the item in the identity map, and "
+            "items.retry's session.get(with_for_update=True) then keeps its stale 'failed' "
+            "state; populate_existing=True fixes it"
+        )
+    assert sorted(codes) == [200, 409]
+    assert len(retried) == 1
+    assert row_of(store, item_id)["phase"] == "active"

@@ -277,7 +277,7 @@ def test_two_dispatchers_racing_never_exceed_capacity(store: Store) -> None:
     for _ in range(10):
         barrier = threading.Barrier(2)
 
-        def race() -> None:
+        def race(barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             dispatch(store.sessions, config)
 
