@@ -521,15 +521,6 @@ def test_forged_cursor_is_422(client: TestClient, raw: str) -> None:
     assert "cursor" in error_of(response)
 
 
-def known_bug(response: Any, dialect: str, where: set[str], reason: str) -> None:
-    """Mark the test as an expected failure when a known wq bug shows its exact symptom.
-
-    The bug is reported, not fixed here; once it is fixed the test simply passes.
-    """
-    if response.status_code == 500 and dialect in where:
-        pytest.xfail(f"known wq bug: {reason}")
-
-
 def test_cursor_without_time_zone_is_not_a_server_error(
     client: TestClient, store: Store, runtime: Runtime
 ) -> None:
@@ -538,13 +529,6 @@ def test_cursor_without_time_zone_is_not_a_server_error(
     add_item(store, runtime)
     response = client.get(
         "/api/work-items", params={"cursor": _cursor(f"2030-01-01T00:00:00|{uuid.UUID(int=1)}")}
-    )
-    known_bug(
-        response,
-        store.dialect,
-        {"sqlite", "postgresql"},
-        "a cursor with a naive time reaches UtcDateTime.process_bind_param, whose "
-        "ValueError surfaces as a 500 (wq/daemon/routers/work_items.py _decode_cursor)",
     )
     assert response.status_code in (200, 422), response.text
     if response.status_code == 422:
@@ -564,13 +548,6 @@ def test_cursor_time_out_of_range_is_not_a_server_error(
 ) -> None:
     add_item(store, runtime)
     response = client.get("/api/work-items", params={"cursor": _cursor(raw)})
-    known_bug(
-        response,
-        store.dialect,
-        {"sqlite"},
-        "on SQLite UtcDateTime.process_bind_param converts the cursor time to UTC and "
-        "raises OverflowError, a 500",
-    )
     assert response.status_code in (200, 422), response.text
 
 
@@ -580,12 +557,6 @@ def test_filter_with_nul_byte_is_not_a_server_error(
 ) -> None:
     add_item(store, runtime)
     response = client.get("/api/work-items", params={field: "group/a\x00b"})
-    known_bug(
-        response,
-        store.dialect,
-        {"postgresql"},
-        "PostgreSQL text cannot hold NUL; psycopg raises DataError for the filter value, a 500",
-    )
     assert response.status_code in (200, 422), response.text
     if response.status_code == 200:
         assert response.json()["items"] == []
@@ -766,13 +737,6 @@ def test_concurrent_retries_retry_once(runtime: Runtime, store: Store, token: st
     assert not any(thread.is_alive() for thread in threads)
 
     retried = [row for row in audit_rows(store, item_id) if row.event_type == "retried"]
-    if sorted(codes) == [200, 200] and store.dialect == "postgresql":
-        pytest.xfail(
-            "known wq bug: both retries succeed (two 'retried' audit rows, two fresh seqs): "
-            "the route's unlocked session.get puts the item in the identity map, and "
-            "items.retry's session.get(with_for_update=True) then keeps its stale 'failed' "
-            "state; populate_existing=True fixes it"
-        )
     assert sorted(codes) == [200, 409]
     assert len(retried) == 1
     assert row_of(store, item_id)["phase"] == "active"

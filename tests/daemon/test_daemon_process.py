@@ -35,11 +35,6 @@ COMMAND_TIMEOUT = 60.0  # seconds for a one-shot command
 GRACE_SECONDS = 5.0  # the shutdown grace period the configured daemons get
 EMBEDDED_GRACE_SECONDS = 30.0  # the default grace period of the embedded daemon
 HTTP_TIMEOUT = httpx.Timeout(2.0)
-SIGTERM_BUG = (
-    "known wq bug: after a clean shutdown uvicorn's Server.capture_signals re-raises the "
-    "captured SIGTERM with the default handler restored, so `wq daemon` dies by SIGTERM "
-    "(exit -15 / 143) instead of exiting 0 (wq/daemon/serve.py run_daemon)"
-)
 CLEARED_ENV = (
     "WQ_CONFIG",
     "WORKQUEUE_SERVICE_CONFIG",
@@ -254,8 +249,6 @@ def test_embedded_daemon_serves_and_stops_cleanly_on_sigterm(
     assert not path.exists(), "the local token file outlived the daemon"
     assert "stopped" in daemon.log()
     assert "Traceback" not in daemon.log()
-    if code == -signal.SIGTERM:
-        pytest.xfail(SIGTERM_BUG)
     assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"
 
 
@@ -269,7 +262,7 @@ def test_embedded_daemon_stops_cleanly_on_sigint(tmp_path: Path, daemons: list[D
     assert not path.exists(), "the local token file outlived the daemon"
     assert "stopped" in daemon.log()
     assert "Traceback" not in daemon.log()
-    assert code in (0, 130), f"exit code {code} after SIGINT:\n{daemon.log()}"
+    assert code == 0, f"exit code {code} after SIGINT:\n{daemon.log()}"
 
 
 @pytest.mark.usefixtures("no_system_config")
@@ -383,11 +376,6 @@ def test_daemon_refuses_bad_configuration(refusals: dict[str, Outcome], case: st
         lines = error_lines(outcome.stderr)
         message = lines[0]
         assert str(outcome.config_path) in message
-        if case == "not-yaml" and len(lines) > 1:
-            pytest.xfail(
-                "known wq bug: a YAML syntax error is reported over several lines (PyYAML's "
-                "multi-line message is embedded as is by wq/engine/config.py read_config_file)"
-            )
         assert len(lines) == 1, outcome.stderr
     else:
         message = error_lines(outcome.stderr)[-1]
@@ -506,5 +494,4 @@ def test_daemon_refuses_unmigrated_postgres_until_wq_db_migrate(
     assert code is not None, "still running after SIGTERM and the grace period"
     assert not path.exists()
     assert "stopped" in daemon.log()
-    # 0 once the SIGTERM bug is fixed (see SIGTERM_BUG); never a failure exit.
-    assert code in (0, -signal.SIGTERM), f"exit code {code} after SIGTERM:\n{daemon.log()}"
+    assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"

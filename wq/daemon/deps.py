@@ -14,6 +14,9 @@ from wq.daemon.runtime import Runtime
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
 
+# PostgreSQL text cannot hold NUL: refuse it as bad input rather than fail in the driver.
+NO_NUL = r"^[^\x00]*$"
+
 
 def get_runtime(request: Request) -> Runtime:
     """The daemon's runtime."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import socket
 from collections.abc import AsyncIterator
 
@@ -112,4 +113,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             timeout_graceful_shutdown=int(config.processing.shutdown_grace_seconds),
         )
     )
+    # uvicorn re-raises the stop signal once it has shut down; a handler of our own
+    # makes that a no-op, so a clean shutdown exits 0.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
     server.run(sockets=[sock])

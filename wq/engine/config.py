@@ -136,6 +136,15 @@ def parse_config(data: Any, source: str) -> Config:
     return config
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line: the problem and where it is."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    if mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(problem)
+
+
 def read_config_file(path: Path) -> Config:
     """Read and validate one YAML config file."""
     try:
@@ -145,7 +154,7 @@ def read_config_file(path: Path) -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"config {path}: not valid YAML: {err}") from None
+        raise ConfigError(f"config {path}: not valid YAML: {_yaml_problem(err)}") from None
     return parse_config(data, str(path))
 
 

@@ -252,7 +252,7 @@ def retry(
     actor: str,
 ) -> WorkItem:
     """Bring a failed or cancelled item back to `active` with its attempts reset."""
-    item = session.get(WorkItem, item_id, with_for_update=True)
+    item = session.get(WorkItem, item_id, with_for_update=True, populate_existing=True)
     if item is None:
         raise ItemNotFound(str(item_id))
     if item.phase not in (FAILED, CANCELLED):

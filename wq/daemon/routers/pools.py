@@ -6,11 +6,11 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel
 
 from wq.daemon.auth import Principal
-from wq.daemon.deps import ReadSessionDep, RuntimeDep, require
+from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require
 from wq.engine import pools
 from wq.engine.models import utcnow
 
@@ -79,7 +79,10 @@ def read_pools(session: ReadSessionDep, runtime: RuntimeDep, _: ReadPrincipal) -
 
 @router.get("/pools/{project:path}", response_model=PoolPublic)
 def read_pool(
-    project: str, session: ReadSessionDep, runtime: RuntimeDep, _: ReadPrincipal
+    project: Annotated[str, Path(pattern=NO_NUL)],
+    session: ReadSessionDep,
+    runtime: RuntimeDep,
+    _: ReadPrincipal,
 ) -> PoolPublic:
     """One project's pool (capacities apply even when it has no work)."""
     (status,) = pools.pool_statuses(session, runtime.config, project)
@@ -90,7 +93,9 @@ def read_pool(
 def read_queue(
     session: ReadSessionDep,
     _: ReadPrincipal,
-    project: Annotated[str, Query(min_length=1, description="the project whose queue to show")],
+    project: Annotated[
+        str, Query(min_length=1, pattern=NO_NUL, description="the project whose queue to show")
+    ],
     lane: Literal["alert", "normal"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[QueueEntryPublic]:

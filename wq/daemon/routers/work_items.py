@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query
@@ -13,6 +13,7 @@ from sqlalchemy import and_, or_, select
 
 from wq.daemon.auth import Principal
 from wq.daemon.deps import (
+    NO_NUL,
     PrincipalDep,
     ReadSessionDep,
     RuntimeDep,
@@ -38,9 +39,12 @@ def _encode_cursor(item: WorkItem) -> str:
 def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created, _, item_id = raw.partition("|")
-        return datetime.fromisoformat(created), uuid.UUID(item_id)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        created_text, _, item_id = raw.partition("|")
+        created = datetime.fromisoformat(created_text)
+        if created.tzinfo is None:
+            raise ValueError("no time zone")
+        return created.astimezone(UTC), uuid.UUID(item_id)
+    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
         raise HTTPException(422, "cursor: not a cursor this API returned") from None
 
 
@@ -48,9 +52,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 def read_items(
     session: ReadSessionDep,
     principal: PrincipalDep,
-    type: Annotated[str | None, Query(description="only items of this type")] = None,
+    type: Annotated[str | None, Query(pattern=NO_NUL, description="only this type")] = None,
     phase: Phase | None = None,
-    project: str | None = None,
+    project: Annotated[str | None, Query(pattern=NO_NUL)] = None,
     admission: Admission | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
