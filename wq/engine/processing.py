@@ -223,18 +223,8 @@ class ProcessingManager:
     # ----------------------------------------------------------------- workers
 
     def _work(self, item_id: uuid.UUID, token: str) -> None:
-        started = time.monotonic()
         try:
-            while True:
-                if self._stopping.is_set() or (
-                    time.monotonic() - started >= self.settings.deadline_seconds
-                ):
-                    # Keep the slot, give the worker back; the item is claimed again
-                    # behind the items that were already waiting.
-                    self._release_lease(item_id, token, resume_at=self.clock())
-                    return
-                if not self._step(item_id, token):
-                    return
+            self._run_item(item_id, token)
         except Exception:
             log.exception("processing of work item %s failed", item_id)
         finally:
@@ -242,62 +232,105 @@ class ProcessingManager:
                 self._running.pop(item_id, None)
             self.wakeup.poke()
 
-    def _step(self, item_id: uuid.UUID, token: str) -> bool:
-        """Run the next action of one item; return whether another may follow."""
+    def _run_item(self, item_id: uuid.UUID, token: str) -> None:
+        """Run one claimed item's actions until it idles, ends, fails or hits the deadline.
+
+        The decider is asked with the item re-read under the lease fence (the row is
+        locked until commit on PostgreSQL), so an event applied meanwhile is seen and
+        can never be lost by releasing the item to `idle`.
+        """
         actor = threading.current_thread().name
+        started = time.monotonic()
         with self.sessions() as session:
             item = session.get(WorkItem, item_id)
             if item is None or item.lease_token != token:
-                return False
-            now = self.clock()
-            if item.phase in TERMINAL_PHASES:
-                return self._finish(session, item, token, actor, {"source": "worker"})
-            item_type = self.registry.get(item.type)
-            action = item_type.decider(item, now)
-            if action is None:
-                return self._finish(session, item, token, actor, {"source": "decider"})
-            executor = self.registry.executor(item.type, action)
-            # End the read transaction: on SQLite the write lock is then taken only
-            # when the executor first touches the database, not for its whole run.
-            session.commit()
-            old = snapshot(item)
-            session.info[_IN_EXECUTOR] = True
-            try:
-                executor(ActionContext(session, item, now, item_type.settings))
-                session.flush()
-            except Exception as err:
-                session.info[_IN_EXECUTOR] = False
-                session.rollback()
-                self._record_failure(item_id, token, action, err, actor)
-                return False
-            finally:
-                session.info[_IN_EXECUTOR] = False
-            if not store.holds_lease(session, item_id, token, self.clock()):
-                session.rollback()
-                log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
-                return False
-            record = AuditRecord(
+                return
+            action = self._next_action(item)
+            while True:
+                if action is None:
+                    # Confirm under the fence with fresh state before letting go.
+                    if not store.holds_lease(session, item_id, token, self.clock()):
+                        return
+                    session.get(WorkItem, item_id, populate_existing=True)
+                    action = self._next_action(item)
+                    if action is None:
+                        trigger = {
+                            "source": "worker" if item.phase in TERMINAL_PHASES else "decider"
+                        }
+                        release(session, item, actor=actor, trigger=trigger)
+                        session.commit()
+                        return
+                # End the transaction: on SQLite the write lock is then taken only when
+                # the executor first touches the database, not for its whole run.
+                session.commit()
+                if not self._run_action(session, item, token, action, actor):
+                    return
+                # Fresh state under the fence: decide and, if done, release right here.
+                action = self._next_action(item)
+                if action is None:
+                    release(session, item, actor=actor, trigger={"source": "decider"})
+                    session.commit()
+                    return
+                if (
+                    self._stopping.is_set()
+                    or time.monotonic() - started >= self.settings.deadline_seconds
+                ):
+                    session.commit()
+                    # Keep the slot, give the worker back; the item is claimed again
+                    # behind the items that were already waiting.
+                    self._release_lease(item_id, token, resume_at=self.clock())
+                    return
+
+    def _next_action(self, item: WorkItem) -> str | None:
+        if item.phase in TERMINAL_PHASES:
+            return None
+        return self.registry.get(item.type).decider(item, self.clock())
+
+    def _run_action(
+        self, session: Session, item: WorkItem, token: str, action: str, actor: str
+    ) -> bool:
+        """Run one executor and stage its changes, fenced; False when the item is let go.
+
+        On success the transaction is left open with the item re-read under the
+        fence, so the caller can decide (and release) in the same transaction.
+        """
+        item_id = item.id
+        item_type = self.registry.get(item.type)
+        executor = self.registry.executor(item.type, action)
+        old = snapshot(item)
+        session.info[_IN_EXECUTOR] = True
+        try:
+            executor(ActionContext(session, item, self.clock(), item_type.settings))
+            session.flush()
+        except Exception as err:
+            session.info[_IN_EXECUTOR] = False
+            session.rollback()
+            self._record_failure(item_id, token, action, err, actor)
+            return False
+        finally:
+            session.info[_IN_EXECUTOR] = False
+        if not store.holds_lease(session, item_id, token, self.clock()):
+            session.rollback()
+            log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
+            return False
+        trigger = {"source": "worker", "action": action}
+        audit(
+            session,
+            AuditRecord(
                 "action_completed",
                 actor,
                 item_id,
                 old_state=old,
                 new_state=snapshot(item),
-                trigger={"source": "worker", "action": action},
-            )
-            audit(session, record)
-            terminal = item.phase in TERMINAL_PHASES
-            if terminal:
-                release(session, item, actor=actor, trigger={"source": "worker", "action": action})
-            session.commit()
-            return not terminal
-
-    def _finish(
-        self, session: Session, item: WorkItem, token: str, actor: str, trigger: dict[str, Any]
-    ) -> bool:
-        if store.holds_lease(session, item.id, token, self.clock()):
+                trigger=trigger,
+            ),
+        )
+        if item.phase in TERMINAL_PHASES:
             release(session, item, actor=actor, trigger=trigger)
             session.commit()
-        return False
+            return False
+        session.get(WorkItem, item_id, populate_existing=True)
+        return True
 
     def _record_failure(
         self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str
