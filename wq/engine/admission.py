@@ -20,6 +20,7 @@ from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config, PoolConfig
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem, utcnow
+from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
 DISPATCHER = "dispatcher"
@@ -42,11 +43,13 @@ def projects_with_queued(session: Session) -> list[str]:
     the number of projects, not with the backlog.
     """
     queued = WorkItem.__table__
-    first = select(func.min(queued.c.project).label("project")).where(queued.c.admission == QUEUED)
+    first = select(func.min(queued.c.project).label("project")).where(
+        queued.c.admission == inline(QUEUED)
+    )
     walk = first.cte("walk", recursive=True)
     following = (
         select(queued.c.project)
-        .where(queued.c.admission == QUEUED, queued.c.project > walk.c.project)
+        .where(queued.c.admission == inline(QUEUED), queued.c.project > walk.c.project)
         .order_by(queued.c.project)
         .limit(1)
         .scalar_subquery()
@@ -60,7 +63,7 @@ def in_flight(session: Session, project: str) -> dict[str, int]:
     """Admitted items of a project per lane, counted now."""
     rows = session.execute(
         select(WorkItem.lane, func.count())
-        .where(WorkItem.project == project, WorkItem.admission == ADMITTED)
+        .where(WorkItem.project == project, WorkItem.admission == inline(ADMITTED))
         .group_by(WorkItem.lane)
     )
     return {lane: int(count) for lane, count in rows}
@@ -78,14 +81,18 @@ def admit_project(session: Session, project: str, pool: PoolConfig) -> list[Admi
             continue
         heads = (
             select(WorkItem.id)
-            .where(WorkItem.project == project, WorkItem.lane == lane, WorkItem.admission == QUEUED)
+            .where(
+                WorkItem.project == project,
+                WorkItem.lane == lane,
+                WorkItem.admission == inline(QUEUED),
+            )
             .order_by(WorkItem.seq)
             .limit(free)
             .scalar_subquery()
         )
         rows = session.execute(
             update(WorkItem)
-            .where(WorkItem.id.in_(heads), WorkItem.admission == QUEUED)
+            .where(WorkItem.id.in_(heads), WorkItem.admission == inline(QUEUED))
             .values(admission=ADMITTED, admitted_at=now, updated_at=now)
             .returning(WorkItem.id, WorkItem.seq)
             .execution_options(synchronize_session=False)

@@ -33,6 +33,7 @@ from wq.engine.models import (
     utcnow,
 )
 from wq.engine.registry import TypeRegistry
+from wq.engine.store import inline
 from wq.engine.wakeup import PROJECT_QUEUED, signal
 
 IntakeOutcome = Literal["created", "dedup", "capped"]
@@ -167,7 +168,7 @@ def set_phase(
 
 def _find_active_by_dedup_key(session: Session, dedup_key: str) -> WorkItem | None:
     return session.execute(
-        select(WorkItem).where(WorkItem.dedup_key == dedup_key, WorkItem.phase == ACTIVE)
+        select(WorkItem).where(WorkItem.dedup_key == dedup_key, WorkItem.phase == inline(ACTIVE))
     ).scalar_one_or_none()
 
 
@@ -179,7 +180,7 @@ def queued_autonomous(session: Session, project: str) -> int:
             .select_from(WorkItem)
             .where(
                 WorkItem.project == project,
-                WorkItem.admission == QUEUED,
+                WorkItem.admission == inline(QUEUED),
                 WorkItem.autonomous.is_(True),
             )
         ).scalar_one()

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from wq.engine.config import Config
 from wq.engine.models import ADMITTED, ALERT_LANE, LANES, NORMAL_LANE, QUEUED, WorkItem
+from wq.engine.store import inline
 
 
 @dataclass
@@ -108,7 +109,11 @@ def queue(
     for name in lanes:
         rows = session.execute(
             select(WorkItem)
-            .where(WorkItem.project == project, WorkItem.lane == name, WorkItem.admission == QUEUED)
+            .where(
+                WorkItem.project == project,
+                WorkItem.lane == name,
+                WorkItem.admission == inline(QUEUED),
+            )
             .order_by(WorkItem.seq)
             .limit(limit)
         ).scalars()

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import BindParameter, and_, func, literal, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from wq.engine.models import ACTIVE, ADMITTED, SequenceCounter, WorkItem
@@ -21,6 +21,15 @@ ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
 _PROJECT_LOCK_SPACE = 0x5751  # "WQ": keeps our advisory keys apart from other users'
 _ITEM_LOCK_SPACE = 0x5752
+
+
+def inline(value: str) -> BindParameter[str]:
+    """A state constant rendered into the SQL text, not sent as a parameter.
+
+    PostgreSQL's generic plans for prepared statements can only use the partial
+    indexes (`WHERE admission = 'queued'` ...) when the value is in the statement.
+    """
+    return literal(value, literal_execute=True)
 
 
 def _is_postgres(session: Session) -> bool:
@@ -87,8 +96,8 @@ def claim(
     candidates = (
         select(WorkItem.id)
         .where(
-            WorkItem.admission == ADMITTED,
-            WorkItem.phase == ACTIVE,
+            WorkItem.admission == inline(ADMITTED),
+            WorkItem.phase == inline(ACTIVE),
             WorkItem.type.in_(types),
             or_(WorkItem.leased_until.is_(None), WorkItem.leased_until < now),
             or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
