@@ -10,7 +10,6 @@ import base64
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,9 +18,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text
 
 from tests.conftest import Store
-from tests.support.chain import STEPS, Behaviour, chain_registry, new_chain_item
+from tests.support.chain import STEPS, new_chain_item
 from wq.daemon.app import create_app
-from wq.daemon.runtime import Runtime, build_runtime
+from wq.daemon.runtime import Runtime
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import set_phase, submit
 from wq.engine.models import AuditEntry, WorkItem
@@ -34,41 +33,6 @@ class OtherItem(WorkItem):
     """A second generic type (no detail table) so that the `type` filter has a choice."""
 
     __mapper_args__ = {"polymorphic_identity": "daemon_test_other"}  # noqa: RUF012
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def runtime(store: Store) -> Iterator[Runtime]:
-    runtime = build_runtime(store.config, registry=chain_registry(Behaviour()))
-    assert runtime.local_tier is not None
-    yield runtime
-    runtime.engine.dispose()
-
-
-@pytest.fixture
-def token(runtime: Runtime) -> str:
-    assert runtime.local_tier is not None
-    return runtime.local_tier.token
-
-
-@pytest.fixture
-def anon(runtime: Runtime) -> Iterator[TestClient]:
-    """A client without credentials; server errors come back as 500 responses."""
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
-        yield client
-
-
-@pytest.fixture
-def client(runtime: Runtime, token: str) -> Iterator[TestClient]:
-    """A client with the local token."""
-    with TestClient(
-        create_app(runtime),
-        raise_server_exceptions=False,
-        headers={"Authorization": f"Bearer {token}"},
-    ) as client:
-        yield client
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,0 +1,128 @@
+"""The admission views over HTTP: /api/pools, /api/pools/{project}, /api/queue."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import Store, make_config
+from tests.engine.helpers import submit
+from tests.support.chain import Behaviour, chain_registry
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
+from wq.engine.admission import dispatch
+
+POOLS = {
+    "default": {"capacity": 2, "alert_capacity": 1, "queued_autonomous_cap": 3},
+    "infra": {"capacity": 1, "alert_capacity": 2},
+}
+
+
+@pytest.fixture
+def pooled(store: Store) -> Iterator[tuple[Runtime, TestClient]]:
+    config = make_config(store.url, pools=POOLS)
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False, headers=headers) as client:
+        yield runtime, client
+    runtime.engine.dispose()
+
+
+def fill(runtime: Runtime, project: str, count: int, **fields: object) -> list[uuid.UUID]:
+    ids = []
+    for _ in range(count):
+        intake = submit(runtime.sessions, runtime.registry, runtime.config, project, **fields)
+        assert intake.item is not None
+        ids.append(intake.item.id)
+    return ids
+
+
+def test_pools_show_capacity_usage_and_backlog(pooled: tuple[Runtime, TestClient]) -> None:
+    runtime, client = pooled
+    fill(runtime, "team/app", 4)
+    fill(runtime, "team/app", 2, autonomous=True)
+    fill(runtime, "team/app", 1, lane="alert")
+    fill(runtime, "infra/dns", 3)
+    dispatch(runtime.sessions, runtime.config)
+
+    response = client.get("/api/pools")
+    assert response.status_code == 200, response.text
+    pools = {pool["project"]: pool for pool in response.json()}
+    assert set(pools) == {"team/app", "infra/dns"}
+    app = pools["team/app"]
+    assert (app["capacity"], app["alert_capacity"], app["queued_autonomous_cap"]) == (2, 1, 3)
+    assert app["normal"] == {"capacity": 2, "in_flight": 2, "queued": 4}
+    assert app["alert"] == {"capacity": 1, "in_flight": 1, "queued": 0}
+    assert app["queued_autonomous"] == 2
+    assert app["oldest_queued_age_seconds"] >= 0
+    dns = pools["infra/dns"]  # the group prefix entry applies to projects below it
+    assert (dns["capacity"], dns["alert_capacity"]) == (1, 2)
+    assert dns["normal"] == {"capacity": 1, "in_flight": 1, "queued": 2}
+
+
+def test_one_pool_even_without_work(pooled: tuple[Runtime, TestClient]) -> None:
+    _, client = pooled
+    response = client.get("/api/pools/infra/new-service")
+    assert response.status_code == 200, response.text
+    pool = response.json()
+    assert pool["project"] == "infra/new-service"
+    assert pool["normal"] == {"capacity": 1, "in_flight": 0, "queued": 0}
+    assert pool["oldest_queued_at"] is None
+
+
+def test_queue_lists_items_in_admission_order(pooled: tuple[Runtime, TestClient]) -> None:
+    runtime, client = pooled
+    normal = fill(runtime, "team/app", 5)
+    alerts = fill(runtime, "team/app", 3, lane="alert")
+    fill(runtime, "team/other", 2)
+    dispatch(runtime.sessions, runtime.config)
+
+    response = client.get("/api/queue", params={"project": "team/app"})
+    assert response.status_code == 200, response.text
+    entries = response.json()
+    assert [entry["id"] for entry in entries] == [str(i) for i in alerts[1:] + normal[2:]]
+    assert [(entry["lane"], entry["position"]) for entry in entries] == [
+        ("alert", 1),
+        ("alert", 2),
+        ("normal", 1),
+        ("normal", 2),
+        ("normal", 3),
+    ]
+    seqs = [entry["seq"] for entry in entries if entry["lane"] == "normal"]
+    assert seqs == sorted(seqs)
+
+    only_normal = client.get(
+        "/api/queue", params={"project": "team/app", "lane": "normal", "limit": 2}
+    ).json()
+    assert [entry["id"] for entry in only_normal] == [str(i) for i in normal[2:4]]
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/api/queue", {}),
+        ("/api/queue", {"project": ""}),
+        ("/api/queue", {"project": "a", "lane": "urgent"}),
+        ("/api/queue", {"project": "a", "limit": 0}),
+        ("/api/queue", {"project": "a\x00b"}),
+    ],
+)
+def test_bad_queue_requests_are_422_with_a_message(
+    pooled: tuple[Runtime, TestClient], path: str, params: dict[str, object]
+) -> None:
+    _, client = pooled
+    response = client.get(path, params=params)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]
+
+
+def test_admission_views_need_a_token(pooled: tuple[Runtime, TestClient]) -> None:
+    runtime, _ = pooled
+    with TestClient(create_app(runtime)) as anonymous:
+        for path in ("/api/pools", "/api/pools/x/y", "/api/queue?project=x"):
+            response = anonymous.get(path)
+            assert response.status_code == 401 and response.json()["error"]
