@@ -145,6 +145,8 @@ class WqResult:
     process_seconds: float
     items_per_second: float
     wall_seconds: float
+    cpu_seconds: float
+    cpu_ms_per_item: float
     latency: dict[str, Latency]
     statements_per_item: dict[str, dict[str, float]] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)
@@ -197,6 +199,31 @@ def checkpoint(url: str) -> None:
     with contextlib.suppress(psycopg.Error), psycopg.connect(libpq_url(url)) as conn:
         conn.autocommit = True
         conn.execute("CHECKPOINT")
+
+
+def wq_source() -> str:
+    """Which wq was measured: the git commit of the imported package, and if it was dirty."""
+    import subprocess
+
+    import wq
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(wq.__file__)))
+    try:
+        commit = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "wq"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"{root} (not a git checkout)"
+    return f"{root} @ {commit}" + (" + uncommitted changes in wq/" if dirty else "")
 
 
 def server_version(url: str) -> str:
@@ -482,6 +509,11 @@ def run_wq(
     registry = noop_registry()
     engine = make_engine(url, pool_size=workers + 5)  # as the daemon sizes it
     observer = make_engine(url, pool_size=1)  # polling and analysis, not counted
+    _, existing = count_idle(observer)
+    if existing:
+        raise SystemExit(
+            f"the database already holds {TYPE_NAME} items {existing}: use a fresh one"
+        )
     counter = StatementCounter(engine)
     submit_counts: Counter[str] | None = None
     try:
@@ -502,13 +534,13 @@ def run_wq(
             submit_seconds = submit_all()
             submit_counts = counter.snapshot()
             on_phase("wq: draining the backlog")
-            wall_start = time.monotonic()
+            wall_start, cpu_start = time.monotonic(), time.process_time()
             process_start = utcnow()
             if listener:
                 listener.start()
             manager.start()
         else:
-            wall_start = time.monotonic()
+            wall_start, cpu_start = time.monotonic(), time.process_time()
             if listener:
                 listener.start()
             manager.start()
@@ -517,6 +549,7 @@ def run_wq(
         try:
             wait_until_idle(observer, items, timeout)
             wall_seconds = time.monotonic() - wall_start
+            cpu_seconds = time.process_time() - cpu_start
         finally:
             manager.stop(grace=10)
             if listener:
@@ -551,6 +584,8 @@ def run_wq(
         process_seconds=process_seconds,
         items_per_second=items / process_seconds if process_seconds else math.nan,
         wall_seconds=wall_seconds,
+        cpu_seconds=cpu_seconds,
+        cpu_ms_per_item=cpu_seconds / items * 1000,
         latency=measured["latency"],
         statements_per_item=statements,
         anomalies=anomalies,
@@ -624,79 +659,147 @@ def run_raw_baseline(url: str, jobs: int, threads: int) -> PeerResult:
     return PeerResult("raw SKIP LOCKED (psycopg 3)", jobs, seconds, jobs / seconds)
 
 
-def run_pgqueuer(url: str, jobs: int, threads: int) -> PeerResult:
-    """pgqueuer with asyncpg, draining pre-enqueued no-op jobs (skipped when absent)."""
-    name = "pgqueuer (asyncpg)"
-    if importlib.util.find_spec("pgqueuer") is None or importlib.util.find_spec("asyncpg") is None:
-        return PeerResult(name, jobs, skipped="not installed (pip install pgqueuer asyncpg)")
+def run_pgqueuer(url: str, jobs: int, concurrency: int, driver: str) -> PeerResult:
+    """pgqueuer draining pre-enqueued no-op jobs (`mode=drain`); skipped when absent."""
+    name = f"pgqueuer ({driver})"
+    needs = ["pgqueuer", driver]
+    missing = [module for module in needs if importlib.util.find_spec(module) is None]
+    if missing:
+        return PeerResult(name, jobs, skipped=f"not installed (pip install {' '.join(needs)})")
     try:
-        return asyncio.run(_pgqueuer(url, jobs, threads, name))
+        return asyncio.run(_pgqueuer(url, jobs, concurrency, driver, name))
     except Exception as err:
         return PeerResult(name, jobs, skipped=f"failed: {type(err).__name__}: {err}")
 
 
-async def _pgqueuer(url: str, jobs: int, concurrency: int, name: str) -> PeerResult:
-    import asyncpg
-    from pgqueuer import PgQueuer
-    from pgqueuer.db import AsyncpgDriver
+async def _pgqueuer(url: str, jobs: int, concurrency: int, driver: str, name: str) -> PeerResult:
+    from pgqueuer import QueueManager
     from pgqueuer.models import Job
     from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
 
     dsn = libpq_url(url)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pgqueuer",
-        "install",
-        env={**os.environ, "PGDSN": dsn},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"pgqueuer install: {err.decode()[-300:]}")
-    conn = await asyncpg.connect(dsn)
-    try:
-        queries = Queries(AsyncpgDriver(conn))
+
+    @contextlib.asynccontextmanager
+    async def connect() -> Any:
+        if driver == "asyncpg":
+            import asyncpg
+            from pgqueuer.db import AsyncpgDriver
+
+            conn = await asyncpg.connect(dsn)
+            try:
+                yield AsyncpgDriver(conn)
+            finally:
+                await conn.close()
+        else:
+            from pgqueuer.db import PsycopgDriver
+
+            aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+            try:
+                yield PsycopgDriver(aconn)
+            finally:
+                await aconn.close()
+
+    async with connect() as setup:
+        queries = Queries(setup)
+        with contextlib.suppress(Exception):
+            await queries.uninstall()
+        await queries.install()
         for start in range(0, jobs, 1000):
             size = min(1000, jobs - start)
             await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
-        done = 0
-        finished = asyncio.Event()
-        pgq = PgQueuer(AsyncpgDriver(conn))
+    checkpoint(url)
+    done = 0
+    try:
+        async with connect() as worker:
+            manager = QueueManager(Queries(worker))
 
-        @pgq.entrypoint("noop", concurrency_limit=concurrency)
-        async def noop(job: Job) -> None:
-            nonlocal done
-            done += 1
-            if done >= jobs:
-                finished.set()
+            @manager.entrypoint("noop")
+            async def noop(job: Job) -> None:
+                nonlocal done
+                done += 1
 
-        started = time.monotonic()
-        runner = asyncio.create_task(pgq.run(batch_size=concurrency))
-        await asyncio.wait_for(finished.wait(), timeout=600)
-        seconds = time.monotonic() - started
-        pgq.shutdown.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(runner, timeout=10)
-        return PeerResult(name, jobs, seconds, jobs / seconds)
+            started = time.monotonic()
+            await asyncio.wait_for(
+                manager.run(batch_size=concurrency, mode=QueueExecutionMode.drain), timeout=900
+            )
+            seconds = time.monotonic() - started
     finally:
-        await conn.close()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "pgqueuer",
-            "uninstall",
-            env={**os.environ, "PGDSN": dsn},
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+        async with connect() as teardown:
+            await Queries(teardown).uninstall()
+    if done != jobs:
+        return PeerResult(name, jobs, skipped=f"ran {done} of {jobs} jobs")
+    return PeerResult(name, jobs, seconds, jobs / seconds)
+
+
+def run_pgqueuer_asyncpg(url: str, jobs: int, concurrency: int) -> PeerResult:
+    return run_pgqueuer(url, jobs, concurrency, "asyncpg")
+
+
+def run_pgqueuer_psycopg(url: str, jobs: int, concurrency: int) -> PeerResult:
+    return run_pgqueuer(url, jobs, concurrency, "psycopg")
+
+
+PROCRASTINATE_SCHEMA = "wq_bench_procrastinate"
+
+
+def run_procrastinate(url: str, jobs: int, concurrency: int) -> PeerResult:
+    """procrastinate's async worker (`wait=False`) draining pre-deferred no-op jobs."""
+    name = "procrastinate (psycopg)"
+    if importlib.util.find_spec("procrastinate") is None:
+        return PeerResult(name, jobs, skipped="not installed (pip install procrastinate)")
+    dsn = libpq_url(url)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {PROCRASTINATE_SCHEMA} CASCADE")
+        conn.execute(f"CREATE SCHEMA {PROCRASTINATE_SCHEMA}")
+    try:
+        return asyncio.run(_procrastinate(dsn, jobs, concurrency, name))
+    except Exception as err:
+        return PeerResult(name, jobs, skipped=f"failed: {type(err).__name__}: {err}")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {PROCRASTINATE_SCHEMA} CASCADE")
+
+
+async def _procrastinate(dsn: str, jobs: int, concurrency: int, name: str) -> PeerResult:
+    import procrastinate
+
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)
+    connector = procrastinate.PsycopgConnector(
+        conninfo=dsn,
+        kwargs={"options": f"-c search_path={PROCRASTINATE_SCHEMA}"},
+        max_size=concurrency + 2,
+    )
+    app = procrastinate.App(connector=connector)
+    done = 0
+
+    @app.task(name="noop")
+    async def noop() -> None:
+        nonlocal done
+        done += 1
+
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        for start in range(0, jobs, 1000):
+            await noop.batch_defer_async(*({} for _ in range(min(1000, jobs - start))))
+        started = time.monotonic()
+        await asyncio.wait_for(
+            app.run_worker_async(
+                concurrency=concurrency, wait=False, install_signal_handlers=False
+            ),
+            timeout=900,
         )
-        await proc.communicate()
+        seconds = time.monotonic() - started
+    if done != jobs:
+        return PeerResult(name, jobs, skipped=f"ran {done} of {jobs} jobs")
+    return PeerResult(name, jobs, seconds, jobs / seconds)
 
 
 PEERS: dict[str, Callable[[str, int, int], PeerResult]] = {
     "raw": run_raw_baseline,
-    "pgqueuer": run_pgqueuer,
+    "pgqueuer": run_pgqueuer_asyncpg,
+    "pgqueuer-psycopg": run_pgqueuer_psycopg,
+    "procrastinate": run_procrastinate,
 }
 
 
@@ -715,6 +818,7 @@ def render(
     """A small table on stdout (rich when available)."""
     rows: list[tuple[str, str]] = [
         ("machine", f"{report['cpus']} cores, PostgreSQL {report['postgres']}"),
+        ("wq measured", report["wq_source"]),
         ("load average", f"{report['load_before']:.2f} before, {report['load_after']:.2f} after"),
         (
             "wq run",
@@ -729,6 +833,11 @@ def render(
         (
             "wq throughput",
             f"{fmt(result.items_per_second)} items/s ({fmt(result.process_seconds, 2)} s)",
+        ),
+        (
+            "wq process CPU",
+            f"{fmt(result.cpu_seconds, 2)} s over {fmt(result.wall_seconds, 2)} s wall, "
+            f"{fmt(result.cpu_ms_per_item, 2)} ms/item",
         ),
     ]
     for key, lat in result.latency.items():
@@ -829,8 +938,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep-database", action="store_true", help="do not drop it afterwards")
     parser.add_argument(
         "--peers",
-        default="raw,pgqueuer",
-        help="comparison queues, comma-separated (raw, pgqueuer) or 'none'",
+        default="raw,pgqueuer,pgqueuer-psycopg,procrastinate",
+        help="comparison queues, comma-separated, or none (default: all of them)",
     )
     parser.add_argument(
         "--peer-threads", type=int, default=10, help="threads/concurrency of the peers (10)"
@@ -868,6 +977,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"... {message}", file=sys.stderr, flush=True)
 
     load_before = os.getloadavg()[0]
+    source = wq_source()
     with bench_database(args.database_url, args.admin_url, args.keep_database) as url:
         engine = make_engine(url, pool_size=1)
         try:
@@ -903,6 +1013,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "postgres": server_version(url),
+            "wq_source": source,
             "load_before": load_before,
             "load_after": os.getloadavg()[0],
         }
