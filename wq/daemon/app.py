@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 import wq
 from wq.daemon.errors import install_error_handlers
-from wq.daemon.routers import health, pools, work_items
+from wq.daemon.routers import health, pools, submissions, work_items
 from wq.daemon.runtime import Runtime
 
 
@@ -22,8 +22,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(health.router)
     app.include_router(work_items.router)
     app.include_router(pools.router)
-    for name in runtime.registry.names:
-        router = runtime.registry.get(name).router
-        if router is not None:
-            app.include_router(router)
+    app.include_router(
+        submissions.build_router([runtime.registry.get(name) for name in runtime.registry.names])
+    )
     return app

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wq.engine.items import ItemConflict, ItemNotFound
+from wq.engine.registry import SubmissionRejected
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ItemConflict)
     async def conflict(_: Request, exc: ItemConflict) -> JSONResponse:
         return _error(409, str(exc))
+
+    @app.exception_handler(SubmissionRejected)
+    async def rejected(_: Request, exc: SubmissionRejected) -> JSONResponse:
+        return _error(422, str(exc))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -54,7 +54,7 @@ def build_registry(config: Config) -> TypeRegistry:
                 f"(known: {known})"
             )
         module = importlib.import_module(KNOWN_TYPES[name])
-        module.register(registry, (handled or {}).get(name) or {})
+        module.register(registry, (handled or {}).get(name) or {}, source=config.source)
     return registry
 
 

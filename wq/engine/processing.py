@@ -31,7 +31,7 @@ from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.items import release, set_phase, snapshot
 from wq.engine.models import FAILED, TERMINAL_PHASES, WorkItem, utcnow
-from wq.engine.registry import ActionContext, TypeRegistry
+from wq.engine.registry import ActionContext, PermanentFailure, RetryLater, TypeRegistry
 from wq.engine.sweep import sweep_once
 from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 
@@ -336,7 +336,8 @@ class ProcessingManager:
         self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str
     ) -> None:
         now = self.clock()
-        message = f"{action}: {type(err).__name__}: {err}"[:4000]
+        known = isinstance(err, RetryLater | PermanentFailure)
+        message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
         log.warning("work item %s: %s", item_id, message)
         with self.sessions.begin() as session:
             if not store.holds_lease(session, item_id, token, now):
@@ -348,18 +349,19 @@ class ProcessingManager:
             item.attempts += 1
             item.error = message
             trigger = {"source": "worker", "action": action, "error": message}
-            if item.attempts >= self.settings.max_attempts:
-                set_phase(
-                    session,
-                    item,
-                    FAILED,
-                    actor=actor,
-                    trigger={**trigger, "reason": "max attempts reached"},
+            if isinstance(err, PermanentFailure) or item.attempts >= self.settings.max_attempts:
+                reason = (
+                    "permanent failure"
+                    if isinstance(err, PermanentFailure)
+                    else "max attempts reached"
                 )
+                set_phase(session, item, FAILED, actor=actor, trigger={**trigger, "reason": reason})
                 return
             delay = backoff_delay(
                 item.attempts, self.settings.backoff_base_seconds, self.settings.backoff_max_seconds
             )
+            if isinstance(err, RetryLater) and err.retry_after:
+                delay = max(delay, err.retry_after)
             item.run_after = now + timedelta(seconds=delay)
             item.lease_owner = item.lease_token = None
             item.leased_until = None

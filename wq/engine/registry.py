@@ -7,12 +7,14 @@ engine looks them up by the item's `type` and knows nothing else about it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from wq.engine.config import PoolConfig
 from wq.engine.models import WorkItem
 
 Decider = Callable[[WorkItem, datetime], str | None]
@@ -29,7 +31,7 @@ class ActionContext:
     session: Session
     item: WorkItem
     now: datetime
-    settings: Mapping[str, Any]
+    settings: Any
 
 
 @dataclass
@@ -48,6 +50,52 @@ Executor = Callable[[ActionContext], None]
 EventHandler = Callable[[EventContext], None]
 
 
+class RetryLater(Exception):
+    """A transient failure: count the attempt and try again after a backoff.
+
+    `retry_after` (seconds) is a lower bound the remote side asked for (HTTP 429).
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class SubmissionRejected(ValueError):
+    """A submission that is well-formed but cannot be accepted (a 422 with this message)."""
+
+
+class PermanentFailure(Exception):
+    """A failure that retrying cannot fix: the item goes to `failed` at once."""
+
+
+@dataclass(frozen=True)
+class SubmitContext:
+    """What a type's submission handler gets besides the session and the payload."""
+
+    registry: TypeRegistry
+    pool: PoolConfig
+    actor: str
+    now: datetime
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What a submission did (created, unchanged, updated, retried, dedup, capped)."""
+
+    outcome: str
+    item: WorkItem | None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A type's submission API: its validated payload schema and the handler."""
+
+    schema: type[BaseModel]
+    project_of: Callable[[Any], str]
+    handle: Callable[[Session, Any, SubmitContext], SubmitResult]
+
+
 @dataclass(frozen=True)
 class ItemType:
     """Everything the engine needs to drive items of one type."""
@@ -57,8 +105,8 @@ class ItemType:
     decider: Decider
     executors: Mapping[str, Executor]
     event_handler: EventHandler | None = None
-    router: Any = None
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    submission: Submission | None = None
+    settings: Any = None
 
 
 class UnknownType(LookupError):

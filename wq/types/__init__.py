@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 # Type name -> package. A new type is a new package here plus a migration.
-KNOWN_TYPES: dict[str, str] = {}
+KNOWN_TYPES: dict[str, str] = {"mr": "wq.types.mr"}
 
 
 def load_all_models() -> None:

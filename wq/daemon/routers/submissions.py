@@ -1,0 +1,82 @@
+"""`POST /api/work-items/{type}`: one submission endpoint per type that accepts them.
+
+Types stay free of HTTP: each declares a payload schema and a handler; this module
+turns them into routes with the `submit` permission on that type.
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the payload annotation,
+# which is set per type at run time.
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Response
+from pydantic import BaseModel
+
+from wq.daemon.auth import Principal
+from wq.daemon.deps import RuntimeDep, SessionDep, require
+from wq.daemon.schemas import WorkItemPublic
+from wq.engine.models import utcnow
+from wq.engine.registry import ItemType, SubmitContext
+
+STATUS_BY_OUTCOME = {"created": 201}
+
+
+class SubmissionPublic(BaseModel):
+    """What a submission did, and the item it concerns."""
+
+    action: str
+    item: WorkItemPublic
+
+
+def _endpoint(item_type: ItemType) -> Any:
+    assert item_type.submission is not None
+    submission = item_type.submission
+
+    def create_item(
+        payload: Any,
+        response: Response,
+        session: SessionDep,
+        runtime: RuntimeDep,
+        principal: Annotated[Principal, Depends(require("submit", item_type.name))],
+    ) -> SubmissionPublic:
+        project = submission.project_of(payload)
+        context = SubmitContext(
+            registry=runtime.registry,
+            pool=runtime.config.pool_for(project),
+            actor=principal.identity,
+            now=utcnow(),
+        )
+        result = submission.handle(session, payload, context)
+        if result.item is None:
+            session.rollback()
+            raise HTTPException(429, f"not enqueued: {result.outcome} for project {project}")
+        session.commit()
+        response.status_code = STATUS_BY_OUTCOME.get(result.outcome, 200)
+        return SubmissionPublic(action=result.outcome, item=WorkItemPublic.of(result.item))
+
+    create_item.__annotations__["payload"] = submission.schema
+    create_item.__doc__ = f"Submit a `{item_type.name}` work item (created, or the existing one)."
+    return create_item
+
+
+def build_router(types: list[ItemType]) -> APIRouter:
+    """The submission routes of every type that has one."""
+    router = APIRouter(prefix="/api/work-items", tags=["submissions"])
+    for item_type in types:
+        if item_type.submission is not None:
+            router.add_api_route(
+                f"/{item_type.name}",
+                _endpoint(item_type),
+                methods=["POST"],
+                response_model=SubmissionPublic,
+                status_code=201,
+                name=f"create_{item_type.name}_item",
+                responses={
+                    200: {
+                        "model": SubmissionPublic,
+                        "description": "an existing item (unchanged, updated, "
+                        "retried or a dedup hit)",
+                    }
+                },
+            )
+    return router

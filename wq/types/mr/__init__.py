@@ -1,0 +1,33 @@
+"""The `mr` work-item type: GitLab merge requests through their whole lifecycle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wq.engine.registry import ItemType, Submission, TypeRegistry
+
+
+def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = "") -> None:
+    """Register the `mr` type with its settings from `handled_types.mr`."""
+    from wq.types.mr.decider import decide
+    from wq.types.mr.executors import EXECUTORS
+    from wq.types.mr.models import MrItem
+    from wq.types.mr.schemas import MrCreate
+    from wq.types.mr.settings import parse_settings
+    from wq.types.mr.upsert import submit_mr
+
+    parsed = parse_settings(settings, source=source)
+    registry.register_type(
+        ItemType(
+            name="mr",
+            model=MrItem,
+            decider=decide,
+            executors=EXECUTORS,
+            submission=Submission(
+                schema=MrCreate,
+                project_of=lambda payload: payload.project,
+                handle=lambda session, payload, ctx: submit_mr(session, payload, ctx, parsed),
+            ),
+            settings=parsed,
+        )
+    )

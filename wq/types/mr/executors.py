@@ -1,0 +1,266 @@
+"""The MR executors. Each looks before it acts (`ensure_*`), so running one again
+after a lost lease or a retry changes nothing that is already right on GitLab.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Any, cast
+
+from gitlab.exceptions import GitlabDeleteError, GitlabGetError
+
+from wq.engine.dimensions import set_dimension
+from wq.engine.items import set_phase
+from wq.engine.models import CANCELLED, COMPLETED
+from wq.engine.registry import ActionContext, Executor, RetryLater
+from wq.types.mr.gitlab import client, is_draft_title, title_for, translated
+from wq.types.mr.models import MrItem
+from wq.types.mr.settings import MANAGED_LABEL, MrSettings
+
+log = logging.getLogger(__name__)
+SYSTEM = "system"
+EMPTY_NOTE = (
+    "Closing: the changes of this merge request are already on `{target}`, so its diff "
+    "is empty. The work queue opened it and now closes it and deletes its branch."
+)
+
+
+def _unpack(ctx: ActionContext) -> tuple[MrItem, MrSettings]:
+    return cast(MrItem, ctx.item), cast(MrSettings, ctx.settings)
+
+
+def _decoded(action: dict[str, Any]) -> bytes:
+    content = action.get("content") or ""
+    if action.get("encoding") == "base64":
+        return base64.b64decode(content)
+    return content.encode()
+
+
+def _file_on(project: Any, path: str, ref: str) -> bytes | None:
+    try:
+        return cast(bytes, project.files.get(file_path=path, ref=ref).decode())
+    except GitlabGetError as err:
+        if err.response_code == 404:
+            return None
+        raise
+
+
+def _changes_anything(project: Any, ref: str, actions: list[dict[str, Any]]) -> bool:
+    """Whether applying the actions to `ref` would change its tree."""
+    for action in actions:
+        current = _file_on(project, action["file_path"], ref)
+        kind = action["action"]
+        if kind == "delete" and current is None:
+            continue
+        if kind in ("create", "update") and current == _decoded(action):
+            continue
+        return True
+    return False
+
+
+def _push(project: Any, item: MrItem) -> None:
+    """Make the source branch the target branch plus the submitted actions."""
+    project.commits.create(
+        {
+            "branch": item.source_branch,
+            "start_branch": item.target_branch,
+            "commit_message": item.commit_message,
+            "actions": item.file_actions,
+            "force": True,
+        }
+    )
+
+
+def _labels(item: MrItem) -> list[str]:
+    return sorted({*item.labels, MANAGED_LABEL})
+
+
+def _close_empty(ctx: ActionContext, project: Any, mr: Any, item: MrItem) -> None:
+    mr.notes.create({"body": EMPTY_NOTE.format(target=item.target_branch)})
+    mr.state_event = "close"
+    mr.save()
+    with contextlib.suppress(GitlabDeleteError):  # already gone is fine
+        project.branches.delete(item.source_branch)
+    item.error = f"cancelled: the diff against {item.target_branch} became empty"
+    set_phase(
+        ctx.session,
+        item,
+        CANCELLED,
+        actor=SYSTEM,
+        trigger={"source": "worker", "reason": "empty diff"},
+    )
+
+
+def _schedule_checks(ctx: ActionContext, item: MrItem, settings: MrSettings) -> None:
+    for dimension, seconds in (
+        ("needs_empty_check", settings.empty_check_interval_seconds),
+        ("needs_reconcile", settings.reconcile_interval_seconds),
+    ):
+        set_dimension(
+            ctx.session, item, dimension, True, pending_until=ctx.now + timedelta(seconds=seconds)
+        )
+
+
+def ensure_mr(ctx: ActionContext) -> None:
+    """The branch carries the submitted changes and an open MR proposes them."""
+    item, settings = _unpack(ctx)
+    with translated("ensure_mr"):
+        project = client(settings, item.project).projects.get(item.project)
+        if item.mr_iid is None:
+            found = project.mergerequests.list(
+                source_branch=item.source_branch, state="opened", get_all=False
+            )
+            if found:
+                mr = found[0]  # opened by an earlier attempt whose commit was lost
+            elif not _changes_anything(project, item.target_branch, item.file_actions):
+                item.error = f"cancelled: the changes are already on {item.target_branch}"
+                set_dimension(ctx.session, item, "needs_mr", False)
+                set_phase(
+                    ctx.session,
+                    item,
+                    CANCELLED,
+                    actor=SYSTEM,
+                    trigger={"source": "worker", "reason": "empty diff"},
+                )
+                return
+            else:
+                _push(project, item)
+                mr = project.mergerequests.create(
+                    {
+                        "source_branch": item.source_branch,
+                        "target_branch": item.target_branch,
+                        "title": title_for(item.title, item.draft),
+                        "description": item.description,
+                        "labels": _labels(item),
+                        "remove_source_branch": True,
+                    }
+                )
+            item.mr_iid, item.mr_url = mr.iid, mr.web_url
+        else:
+            mr = project.mergerequests.get(item.mr_iid)
+            if _ended(ctx, item, mr):
+                return
+            _push(project, item)
+            _sync_fields(mr, item)
+            if not project.repository_compare(item.target_branch, item.source_branch)["diffs"]:
+                _close_empty(ctx, project, mr, item)
+                return
+    set_dimension(ctx.session, item, "needs_mr", False)
+    _schedule_checks(ctx, item, settings)
+
+
+def _ended(ctx: ActionContext, item: MrItem, mr: Any) -> bool:
+    """Follow GitLab when the MR was merged or closed behind our back."""
+    phase = {"merged": COMPLETED, "closed": CANCELLED}.get(mr.state)
+    if phase is None:
+        return False
+    set_phase(
+        ctx.session,
+        item,
+        phase,
+        actor=SYSTEM,
+        trigger={"source": "worker", "reason": f"merge request {mr.state} on GitLab"},
+    )
+    return True
+
+
+def _sync_fields(mr: Any, item: MrItem) -> None:
+    """Title, description and labels as submitted; GitLab keeps the Draft/Ready state."""
+    changed = False
+    title = title_for(item.title, is_draft_title(mr.title))
+    if mr.title != title:
+        mr.title, changed = title, True
+    if (mr.description or "") != item.description:
+        mr.description, changed = item.description, True
+    missing = set(_labels(item)) - set(mr.labels)
+    if missing:
+        mr.labels, changed = sorted({*mr.labels, *missing}), True
+    if changed:
+        mr.save()
+
+
+def dashboard_url(settings: MrSettings, item: MrItem) -> str | None:
+    """The dashboard link of an item, or None without a dashboard."""
+    if not settings.dashboard_base_url:
+        return None
+    return f"{settings.dashboard_base_url.rstrip('/')}/work-items/{item.id}"
+
+
+def ensure_dashboard_note(ctx: ActionContext) -> None:
+    """An internal note on the MR links to the dashboard (nothing without a dashboard)."""
+    item, settings = _unpack(ctx)
+    url = dashboard_url(settings, item)
+    if url is None or item.mr_iid is None:
+        set_dimension(ctx.session, item, "needs_dashboard", False)
+        return
+    with translated("ensure_dashboard_note"):
+        project = client(settings, item.project).projects.get(item.project, lazy=True)
+        mr = project.mergerequests.get(item.mr_iid, lazy=True)
+        note = next((n for n in mr.notes.list(get_all=True) if url in n.body), None)
+        if note is None:
+            note = mr.notes.create({"body": f"Work queue dashboard: {url}", "internal": True})
+    set_dimension(
+        ctx.session, item, "needs_dashboard", False, detail={"note_id": note.id, "url": url}
+    )
+
+
+def check_empty_diff(ctx: ActionContext) -> None:
+    """Cancel the MR when its diff became empty (the target branch caught up)."""
+    item, settings = _unpack(ctx)
+    next_check = ctx.now + timedelta(seconds=settings.empty_check_interval_seconds)
+    if item.mr_iid is not None:
+        try:
+            with translated("check_empty_diff"):
+                project = client(settings, item.project).projects.get(item.project)
+                compare = project.repository_compare(item.target_branch, item.source_branch)
+                if not compare["diffs"]:
+                    mr = project.mergerequests.get(item.mr_iid)
+                    if not _ended(ctx, item, mr):
+                        _close_empty(ctx, project, mr, item)
+                    return
+        except RetryLater as err:
+            log.warning("work item %s: %s; checking again later", item.id, err)
+    set_dimension(ctx.session, item, "needs_empty_check", True, pending_until=next_check)
+
+
+def reconcile_mr(ctx: ActionContext) -> None:
+    """Merge when GitLab says mergeable and auto-merge was asked; fix drifted fields."""
+    item, settings = _unpack(ctx)
+    if item.mr_iid is not None:
+        with translated("reconcile_mr"):
+            project = client(settings, item.project).projects.get(item.project, lazy=True)
+            mr = project.mergerequests.get(item.mr_iid)
+            if _ended(ctx, item, mr):
+                return
+            _sync_fields(mr, item)
+            pipeline = getattr(mr, "head_pipeline", None)
+            if isinstance(pipeline, dict) and pipeline.get("id"):
+                item.head_pipeline_id = int(pipeline["id"])
+            if item.auto_merge and mr.detailed_merge_status == "mergeable":
+                mr.merge()
+                set_phase(
+                    ctx.session,
+                    item,
+                    COMPLETED,
+                    actor=SYSTEM,
+                    trigger={"source": "worker", "reason": "merged by the work queue"},
+                )
+                return
+    set_dimension(
+        ctx.session,
+        item,
+        "needs_reconcile",
+        True,
+        pending_until=ctx.now + timedelta(seconds=settings.reconcile_interval_seconds),
+    )
+
+
+EXECUTORS: dict[str, Executor] = {
+    "ensure_mr": ensure_mr,
+    "ensure_dashboard_note": ensure_dashboard_note,
+    "check_empty_diff": check_empty_diff,
+    "reconcile_mr": reconcile_mr,
+}

@@ -1,0 +1,89 @@
+"""GitLab access for MR executors: python-gitlab clients and error classification.
+
+5xx, timeouts, connection errors and 429 (honouring Retry-After) are transient and
+retried with backoff; 401, 403 and 404 are permanent and end up on the item as a
+readable error. Tokens never appear in messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import gitlab
+import requests
+from gitlab.exceptions import GitlabError
+
+from wq.engine.registry import PermanentFailure, RetryLater
+from wq.types.mr.settings import MrSettings
+
+TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def client(settings: MrSettings, project: str) -> gitlab.Gitlab:
+    """A python-gitlab client with the project's token."""
+    try:
+        url, token = settings.gitlab_for(project)
+    except LookupError as err:
+        raise PermanentFailure(str(err)) from None
+    return gitlab.Gitlab(
+        url,
+        private_token=token,
+        timeout=settings.request_timeout_seconds,
+        retry_transient_errors=False,
+    )
+
+
+def _retry_after(err: GitlabError) -> float | None:
+    headers = getattr(getattr(err, "response", None), "headers", None) or {}
+    value = headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def is_transient(err: BaseException) -> bool:
+    """True for errors worth retrying later."""
+    if isinstance(err, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    return isinstance(err, GitlabError) and err.response_code in TRANSIENT_CODES
+
+
+def describe(err: BaseException) -> str:
+    """A readable one-line account of a GitLab error."""
+    if isinstance(err, GitlabError):
+        return f"GitLab answered {err.response_code}: {err.error_message}"
+    return f"cannot reach GitLab: {type(err).__name__}"
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Turn GitLab and network errors into the engine's retry/fail exceptions."""
+    try:
+        yield
+    except (GitlabError, requests.exceptions.RequestException) as err:
+        message = f"{what}: {describe(err)}"
+        if is_transient(err):
+            retry_after = _retry_after(err) if isinstance(err, GitlabError) else None
+            raise RetryLater(message, retry_after=retry_after) from None
+        raise PermanentFailure(message) from None
+
+
+def title_for(title: str, draft: bool) -> str:
+    """GitLab marks drafts through the title prefix."""
+    return f"Draft: {title}" if draft else title
+
+
+def is_draft_title(title: str) -> bool:
+    """Whether GitLab considers a title a draft."""
+    lowered = title.lower()
+    return lowered.startswith(("draft:", "[draft]", "(draft)"))
+
+
+def strip_draft(title: str) -> str:
+    """The title without GitLab's draft prefix."""
+    for prefix in ("draft:", "[draft]", "(draft)"):
+        if title.lower().startswith(prefix):
+            return title[len(prefix) :].lstrip()
+    return title

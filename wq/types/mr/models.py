@@ -1,0 +1,63 @@
+"""The `mr_details` table: what a merge request work item wants on GitLab."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from wq.engine.models import JsonDoc, WorkItem
+
+
+class MrItem(WorkItem):
+    """A merge request work item (joined-table inheritance on `work_items`)."""
+
+    __tablename__ = "mr_details"
+
+    id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("work_items.id", ondelete="CASCADE"), primary_key=True
+    )
+    package: Mapped[str | None] = mapped_column(String(255))
+    source: Mapped[str | None] = mapped_column(String(255))
+    change_kind: Mapped[str | None] = mapped_column(String(64))
+    source_branch: Mapped[str] = mapped_column(String(255))
+    target_branch: Mapped[str] = mapped_column(String(255))
+    title: Mapped[str] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(Text, default="")
+    labels: Mapped[list[str]] = mapped_column(JsonDoc)
+    commit_message: Mapped[str] = mapped_column(Text)
+    file_actions: Mapped[list[dict[str, Any]]] = mapped_column(JsonDoc)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+    draft: Mapped[bool] = mapped_column(Boolean, default=False)
+    auto_merge: Mapped[bool] = mapped_column(Boolean, default=False)
+    mr_iid: Mapped[int | None] = mapped_column(Integer)
+    mr_url: Mapped[str | None] = mapped_column(Text)
+    head_pipeline_id: Mapped[int | None] = mapped_column(BigInteger)
+
+    __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
+        "polymorphic_identity": "mr",
+        "polymorphic_load": "selectin",
+    }
+    __table_args__ = (Index("ix_mr_details_branch", "source_branch"),)
+
+    def details_dict(self) -> dict[str, Any]:
+        """The `details` the API shows."""
+        return {
+            "package": self.package,
+            "source": self.source,
+            "change_kind": self.change_kind,
+            "source_branch": self.source_branch,
+            "target_branch": self.target_branch,
+            "title": self.title,
+            "labels": self.labels,
+            "content_hash": self.content_hash,
+            "generation": self.generation,
+            "draft": self.draft,
+            "auto_merge": self.auto_merge,
+            "mr_iid": self.mr_iid,
+            "mr_url": self.mr_url,
+            "head_pipeline_id": self.head_pipeline_id,
+        }
