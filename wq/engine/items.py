@@ -216,21 +216,26 @@ def submit(
             return Intake("capped", None)
     item.id = item.id or uuid.uuid4()
     item.phase = ACTIVE
-    item.admission = IDLE
     item.created_at = item.updated_at = now
-    try:
-        with session.begin_nested():
-            session.add(item)
-            session.flush()
-    except IntegrityError:
-        if not item.dedup_key:
-            raise
-        existing = _find_active_by_dedup_key(session, item.dedup_key)
-        if existing is None:
-            raise
-        return Intake("dedup", existing)
-    audit(
-        session,
+    # Decide before the insert, so a new item is written once, already queued.
+    wants_action = item.type not in registry or registry.get(item.type).decider(item, now)
+    item.admission = QUEUED if wants_action else IDLE
+    if wants_action:
+        item.seq = store.next_seq(session)
+        item.queued_at = now
+    if item.dedup_key:
+        try:
+            with session.begin_nested():
+                session.add(item)
+                session.flush()
+        except IntegrityError:
+            existing = _find_active_by_dedup_key(session, item.dedup_key)
+            if existing is None:
+                raise
+            return Intake("dedup", existing)
+    else:
+        session.add(item)
+    records = [
         AuditRecord(
             "created",
             actor,
@@ -238,9 +243,14 @@ def submit(
             new_state=snapshot(item),
             trigger=trigger,
             metadata={"type": item.type, "autonomous": item.autonomous or None},
-        ),
-    )
-    settle(session, item, registry, now, actor=actor, trigger=trigger)
+        )
+    ]
+    if wants_action:
+        records.append(
+            AuditRecord("queued", actor, item.id, new_state=snapshot(item), trigger=trigger)
+        )
+        signal(session, PROJECT_QUEUED, item.project)
+    audit(session, *records)
     return Intake("created", item)
 
 
