@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import event, update
+from sqlalchemy import Connection, event, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
@@ -37,6 +37,7 @@ from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 
 log = logging.getLogger(__name__)
 _IN_EXECUTOR = "wq_in_executor"
+_FENCE = "wq_fence"
 
 
 class ExecutorMisbehaved(RuntimeError):
@@ -49,6 +50,30 @@ def _forbid_commit_in_executor(session: Session) -> None:
 
 
 event.listen(Session, "before_commit", _forbid_commit_in_executor)
+
+
+class LeaseLost(RuntimeError):
+    """The item's lease was taken over while its action ran; its changes are discarded."""
+
+
+@event.listens_for(Session, "after_begin")
+def _fence_action(session: Session, _transaction: Any, connection: Connection) -> None:
+    """Before an action writes anything, check (and lock) that its lease is still ours.
+
+    The executor's first statement or the final flush begins the write transaction;
+    the fence runs first in it, so no write of a worker that lost its lease survives.
+    """
+    fence = session.info.get(_FENCE)
+    if fence is None:
+        return
+    item_id, token = fence
+    result = connection.execute(
+        update(WorkItem)
+        .where(WorkItem.id == item_id, WorkItem.lease_token == token)
+        .values(updated_at=utcnow())
+    )
+    if not result.rowcount:
+        raise LeaseLost(str(item_id))
 
 
 def default_owner() -> str:
@@ -299,9 +324,16 @@ class ProcessingManager:
         executor = self.registry.executor(item.type, action)
         old = snapshot(item)
         session.info[_IN_EXECUTOR] = True
+        session.info[_FENCE] = (item_id, token)
         try:
             executor(ActionContext(session, item, self.clock(), item_type.settings))
+            session.connection()  # make sure the fenced write transaction has begun
             session.flush()
+        except LeaseLost:
+            session.info[_IN_EXECUTOR] = False
+            session.rollback()
+            log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
+            return False
         except Exception as err:
             session.info[_IN_EXECUTOR] = False
             session.rollback()
@@ -309,10 +341,7 @@ class ProcessingManager:
             return False
         finally:
             session.info[_IN_EXECUTOR] = False
-        if not store.holds_lease(session, item_id, token, self.clock()):
-            session.rollback()
-            log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
-            return False
+            session.info.pop(_FENCE, None)
         trigger = {"source": "worker", "action": action}
         audit(
             session,

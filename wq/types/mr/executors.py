@@ -107,7 +107,7 @@ def _schedule_checks(ctx: ActionContext, item: MrItem, settings: MrSettings) -> 
 def ensure_mr(ctx: ActionContext) -> None:
     """The branch carries the submitted changes and an open MR proposes them."""
     item, settings = _unpack(ctx)
-    with translated("ensure_mr"):
+    with translated():
         project = client(settings, item.project).projects.get(item.project)
         if item.mr_iid is None:
             found = project.mergerequests.list(
@@ -145,7 +145,9 @@ def ensure_mr(ctx: ActionContext) -> None:
                 return
             _push(project, item)
             _sync_fields(mr, item)
-            if not project.repository_compare(item.target_branch, item.source_branch)["diffs"]:
+            if not project.repository_compare(
+                item.target_branch, item.source_branch, straight=True
+            )["diffs"]:
                 _close_empty(ctx, project, mr, item)
                 return
     set_dimension(ctx.session, item, "needs_mr", False)
@@ -196,7 +198,7 @@ def ensure_dashboard_note(ctx: ActionContext) -> None:
     if url is None or item.mr_iid is None:
         set_dimension(ctx.session, item, "needs_dashboard", False)
         return
-    with translated("ensure_dashboard_note"):
+    with translated():
         project = client(settings, item.project).projects.get(item.project, lazy=True)
         mr = project.mergerequests.get(item.mr_iid, lazy=True)
         note = next((n for n in mr.notes.list(get_all=True) if url in n.body), None)
@@ -213,9 +215,11 @@ def check_empty_diff(ctx: ActionContext) -> None:
     next_check = ctx.now + timedelta(seconds=settings.empty_check_interval_seconds)
     if item.mr_iid is not None:
         try:
-            with translated("check_empty_diff"):
+            with translated():
                 project = client(settings, item.project).projects.get(item.project)
-                compare = project.repository_compare(item.target_branch, item.source_branch)
+                compare = project.repository_compare(
+                    item.target_branch, item.source_branch, straight=True
+                )
                 if not compare["diffs"]:
                     mr = project.mergerequests.get(item.mr_iid)
                     if not _ended(ctx, item, mr):
@@ -230,7 +234,7 @@ def reconcile_mr(ctx: ActionContext) -> None:
     """Merge when GitLab says mergeable and auto-merge was asked; fix drifted fields."""
     item, settings = _unpack(ctx)
     if item.mr_iid is not None:
-        with translated("reconcile_mr"):
+        with translated():
             project = client(settings, item.project).projects.get(item.project, lazy=True)
             mr = project.mergerequests.get(item.mr_iid)
             if _ended(ctx, item, mr):

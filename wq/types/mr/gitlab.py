@@ -7,8 +7,10 @@ readable error. Tokens never appear in messages.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import gitlab
 import requests
@@ -20,13 +22,37 @@ from wq.types.mr.settings import MrSettings
 TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
 
 
+_seen = threading.local()  # the Retry-After of this thread's last 429 answer
+
+
+def _remember_retry_after(response: requests.Response, *_: Any, **__: Any) -> None:
+    if response.status_code == 429:
+        _seen.retry_after = response.headers.get("Retry-After")
+
+
+class _Gitlab(gitlab.Gitlab):
+    """python-gitlab that reports a 429 instead of sleeping in the worker.
+
+    The engine then retries the action after the server's Retry-After, which
+    python-gitlab's errors do not carry, so a response hook keeps it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.session.hooks["response"].append(_remember_retry_after)
+
+    def http_request(self, *args: Any, **kwargs: Any) -> requests.Response:
+        kwargs["obey_rate_limit"] = False
+        return super().http_request(*args, **kwargs)
+
+
 def client(settings: MrSettings, project: str) -> gitlab.Gitlab:
     """A python-gitlab client with the project's token."""
     try:
         url, token = settings.gitlab_for(project)
     except LookupError as err:
         raise PermanentFailure(str(err)) from None
-    return gitlab.Gitlab(
+    return _Gitlab(
         url,
         private_token=token,
         timeout=settings.request_timeout_seconds,
@@ -34,13 +60,13 @@ def client(settings: MrSettings, project: str) -> gitlab.Gitlab:
     )
 
 
-def _retry_after(err: GitlabError) -> float | None:
-    headers = getattr(getattr(err, "response", None), "headers", None) or {}
-    value = headers.get("Retry-After")
+def _retry_after() -> float | None:
+    value = getattr(_seen, "retry_after", None)
+    _seen.retry_after = None
     try:
         return float(value) if value is not None else None
     except ValueError:
-        return None
+        return None  # an HTTP date: the backoff is used instead
 
 
 def is_transient(err: BaseException) -> bool:
@@ -58,14 +84,14 @@ def describe(err: BaseException) -> str:
 
 
 @contextmanager
-def translated(what: str) -> Iterator[None]:
+def translated() -> Iterator[None]:
     """Turn GitLab and network errors into the engine's retry/fail exceptions."""
     try:
         yield
     except (GitlabError, requests.exceptions.RequestException) as err:
-        message = f"{what}: {describe(err)}"
+        message = describe(err)
         if is_transient(err):
-            retry_after = _retry_after(err) if isinstance(err, GitlabError) else None
+            retry_after = _retry_after() if isinstance(err, GitlabError) else None
             raise RetryLater(message, retry_after=retry_after) from None
         raise PermanentFailure(message) from None
 

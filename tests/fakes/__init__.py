@@ -1,0 +1,1 @@
+"""In-repo fakes of external services, served over real HTTP on loopback for tests."""

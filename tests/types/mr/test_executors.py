@@ -1,0 +1,310 @@
+"""MR executors against the fake GitLab, through the real processing loop."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.conftest import Store, make_config
+from tests.fakes.gitlab import FakeGitLab
+from tests.support.waiting import wait_for
+from tests.types.mr.helpers import TOKEN, mr_registry, payload
+from wq.engine.dimensions import set_dimension
+from wq.engine.models import AuditEntry, WorkItem, utcnow
+from wq.engine.processing import ProcessingManager
+from wq.engine.registry import SubmitContext, TypeRegistry
+from wq.engine.sweep import sweep_once
+from wq.types.mr.models import MrItem
+from wq.types.mr.schemas import MrCreate
+from wq.types.mr.upsert import submit_mr
+
+PROJECT = "group/project"
+DASHBOARD = "https://dashboard.example.com"
+
+
+@pytest.fixture
+def gitlab() -> Iterator[FakeGitLab]:
+    with FakeGitLab() as fake:
+        fake.add_token(TOKEN, projects=["group"])
+        fake.add_project(PROJECT, files={"sources": "v1\n", "README.md": "hi\n"})
+        yield fake
+
+
+class Harness:
+    """The mr type wired to a store and the fake GitLab, with a running manager."""
+
+    def __init__(self, store: Store, registry: TypeRegistry) -> None:
+        self.store = store
+        self.registry = registry
+        config = make_config(store.url, processing={"workers": 2})
+        self.manager = ProcessingManager(store.sessions, registry, config)
+
+    def submit(self, **overrides: Any) -> tuple[str, uuid.UUID]:
+        ctx = SubmitContext(
+            registry=self.registry,
+            pool=self.manager.config.pool_for(PROJECT),
+            actor="tester",
+            now=utcnow(),
+        )
+        with self.store.sessions.begin() as session:
+            result = submit_mr(
+                session,
+                MrCreate.model_validate(payload(**overrides)),
+                ctx,
+                self.registry.get("mr").settings,
+            )
+            assert result.item is not None
+            return result.outcome, result.item.id
+
+    def item(self, item_id: uuid.UUID) -> MrItem:
+        with self.store.sessions() as session:
+            item = session.get(WorkItem, item_id)
+            assert isinstance(item, MrItem)
+            session.expunge_all()
+            return item
+
+    def settled(self, item_id: uuid.UUID, timeout: float = 15) -> MrItem:
+        """Wait until the item is idle or done, and return it."""
+        wait_for(
+            lambda: self.item(item_id).admission in ("idle", "done"),
+            timeout=timeout,
+            message="item settled",
+        )
+        return self.item(item_id)
+
+    def due_now(self, item_id: uuid.UUID, dimension: str) -> None:
+        """Make a deferred dimension come due and let the sweep queue the item."""
+        with self.store.sessions.begin() as session:
+            item = session.get(WorkItem, item_id)
+            assert item is not None
+            set_dimension(
+                session, item, dimension, True, pending_until=utcnow() - timedelta(seconds=1)
+            )
+        sweep_once(self.store.sessions, self.registry, self.manager.config)
+
+    def actions(self, item_id: uuid.UUID) -> list[str]:
+        from sqlalchemy import select
+
+        with self.store.sessions() as session:
+            triggers = session.execute(
+                select(AuditEntry.trigger)
+                .where(
+                    AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_completed"
+                )
+                .order_by(AuditEntry.id)
+            ).scalars()
+            return [trigger["action"] for trigger in triggers]
+
+
+@pytest.fixture
+def harness(store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    registry = mr_registry(monkeypatch, gitlab_url=gitlab.url, dashboard_base_url=DASHBOARD)
+    harness = Harness(store, registry)
+    harness.manager.start()
+    yield harness
+    harness.manager.stop(grace=2)
+
+
+def test_full_chain_creates_branch_commit_mr_and_dashboard_note(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    _, item_id = harness.submit()
+    item = harness.settled(item_id)
+    assert item.phase == "active" and item.mr_iid is not None
+    mr = gitlab.merge_request(PROJECT, item.mr_iid)
+    assert (mr.title, mr.source_branch, mr.target_branch) == ("Sync sources", "wq/sync-1", "main")
+    assert sorted(mr.labels) == ["managed-by::workqueue", "sync"]
+    assert gitlab.project(PROJECT).text("wq/sync-1", "sources") == "v2\n"
+    assert item.mr_url and item.mr_url.endswith(f"/merge_requests/{item.mr_iid}")
+    notes = [note for note in mr.user_notes() if DASHBOARD in note.body]
+    assert len(notes) == 1 and notes[0].internal
+    dashboard = item.status("needs_dashboard")
+    assert dashboard is not None and dashboard.status == "false"
+    assert dashboard.detail == {"note_id": notes[0].id, "url": f"{DASHBOARD}/work-items/{item_id}"}
+    for deferred in ("needs_empty_check", "needs_reconcile"):
+        row = item.status(deferred)
+        assert row is not None and row.status == "true" and row.is_deferred(utcnow())
+    assert harness.actions(item_id) == ["ensure_mr", "ensure_dashboard_note"]
+
+
+def test_no_dashboard_configured_means_no_note(
+    store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness = Harness(store, mr_registry(monkeypatch, gitlab_url=gitlab.url))
+    harness.manager.start()
+    try:
+        _, item_id = harness.submit()
+        item = harness.settled(item_id)
+        assert item.mr_iid is not None
+        assert gitlab.merge_request(PROJECT, item.mr_iid).user_notes() == []
+        assert item.status("needs_dashboard").status == "false"  # type: ignore[union-attr]
+    finally:
+        harness.manager.stop(grace=2)
+
+
+def test_update_force_pushes_and_keeps_gitlabs_draft_state(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    _, item_id = harness.submit(draft=True)
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+    assert gitlab.merge_request(PROJECT, iid).title == "Draft: Sync sources"
+
+    new = [{"action": "update", "file_path": "sources", "content": "v3\n"}]
+    assert harness.submit(draft=True, file_actions=new, title="Sync v3")[0] == "updated"
+    harness.settled(item_id)
+    wait_for(
+        lambda: gitlab.project(PROJECT).text("wq/sync-1", "sources") == "v3\n", message="force push"
+    )
+    assert gitlab.merge_request(PROJECT, iid).title == "Draft: Sync v3"
+
+    gitlab.update_merge_request(PROJECT, iid, title="Sync v3")  # a person marks it ready
+    newer = [{"action": "update", "file_path": "sources", "content": "v4\n"}]
+    assert harness.submit(draft=True, file_actions=newer, title="Sync v4")[0] == "updated"
+    wait_for(
+        lambda: gitlab.project(PROJECT).text("wq/sync-1", "sources") == "v4\n",
+        message="second force push",
+    )
+    harness.settled(item_id)
+    assert gitlab.merge_request(PROJECT, iid).title == "Sync v4"  # still ready
+    assert harness.item(item_id).details_dict()["draft"] is True  # as first submitted
+
+
+def test_empty_diff_before_creation_cancels_without_an_mr(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    same = [{"action": "update", "file_path": "sources", "content": "v1\n"}]
+    _, item_id = harness.submit(file_actions=same)
+    item = harness.settled(item_id)
+    assert (item.phase, item.admission, item.mr_iid) == ("cancelled", "done", None)
+    assert "already on main" in (item.error or "")
+    assert gitlab.project(PROJECT).merge_requests == {}
+    assert "wq/sync-1" not in gitlab.project(PROJECT).branches
+
+
+def test_empty_after_force_push_closes_the_mr(harness: Harness, gitlab: FakeGitLab) -> None:
+    _, item_id = harness.submit()
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+    same = [{"action": "update", "file_path": "sources", "content": "v1\n"}]
+    assert harness.submit(file_actions=same)[0] == "updated"
+    wait_for(lambda: harness.item(item_id).phase == "cancelled", message="cancelled")
+    mr = gitlab.merge_request(PROJECT, iid)
+    assert mr.state == "closed"
+    assert any("diff is empty" in note.body for note in mr.user_notes())
+    assert "wq/sync-1" not in gitlab.project(PROJECT).branches
+
+
+def test_check_empty_diff_cycle_and_transient_errors(harness: Harness, gitlab: FakeGitLab) -> None:
+    _, item_id = harness.submit()
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+
+    gitlab.fail_next("GET", r"/repository/compare", 503)
+    harness.due_now(item_id, "needs_empty_check")
+    item = harness.settled(item_id)
+    assert item.phase == "active" and item.attempts == 0  # transient: logged, not fatal
+    assert item.status("needs_empty_check").is_deferred(utcnow())  # type: ignore[union-attr]
+
+    gitlab.push(PROJECT, "main", {"sources": "v2\n"}, message="upstream caught up")
+    harness.due_now(item_id, "needs_empty_check")
+    wait_for(lambda: harness.item(item_id).phase == "cancelled", message="cancelled")
+    assert gitlab.merge_request(PROJECT, iid).state == "closed"
+    assert harness.actions(item_id).count("check_empty_diff") == 2
+
+
+def test_reconcile_merges_only_when_mergeable_and_asked(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    _, manual = harness.submit()
+    _, auto = harness.submit(source_branch="wq/auto", auto_merge=True)
+    manual_iid = harness.settled(manual).mr_iid
+    auto_iid = harness.settled(auto).mr_iid
+    assert manual_iid is not None and auto_iid is not None
+
+    gitlab.set_merge_status(PROJECT, auto_iid, "ci_still_running")
+    harness.due_now(auto, "needs_reconcile")
+    assert harness.settled(auto).phase == "active"
+    assert gitlab.merge_request(PROJECT, auto_iid).state == "opened"
+
+    gitlab.set_merge_status(PROJECT, auto_iid, None)  # mergeable again
+    harness.due_now(auto, "needs_reconcile")
+    harness.due_now(manual, "needs_reconcile")
+    wait_for(lambda: harness.item(auto).phase == "completed", message="auto-merged")
+    assert gitlab.merge_request(PROJECT, auto_iid).state == "merged"
+    assert harness.settled(manual).phase == "active"
+    assert gitlab.merge_request(PROJECT, manual_iid).state == "opened"
+
+
+def test_reconcile_restores_drifted_title_and_follows_a_merge_on_gitlab(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    _, item_id = harness.submit()
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+    gitlab.update_merge_request(PROJECT, iid, title="Someone renamed it", description="x")
+    harness.due_now(item_id, "needs_reconcile")
+    harness.settled(item_id)
+    wait_for(
+        lambda: gitlab.merge_request(PROJECT, iid).title == "Sync sources", message="title restored"
+    )
+    assert gitlab.merge_request(PROJECT, iid).description == "Automated sync"
+
+    gitlab.update_merge_request(PROJECT, iid, state="merged")
+    harness.due_now(item_id, "needs_reconcile")
+    wait_for(lambda: harness.item(item_id).phase == "completed", message="completed")
+    assert harness.item(item_id).admission == "done"
+
+
+def test_transient_errors_back_off_and_429_honours_retry_after(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    gitlab.fail_next("POST", r"/repository/commits", 502)
+    _, item_id = harness.submit()
+    wait_for(lambda: harness.item(item_id).mr_iid is not None, message="created after 502")
+    item = harness.item(item_id)
+    assert item.attempts == 1 and "502" in (item.error or "")
+
+    gitlab.fail_next("POST", r"/merge_requests$", 429, retry_after=30)
+    _, other = harness.submit(source_branch="wq/other")
+    wait_for(lambda: harness.item(other).attempts == 1, message="429 recorded")
+    waiting = harness.item(other)
+    assert waiting.run_after is not None
+    assert waiting.run_after >= utcnow() + timedelta(seconds=25)
+    assert "429" in (waiting.error or "") and waiting.phase == "active"
+
+
+def test_permanent_errors_fail_the_item_with_a_readable_message(
+    store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gitlab.add_token("glpat-narrow", projects=["elsewhere"])
+    registry = mr_registry(monkeypatch, gitlab_url=gitlab.url)
+    monkeypatch.setenv("WQ_TEST_GITLAB_TOKEN", "glpat-narrow")  # sees no group/ project
+    harness = Harness(store, registry)
+    harness.manager.start()
+    try:
+        _, item_id = harness.submit()
+        wait_for(lambda: harness.item(item_id).phase == "failed", message="failed")
+        item = harness.item(item_id)
+        assert item.attempts == 1  # no pointless retries
+        assert item.error == "ensure_mr: GitLab answered 404: 404 Project Not Found"
+        assert "glpat" not in item.error
+    finally:
+        harness.manager.stop(grace=2)
+
+
+def test_a_lost_commit_is_found_again_not_duplicated(harness: Harness, gitlab: FakeGitLab) -> None:
+    # GitLab created the MR but the answer was lost: the retry adopts the open MR.
+    gitlab.drop_next("POST", r"/merge_requests$")
+    _, item_id = harness.submit()
+    wait_for(
+        lambda: harness.item(item_id).mr_iid is not None,
+        timeout=20,
+        message="MR adopted after the dropped answer",
+    )
+    harness.settled(item_id)
+    assert len(gitlab.project(PROJECT).merge_requests) == 1
