@@ -126,3 +126,30 @@ def test_admission_views_need_a_token(pooled: tuple[Runtime, TestClient]) -> Non
         for path in ("/api/pools", "/api/pools/x/y", "/api/queue?project=x"):
             response = anonymous.get(path)
             assert response.status_code == 401 and response.json()["error"]
+
+
+def test_submission_dedup_is_200_with_the_existing_item(
+    pooled: tuple[Runtime, TestClient],
+) -> None:
+    _, client = pooled
+    first = client.post("/api/work-items/chain", json={"project": "team/app", "dedup_key": "k1"})
+    assert first.status_code == 201, first.text
+    assert first.json()["action"] == "created"
+    again = client.post("/api/work-items/chain", json={"project": "team/app", "dedup_key": "k1"})
+    assert again.status_code == 200, again.text
+    assert again.json()["action"] == "dedup"
+    assert again.json()["item"]["id"] == first.json()["item"]["id"]
+
+
+def test_autonomous_submissions_past_the_cap_are_refused(
+    pooled: tuple[Runtime, TestClient],
+) -> None:
+    _, client = pooled
+    body = {"project": "team/app", "autonomous": True}
+    codes = [client.post("/api/work-items/chain", json=body).status_code for _ in range(4)]
+    assert codes == [201, 201, 201, 429]
+    refused = client.post("/api/work-items/chain", json=body)
+    assert "capped" in refused.json()["error"]
+    assert client.post("/api/work-items/chain", json={"project": "team/app"}).status_code == 201
+    pool = client.get("/api/pools/team/app").json()
+    assert pool["queued_autonomous"] == 3

@@ -15,10 +15,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from wq.engine import items
 from wq.engine.dimensions import first_actionable, set_dimension
 from wq.engine.models import WorkItem
-from wq.engine.registry import ActionContext, EventContext, ItemType, TypeRegistry
+from wq.engine.registry import (
+    ActionContext,
+    EventContext,
+    ItemType,
+    Submission,
+    SubmitContext,
+    SubmitResult,
+    TypeRegistry,
+)
 
 STEPS = ("step1", "step2", "step3")
 
@@ -95,6 +108,33 @@ def handle_event(ctx: EventContext) -> None:
         ctx.item.phase = "cancelled"
 
 
+class ChainCreate(BaseModel):
+    """The submission payload of a chain item."""
+
+    project: str
+    lane: Literal["normal", "alert"] = "normal"
+    autonomous: bool = False
+    dedup_key: str | None = None
+
+
+def submit_chain(session: Session, payload: ChainCreate, ctx: SubmitContext) -> SubmitResult:
+    intake = items.submit(
+        session,
+        new_chain_item(
+            payload.project,
+            lane=payload.lane,
+            autonomous=payload.autonomous,
+            dedup_key=payload.dedup_key,
+        ),
+        registry=ctx.registry,
+        pool=ctx.pool,
+        now=ctx.now,
+        actor=ctx.actor,
+        trigger={"source": "api"},
+    )
+    return SubmitResult(intake.outcome, intake.item)
+
+
 def chain_type(behaviour: Behaviour) -> ItemType:
     """The `chain` type bound to a behaviour."""
     return ItemType(
@@ -103,6 +143,9 @@ def chain_type(behaviour: Behaviour) -> ItemType:
         decider=decide,
         executors={step: make_executor(step, behaviour) for step in STEPS},
         event_handler=handle_event,
+        submission=Submission(
+            schema=ChainCreate, project_of=lambda payload: payload.project, handle=submit_chain
+        ),
     )
 
 
