@@ -921,6 +921,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-listen", action="store_true", help="do not run LISTEN/NOTIFY")
     parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval for the run (Python's default is 0.005 s)",
+    )
+    parser.add_argument(
         "--daemon-logging",
         action="store_true",
         help="log at INFO like `wq daemon` (every audit row is formatted) into /dev/null",
@@ -968,6 +974,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     if args.daemon_logging:
         logging.basicConfig(level=logging.INFO, stream=open(os.devnull, "w"))  # noqa: SIM115
     quiet = args.json
@@ -1014,6 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "postgres": server_version(url),
             "wq_source": source,
+            "switch_interval": sys.getswitchinterval(),
             "load_before": load_before,
             "load_after": os.getloadavg()[0],
         }

@@ -82,6 +82,8 @@ class Config(_Section):
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
     audit: AuditConfig = AuditConfig()
     auth: AuthConfig = AuthConfig()
+    # Validated by the daemon's authorization layer, which owns its schema.
+    authorization: dict[str, Any] | None = None
     handled_types: dict[str, dict[str, Any]] | None = None
     _source: str = PrivateAttr(default="embedded default")
 
