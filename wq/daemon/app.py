@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 import wq
 from wq.daemon.errors import install_error_handlers
-from wq.daemon.routers import health, pools, submissions, work_items
+from wq.daemon.routers import health, pools, submissions, webhooks, work_items
 from wq.daemon.runtime import Runtime
 
 
@@ -22,6 +22,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(health.router)
     app.include_router(work_items.router)
     app.include_router(pools.router)
+    app.include_router(webhooks.router)
     app.include_router(
         submissions.build_router([runtime.registry.get(name) for name in runtime.registry.names])
     )

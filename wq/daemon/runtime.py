@@ -13,6 +13,7 @@ from wq.engine.config import Config, ConfigError, default_database_url
 from wq.engine.db import make_engine, make_sessionmaker, read_only
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import TypeRegistry
+from wq.engine.sqs import SqsConsumer, queue_url_from_env
 from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 from wq.types import KNOWN_TYPES, load_all_models
 
@@ -30,6 +31,8 @@ class Runtime:
     wakeup: Wakeup = field(default_factory=Wakeup)
     local_tier: LocalTokenTier | None = None
     manager: ProcessingManager | None = None
+    webhook_secret: str | None = None
+    consumer: SqsConsumer | None = None
 
     def start_processing(self) -> ProcessingManager:
         """Create and start the processing manager (scheduler, workers, sweep)."""
@@ -38,6 +41,22 @@ class Runtime:
         )
         self.manager.start()
         return self.manager
+
+    def start_consumer(self) -> SqsConsumer | None:
+        """Start the SQS consumer when a queue URL is configured (config, then env)."""
+        events = self.config.events
+        queue_url = events.queue_url or queue_url_from_env()
+        if queue_url is None:
+            return None
+        self.consumer = SqsConsumer(
+            self.sessions,
+            self.registry,
+            queue_url,
+            max_messages=events.max_messages,
+            wait_seconds=events.wait_seconds,
+        )
+        self.consumer.start()
+        return self.consumer
 
 
 def build_registry(config: Config) -> TypeRegistry:
@@ -78,4 +97,5 @@ def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runti
         authenticator=Authenticator(tiers),
         wakeup=wakeup,
         local_tier=local_tier,
+        webhook_secret=config.events.webhook_secret(),
     )

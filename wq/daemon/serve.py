@@ -84,6 +84,11 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
         if runtime.engine.dialect.name == "postgresql":
             listener = NotifyListener(runtime.engine, runtime.wakeup)
             listener.start()
+        consumer = runtime.start_consumer()
+        if consumer is not None:
+            log.info("events: consuming %s", consumer.queue_url)
+        if runtime.webhook_secret is not None:
+            log.info("events: GitLab webhook enabled at /api/webhooks/gitlab")
         if runtime.local_tier is not None:
             path = cache.store(url, runtime.local_tier.token, ttl_seconds=None)
             log.info("local token for %s written to %s", url, path)
@@ -94,6 +99,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             yield
         finally:
             log.info("shutting down: no new claims, waiting for running actions")
+            if consumer is not None:
+                consumer.stop()
             manager.stop()
             if listener is not None:
                 listener.stop()

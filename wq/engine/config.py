@@ -73,6 +73,19 @@ class AuthConfig(_Section):
     local_token: bool = True
 
 
+class EventsConfig(_Section):
+    """Event intake: the GitLab webhook secret and the SQS consumer."""
+
+    webhook_secret_env: str | None = None
+    queue_url: str | None = None
+    max_messages: Annotated[int, Field(ge=1, le=10, strict=True)] = 10
+    wait_seconds: Annotated[int, Field(ge=0, le=20, strict=True)] = 20
+
+    def webhook_secret(self) -> str | None:
+        """The webhook secret from its environment variable (None: webhook disabled)."""
+        return os.environ.get(self.webhook_secret_env) if self.webhook_secret_env else None
+
+
 class Config(_Section):
     """The whole daemon configuration."""
 
@@ -82,6 +95,7 @@ class Config(_Section):
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
     audit: AuditConfig = AuditConfig()
     auth: AuthConfig = AuthConfig()
+    events: EventsConfig = EventsConfig()
     # Validated by the daemon's authorization layer, which owns its schema.
     authorization: dict[str, Any] | None = None
     handled_types: dict[str, dict[str, Any]] | None = None
@@ -135,6 +149,12 @@ def parse_config(data: Any, source: str) -> Config:
     except ValidationError as err:
         raise ConfigError(_format_error(source, err)) from None
     config._source = source
+    secret_env = config.events.webhook_secret_env
+    if secret_env and not os.environ.get(secret_env):
+        raise ConfigError(
+            f"config {source}: events.webhook_secret_env: environment variable {secret_env} "
+            "is not set"
+        )
     return config
 
 

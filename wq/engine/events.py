@@ -15,10 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
+from wq.engine.envelope import Event
 from wq.engine.items import settle
+from wq.engine.metrics import count_event
 from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
 from wq.engine.registry import EventContext, TypeRegistry
 from wq.engine.wakeup import EVENT_STORED, signal
@@ -100,8 +102,32 @@ def drain_events(
     session.execute(
         delete(PendingEvent).where(PendingEvent.id.in_([pending.id for pending in events]))
     )
+    count_event("applied", result.applied)
+    count_event("discarded", result.discarded)
     settle(session, item, registry, now, actor=actor, trigger={"source": "event"})
     return result
+
+
+def ingest(sessions: sessionmaker[Session], registry: TypeRegistry, event: Event) -> int:
+    """Store an event for every item it concerns, in one transaction; return how many.
+
+    Every handled type's resolver is asked. The caller acknowledges the event (deletes
+    the queue message, answers the webhook) only after this returns.
+    """
+    count_event("received")
+    with sessions.begin() as session:
+        targets: dict[uuid.UUID, datetime | None] = {}
+        for name in registry.names:
+            resolver = registry.get(name).event_resolver
+            if resolver is not None:
+                ids, event_at = resolver(session, event.event_type, event.payload)
+                targets.update(dict.fromkeys(ids, event_at))
+        for item_id in sorted(targets):
+            store_event(
+                session, item_id, event.event_type, event.payload, event_at=targets[item_id]
+            )
+    count_event("stored" if targets else "unmatched")
+    return len(targets)
 
 
 def items_with_pending_events(session: Session, limit: int = 1000) -> list[uuid.UUID]:

@@ -6,6 +6,7 @@ engine looks them up by the item's `type` and knows nothing else about it.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,6 +49,8 @@ class EventContext:
 
 Executor = Callable[[ActionContext], None]
 EventHandler = Callable[[EventContext], None]
+# Maps one event (kind, payload) to the items it concerns and the event's own time.
+EventResolver = Callable[[Session, str, Any], tuple[list[uuid.UUID], datetime | None]]
 
 
 class RetryLater(Exception):
@@ -105,6 +108,7 @@ class ItemType:
     decider: Decider
     executors: Mapping[str, Executor]
     event_handler: EventHandler | None = None
+    event_resolver: EventResolver | None = None
     submission: Submission | None = None
     settings: Any = None
 

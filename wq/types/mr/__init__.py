@@ -10,6 +10,7 @@ from wq.engine.registry import ItemType, Submission, TypeRegistry
 def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = "") -> None:
     """Register the `mr` type with its settings from `handled_types.mr`."""
     from wq.types.mr.decider import decide
+    from wq.types.mr.events import handle, resolve
     from wq.types.mr.executors import EXECUTORS
     from wq.types.mr.models import MrItem
     from wq.types.mr.schemas import MrCreate
@@ -23,6 +24,8 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
             model=MrItem,
             decider=decide,
             executors=EXECUTORS,
+            event_handler=handle,
+            event_resolver=resolve,
             submission=Submission(
                 schema=MrCreate,
                 project_of=lambda payload: payload.project,

@@ -1,0 +1,44 @@
+"""`POST /api/webhooks/gitlab`: GitLab events without AWS in between.
+
+GitLab's `X-Gitlab-Token` must equal the configured secret (constant-time compare);
+the event then takes the same path as one from the queue: resolve, store, wake.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from wq.daemon.deps import RuntimeDep
+from wq.engine.envelope import UndecodableMessage, event_from_payload
+from wq.engine.events import ingest
+
+router = APIRouter(prefix="/api/webhooks", tags=["events"])
+
+
+@router.post("/gitlab", status_code=202)
+async def receive_gitlab_event(
+    request: Request,
+    runtime: RuntimeDep,
+    x_gitlab_token: Annotated[str | None, Header()] = None,
+) -> JSONResponse:
+    """Store a GitLab webhook event for the items it concerns (202)."""
+    secret = runtime.webhook_secret
+    if secret is None:
+        raise HTTPException(404, "the GitLab webhook is not enabled on this daemon")
+    if x_gitlab_token is None or not hmac.compare_digest(x_gitlab_token.encode(), secret.encode()):
+        raise HTTPException(401, "missing or wrong X-Gitlab-Token")
+    try:
+        document = json.loads(await request.body())
+        event = event_from_payload(document)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise HTTPException(400, "the body is not JSON") from None
+    except UndecodableMessage as err:
+        raise HTTPException(400, f"not a GitLab event: {err}") from None
+    stored = await run_in_threadpool(ingest, runtime.sessions, runtime.registry, event)
+    return JSONResponse({"event": event.event_type, "stored": stored}, status_code=202)
