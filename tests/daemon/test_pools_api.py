@@ -153,3 +153,11 @@ def test_autonomous_submissions_past_the_cap_are_refused(
     assert client.post("/api/work-items/chain", json={"project": "team/app"}).status_code == 201
     pool = client.get("/api/pools/team/app").json()
     assert pool["queued_autonomous"] == 3
+
+
+def test_metrics_are_served_without_auth(pooled: tuple[Runtime, TestClient]) -> None:
+    runtime, _ = pooled
+    with TestClient(create_app(runtime)) as anonymous:
+        response = anonymous.get("/metrics/")
+    assert response.status_code == 200
+    assert "wq_events_total" in response.text

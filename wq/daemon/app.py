@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from prometheus_client import make_asgi_app
 
 import wq
 from wq.daemon.errors import install_error_handlers
@@ -20,6 +21,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(health.router)
+    app.mount("/metrics", make_asgi_app())
     app.include_router(work_items.router)
     app.include_router(pools.router)
     app.include_router(webhooks.router)
