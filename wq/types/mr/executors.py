@@ -85,12 +85,13 @@ def _close_empty(ctx: ActionContext, project: Any, mr: Any, item: MrItem) -> Non
     with contextlib.suppress(GitlabDeleteError):  # already gone is fine
         project.branches.delete(item.source_branch)
     item.error = f"cancelled: the diff against {item.target_branch} became empty"
+    _end(ctx, item, CANCELLED, "empty diff")
+
+
+def _end(ctx: ActionContext, item: MrItem, phase: str, reason: str) -> None:
+    """Move the item to a terminal phase from an executor, saying why."""
     set_phase(
-        ctx.session,
-        item,
-        CANCELLED,
-        actor=SYSTEM,
-        trigger={"source": "worker", "reason": "empty diff"},
+        ctx.session, item, phase, actor=SYSTEM, trigger={"source": "worker", "reason": reason}
     )
 
 
@@ -118,13 +119,7 @@ def ensure_mr(ctx: ActionContext) -> None:
             elif not _changes_anything(project, item.target_branch, item.file_actions):
                 item.error = f"cancelled: the changes are already on {item.target_branch}"
                 set_dimension(ctx.session, item, "needs_mr", False)
-                set_phase(
-                    ctx.session,
-                    item,
-                    CANCELLED,
-                    actor=SYSTEM,
-                    trigger={"source": "worker", "reason": "empty diff"},
-                )
+                _end(ctx, item, CANCELLED, "empty diff")
                 return
             else:
                 _push(project, item)
@@ -159,13 +154,7 @@ def _ended(ctx: ActionContext, item: MrItem, mr: Any) -> bool:
     phase = {"merged": COMPLETED, "closed": CANCELLED}.get(mr.state)
     if phase is None:
         return False
-    set_phase(
-        ctx.session,
-        item,
-        phase,
-        actor=SYSTEM,
-        trigger={"source": "worker", "reason": f"merge request {mr.state} on GitLab"},
-    )
+    _end(ctx, item, phase, f"merge request {mr.state} on GitLab")
     return True
 
 
@@ -245,13 +234,7 @@ def reconcile_mr(ctx: ActionContext) -> None:
                 item.head_pipeline_id = int(pipeline["id"])
             if item.auto_merge and mr.detailed_merge_status == "mergeable":
                 mr.merge()
-                set_phase(
-                    ctx.session,
-                    item,
-                    COMPLETED,
-                    actor=SYSTEM,
-                    trigger={"source": "worker", "reason": "merged by the work queue"},
-                )
+                _end(ctx, item, COMPLETED, "merged by the work queue")
                 return
     set_dimension(
         ctx.session,
