@@ -1,0 +1,51 @@
+"""The per-server token cache: 0600 files, expiry, one entry per server spelling."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from wq.client.token_cache import TokenCache, cache_dir
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_store_and_load_with_private_modes(tmp_path: Path) -> None:
+    cache = TokenCache(tmp_path / "tokens")
+    path = cache.store("http://127.0.0.1:8080/", "secret-1")
+    assert mode(path) == 0o600 and mode(tmp_path / "tokens") == 0o700
+    entry = cache.load("HTTP://127.0.0.1:8080")  # the same server, spelled differently
+    assert (
+        entry is not None and entry.token == "secret-1" and entry.server == "http://127.0.0.1:8080"
+    )
+    assert cache.load("http://127.0.0.1:9090") is None
+    assert [p.name for p in (tmp_path / "tokens").iterdir()] == [path.name]  # no temp files
+
+
+def test_expired_and_broken_entries_are_ignored(tmp_path: Path) -> None:
+    cache = TokenCache(tmp_path)
+    cache.store("https://wq.example.com", "old", ttl_seconds=-1)
+    assert cache.load("https://wq.example.com") is None
+    cache.path_for("https://other").write_text("{not json")
+    assert cache.load("https://other") is None
+    cache.store("https://forever", "local", ttl_seconds=None)
+    assert cache.load("https://forever").token == "local"  # type: ignore[union-attr]
+
+
+def test_forget_only_removes_the_given_token(tmp_path: Path) -> None:
+    cache = TokenCache(tmp_path)
+    cache.store("http://h:1", "mine", ttl_seconds=None)
+    cache.forget("http://h:1", token="someone-elses")
+    assert cache.load("http://h:1") is not None
+    cache.forget("http://h:1", token="mine")
+    assert cache.load("http://h:1") is None
+    cache.forget("http://h:1")  # already gone: fine
+
+
+def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "wq" / "tokens"
