@@ -1,8 +1,11 @@
 """Authentication tiers and the permission model of the HTTP API.
 
-A tier turns a Bearer token into a `Principal` or declines it. The foundation has
-one tier, the local-only token of the embedded daemon; the rules engine (OpenShift,
-JWT) adds tiers behind the same `Authenticator`.
+A tier turns a Bearer token into a `Principal` or declines it (None), so that the
+next tier may try. A tier that recognises a token but finds it invalid raises
+`AuthenticationFailed` (401); one that cannot reach what it needs to decide raises
+`AuthenticationUnavailable` (503). The tiers are the embedded daemon's local token
+(`LocalTokenTier`), JWTs from configured issuers (`wq.daemon.jwt_tier`) and
+OpenShift `users/~` (`wq.daemon.openshift_tier`); `wq.daemon.auth_setup` builds them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import hmac
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 PERMISSIONS = ("read", "retry", "submit")
 ALL_TYPES = "*"
@@ -19,12 +22,19 @@ ALL_TYPES = "*"
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller and what it may do, per item type (`*` for all)."""
+    """An authenticated caller and what it may do, per item type (`*` for all).
+
+    `claims` holds the claims of a JWT that matter to the rules (for whoami), `rules`
+    the public form of the rules that matched (for whoami and the audit trail).
+    """
 
     identity: str
     tier: str
     permissions: Mapping[str, frozenset[str]] = field(default_factory=dict)
     groups: Sequence[str] = ()
+    issuer: str | None = None
+    claims: Mapping[str, Any] = field(default_factory=dict)
+    rules: Sequence[Mapping[str, Any]] = ()
 
     def allows(self, permission: str, item_type: str | None = None) -> bool:
         """True when the permission is granted for the type (or for every type)."""
@@ -34,13 +44,28 @@ class Principal:
             return any(permission in granted for granted in self.permissions.values())
         return permission in self.permissions.get(item_type, frozenset())
 
+    def effective_permissions(self, item_types: Sequence[str]) -> dict[str, list[str]]:
+        """The sorted permissions held on each of these types (types with none left out)."""
+        result = {}
+        for name in item_types:
+            granted = [p for p in PERMISSIONS if self.allows(p, name)]
+            if granted:
+                result[name] = granted
+        return result
+
 
 class AuthenticationFailed(Exception):
-    """The token was presented but is not valid."""
+    """The token was presented but is not valid (401)."""
+
+
+class AuthenticationUnavailable(Exception):
+    """The token cannot be checked right now: its issuer or API is unreachable (503)."""
 
 
 class Tier(Protocol):
     """One way of validating Bearer tokens."""
+
+    name: str
 
     def authenticate(self, token: str) -> Principal | None:
         """A principal, None when this tier does not know the token, or raise."""
@@ -72,9 +97,21 @@ class Authenticator:
         self.tiers = list(tiers)
 
     def authenticate(self, token: str) -> Principal:
-        """The principal of a token, or AuthenticationFailed."""
+        """The principal of a token, AuthenticationFailed or AuthenticationUnavailable."""
         for tier in self.tiers:
             principal = tier.authenticate(token)
             if principal is not None:
                 return principal
         raise AuthenticationFailed("the token is not valid for this server")
+
+    @property
+    def tier_names(self) -> list[str]:
+        """The names of the tiers, in the order they are tried."""
+        return [tier.name for tier in self.tiers]
+
+    def close(self) -> None:
+        """Release what the tiers hold (HTTP connection pools)."""
+        for tier in self.tiers:
+            close = getattr(tier, "close", None)
+            if close is not None:
+                close()
