@@ -84,11 +84,14 @@ def config_check(path: str) -> int:
     """Validate a config file without starting anything."""
     from pathlib import Path
 
+    from wq.daemon.auth_config import parse_authorization
     from wq.daemon.runtime import build_registry
+    from wq.types import KNOWN_TYPES
 
     try:
         config = read_config_file(Path(path))
-        build_registry(config)
+        registry = build_registry(config)
+        parse_authorization(config, set(KNOWN_TYPES) | set(registry.names))
     except ConfigError as err:
         return _fail(str(err))
     print(f"{path}: ok")

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.daemon.auth import Authenticator, LocalTokenTier
+from wq.daemon.auth_setup import build_authenticator
 from wq.engine.config import Config, ConfigError, default_database_url
 from wq.engine.db import make_engine, make_sessionmaker, read_only
 from wq.engine.processing import ProcessingManager
@@ -79,6 +80,11 @@ def build_registry(config: Config) -> TypeRegistry:
 
 def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runtime:
     """Connect to the database and assemble the runtime (does not migrate or start)."""
+    registry = registry if registry is not None else build_registry(config)
+    local_tier = LocalTokenTier() if config.auth.local_token else None
+    authenticator = build_authenticator(
+        config, known_types=set(KNOWN_TYPES) | set(registry.names), local_tier=local_tier
+    )
     url = config.database_url or default_database_url()
     workers = config.processing.workers
     engine = make_engine(url, pool_size=workers + 5)
@@ -86,15 +92,13 @@ def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runti
     sessions = make_sessionmaker(engine)
     sessions.configure(info={WAKEUP_KEY: wakeup})
     read_sessions = make_sessionmaker(read_only(engine))
-    local_tier = LocalTokenTier() if config.auth.local_token else None
-    tiers = [local_tier] if local_tier else []
     return Runtime(
         config=config,
         engine=engine,
         sessions=sessions,
         read_sessions=read_sessions,
-        registry=registry if registry is not None else build_registry(config),
-        authenticator=Authenticator(tiers),
+        registry=registry,
+        authenticator=authenticator,
         wakeup=wakeup,
         local_tier=local_tier,
         webhook_secret=config.events.webhook_secret(),

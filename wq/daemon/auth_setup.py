@@ -1,0 +1,216 @@
+"""Build the authenticator of a daemon from its config and its environment.
+
+Tiers, in the order they are tried: the local token (embedded default), JWTs from
+the issuers the rules name, OpenShift `users/~` (when a rule names groups, or
+`authorization.openshift.api_url` is set). In a pod, the cluster's API server is
+`https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`, reached with the pod's
+service-account CA (and, for the `k8s` issuer's discovery, its token). What cannot
+work in this environment refuses to start with a ConfigError naming the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+
+import httpx
+
+from wq.daemon.auth import (
+    AuthenticationUnavailable,
+    Authenticator,
+    LocalTokenTier,
+    Principal,
+    Tier,
+)
+from wq.daemon.auth_config import K8S_ISSUER, AuthorizationConfig, parse_authorization
+from wq.daemon.jwt_tier import JwtTier
+from wq.daemon.oidc import DISCOVERY_PATH, KeySource
+from wq.daemon.openshift_tier import OpenShiftTier, TtlCache
+from wq.daemon.outbound import make_client
+from wq.daemon.rules import RuleSet
+from wq.engine.config import Config, ConfigError
+
+log = logging.getLogger(__name__)
+
+K8S_JWKS_PATH = "/openid/v1/jwks"
+
+
+def in_cluster_api_url(environ: Mapping[str, str]) -> str | None:
+    """The API server of the cluster this pod runs in, or None outside a cluster."""
+    host = environ.get("KUBERNETES_SERVICE_HOST")
+    if not host:
+        return None
+    port = environ.get("KUBERNETES_SERVICE_PORT") or "443"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"https://{host}:{port}"
+
+
+class _Builder:
+    """Turns the validated section into tiers; remembers the clients to close."""
+
+    def __init__(
+        self,
+        config: Config,
+        section: AuthorizationConfig,
+        environ: Mapping[str, str],
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.section = section
+        self.environ = environ
+        self.clock = clock
+        self.rules = RuleSet.from_config(section.rules)
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"config {self.config.source}: {key}: {message}")
+
+    def client(self, *, timeout: float, ca_file: str | None, key: str) -> httpx.Client:
+        try:
+            return make_client(timeout=timeout, ca_file=ca_file)
+        except (OSError, ssl.SSLError) as err:
+            raise self.fail(key, f"cannot use CA file {ca_file}: {err}") from None
+
+    def first_rule(self, issuer: str | None) -> str:
+        """The key of the first rule naming this issuer (None: the first groups rule)."""
+        for rule in self.rules.rules:
+            if rule.issuer == issuer:
+                return f"authorization.rules[{rule.index}]"
+        return "authorization.rules"
+
+    # ------------------------------------------------------------------ JWT
+
+    def jwt_tier(self, *, last: bool) -> JwtTier | None:
+        names = self.rules.issuer_names
+        if not names:
+            return None
+        settings = self.section.jwt
+        public = self.client(timeout=settings.timeout_seconds, ca_file=None, key="authorization")
+        clients = [public]
+        sources: dict[str, KeySource] = {}
+        for name in names:
+            if name == K8S_ISSUER:
+                source, client = self.k8s_source()
+                if client is not None:
+                    clients.append(client)
+                sources[name] = source
+            else:
+                sources[name] = KeySource(
+                    name, client=public, settings=settings, issuer=name, clock=self.clock
+                )
+        return JwtTier(self.rules, sources, settings, last=last, clients=clients)
+
+    def k8s_source(self) -> tuple[KeySource, httpx.Client | None]:
+        k8s = self.section.k8s
+        settings = self.section.jwt
+        explicit = k8s.model_fields_set
+        api = k8s.api_url or in_cluster_api_url(self.environ)
+        if api is None:
+            if k8s.issuer is None:
+                raise self.fail(
+                    self.first_rule(K8S_ISSUER),
+                    "the k8s issuer needs a cluster: run in a pod, or set "
+                    "authorization.k8s.issuer (or authorization.k8s.api_url)",
+                )
+            client = self.client(
+                timeout=settings.timeout_seconds, ca_file=None, key="authorization.k8s"
+            )
+            source = KeySource(
+                K8S_ISSUER, client=client, settings=settings, issuer=k8s.issuer, clock=self.clock
+            )
+            return source, client
+        ca_file = self.existing("authorization.k8s.ca_file", k8s.ca_file, "ca_file" in explicit)
+        token_file = self.existing(
+            "authorization.k8s.token_file", k8s.token_file, "token_file" in explicit
+        )
+        client = self.client(
+            timeout=settings.timeout_seconds, ca_file=ca_file, key="authorization.k8s.ca_file"
+        )
+        base = api.rstrip("/")
+        source = KeySource(
+            K8S_ISSUER,
+            client=client,
+            settings=settings,
+            issuer=k8s.issuer,
+            discovery=base + DISCOVERY_PATH,
+            jwks_url=base + K8S_JWKS_PATH,
+            bearer=_file_reader(token_file),
+            clock=self.clock,
+        )
+        return source, client
+
+    def existing(self, key: str, path: str | None, explicit: bool) -> str | None:
+        """A file that exists; a missing explicit one is an error, a missing default None."""
+        if path is None or Path(path).is_file():
+            return path
+        if explicit:
+            raise self.fail(key, f"no such file: {path}")
+        return None
+
+    # ------------------------------------------------------------------ OpenShift
+
+    def openshift_tier(self) -> OpenShiftTier | None:
+        settings = self.section.openshift
+        if not self.rules.group_rules and settings.api_url is None:
+            return None
+        api = settings.api_url or in_cluster_api_url(self.environ)
+        if api is None:
+            raise self.fail(
+                self.first_rule(None),
+                "group rules need the OpenShift API: set authorization.openshift.api_url, "
+                "or run in a cluster",
+            )
+        if settings.ca_file is not None:
+            ca_file = self.existing("authorization.openshift.ca_file", settings.ca_file, True)
+        elif settings.api_url is None:  # in a pod: the service-account CA
+            ca_file = self.existing("authorization.k8s.ca_file", self.section.k8s.ca_file, False)
+        else:
+            ca_file = None
+        client = self.client(
+            timeout=settings.timeout_seconds, ca_file=ca_file, key="authorization.openshift"
+        )
+        cache: TtlCache[Principal] = TtlCache(
+            settings.cache_ttl_seconds, settings.cache_max_entries, self.clock
+        )
+        return OpenShiftTier(self.rules, api_url=api, client=client, cache=cache)
+
+
+def _file_reader(path: str | None) -> Callable[[], str | None]:
+    """Reads the pod's token at each use (projected tokens are rotated)."""
+
+    def read() -> str | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_text(encoding="utf-8").strip() or None
+        except OSError as err:
+            raise AuthenticationUnavailable(f"cannot read the pod's token {path}: {err}") from None
+
+    return read
+
+
+def build_authenticator(
+    config: Config,
+    *,
+    known_types: Collection[str] | None = None,
+    local_tier: LocalTokenTier | None = None,
+    environ: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Authenticator:
+    """The tiers this config asks for, or a ConfigError naming the key at fault."""
+    section = parse_authorization(config, known_types)
+    builder = _Builder(config, section, os.environ if environ is None else environ, clock)
+    openshift = builder.openshift_tier()
+    tiers: list[Tier] = [local_tier] if local_tier is not None else []
+    jwt_tier = builder.jwt_tier(last=openshift is None)
+    if jwt_tier is not None:
+        tiers.append(jwt_tier)
+        log.info("auth: JWT issuers %s", ", ".join(jwt_tier.sources))
+    if openshift is not None:
+        tiers.append(openshift)
+        log.info("auth: OpenShift users/~ at %s", openshift.api_url)
+    return Authenticator(tiers)

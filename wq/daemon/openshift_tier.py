@@ -1,0 +1,170 @@
+"""The OpenShift tier: `GET {api}/apis/user.openshift.io/v1/users/~` with the caller's token.
+
+The identity is the user's `metadata.name`, its groups the `groups` list; the rules
+then make a principal of them. Successful lookups are cached by a SHA-256 hash of the
+token (never the token itself) for a TTL (5 minutes by default), so a revoked token
+keeps working for at most that long. A 401 from the API is a 401 and is never cached;
+an API that cannot be reached or answers strangely is a 503, not a 401, so that
+clients retry instead of throwing their credentials away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Principal
+from wq.daemon.outbound import describe
+from wq.daemon.rules import RuleSet
+
+log = logging.getLogger(__name__)
+
+USERS_TILDE = "/apis/user.openshift.io/v1/users/~"
+# RFC 6750 b64token, plus `~` as in OpenShift's `sha256~...` tokens.
+TOKEN_SHAPE = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+V = TypeVar("V")
+
+
+class TtlCache(Generic[V]):
+    """A thread-safe map whose entries expire after `ttl` seconds of the given clock."""
+
+    def __init__(
+        self, ttl: float, max_entries: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self.clock = clock
+        self._entries: OrderedDict[str, tuple[float, V]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> V | None:
+        """The live value of a key, or None (an expired entry is dropped)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            expires, value = entry
+            if self.clock() >= expires:
+                del self._entries[key]
+                return None
+            return value
+
+    def put(self, key: str, value: V) -> None:
+        """Store a value; when full, expired entries go first, then the oldest."""
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            now = self.clock()
+            self._entries.pop(key, None)
+            if len(self._entries) >= self.max_entries:
+                for stale in [k for k, (expires, _) in self._entries.items() if now >= expires]:
+                    del self._entries[stale]
+                while len(self._entries) >= self.max_entries:
+                    self._entries.popitem(last=False)
+            self._entries[key] = (now + self.ttl, value)
+
+    def keys(self) -> list[str]:
+        """The cached keys (for tests)."""
+        with self._lock:
+            return list(self._entries)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+
+def token_key(token: str) -> str:
+    """The cache key of a token: its SHA-256, so that no token is kept in memory as is."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class OpenShiftTier:
+    """Validates any token through the OpenShift API's `users/~`."""
+
+    name = "ocp-user"
+
+    def __init__(
+        self,
+        rules: RuleSet,
+        *,
+        api_url: str,
+        client: httpx.Client,
+        cache: TtlCache[Principal],
+    ) -> None:
+        self.rules = rules
+        self.api_url = api_url.rstrip("/")
+        self.client = client
+        self.cache = cache
+        self.lookups = 0  # calls to users/~, for tests and debugging
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal of a token the OpenShift API knows, or raise."""
+        if not TOKEN_SHAPE.fullmatch(token):
+            raise AuthenticationFailed("the token is malformed")
+        key = token_key(token)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        identity, groups = self._lookup(token)
+        principal = self.rules.for_groups(identity, groups, tier=self.name)
+        self.cache.put(key, principal)
+        return principal
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self.client.close()
+
+    def _lookup(self, token: str) -> tuple[str, list[str]]:
+        url = self.api_url + USERS_TILDE
+        self.lookups += 1
+        try:
+            response = self.client.get(url, headers={"Authorization": f"Bearer {token}"})
+        except httpx.HTTPError as err:
+            log.warning("OpenShift API at %s: %s", self.api_url, describe(err))
+            raise AuthenticationUnavailable(
+                f"cannot check the token: the OpenShift API at {self.api_url} is unreachable "
+                f"({describe(err)})"
+            ) from None
+        status = response.status_code
+        if status == 401:
+            raise AuthenticationFailed("the OpenShift API does not accept the token")
+        if status == 403:
+            raise AuthenticationFailed(
+                "the token may not read its own user (the OpenShift API answered 403)"
+            )
+        if status != 200:
+            log.warning("OpenShift API at %s answered users/~ with HTTP %d", self.api_url, status)
+            raise AuthenticationUnavailable(
+                f"cannot check the token: the OpenShift API at {self.api_url} answered "
+                f"HTTP {status}"
+            )
+        return self._user_of(response)
+
+    def _user_of(self, response: httpx.Response) -> tuple[str, list[str]]:
+        try:
+            document: Any = response.json()
+        except ValueError:
+            document = None
+        metadata = document.get("metadata") if isinstance(document, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        groups = document.get("groups") if isinstance(document, dict) else None
+        groups = [] if groups is None else groups
+        if (
+            not isinstance(name, str)
+            or not name
+            or not isinstance(groups, list)
+            or not all(isinstance(group, str) for group in groups)
+        ):
+            raise AuthenticationUnavailable(
+                f"cannot check the token: unexpected users/~ answer from {self.api_url}"
+            )
+        return name, groups

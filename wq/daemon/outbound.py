@@ -1,0 +1,64 @@
+"""Outbound HTTP for authentication: bounded timeouts, explicit CAs, JSON documents.
+
+Every failure to get a usable answer becomes `AuthenticationUnavailable` (503 to
+the caller) with a message that names what was asked and why it failed; tokens
+are never part of a message.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import httpx
+
+import wq
+from wq.daemon.auth import AuthenticationUnavailable
+
+MAX_DOCUMENT_BYTES = 1 << 20
+
+
+def make_client(*, timeout: float, ca_file: str | None = None) -> httpx.Client:
+    """A client that verifies TLS against `ca_file` (or the system's CAs), no redirects."""
+    context = ssl.create_default_context(cafile=ca_file)
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout),
+        verify=context,
+        follow_redirects=False,
+        headers={"User-Agent": f"wq/{wq.__version__}", "Accept": "application/json"},
+    )
+
+
+def describe(err: Exception) -> str:
+    """A short reason for a transport error (timeouts and refusals read clearly)."""
+    if isinstance(err, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(err, httpx.ConnectError):
+        return f"cannot connect ({err})" if str(err) else "cannot connect"
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+def fetch_json(
+    client: httpx.Client, url: str, *, what: str, bearer: str | None = None
+) -> dict[str, Any]:
+    """GET a JSON object, or AuthenticationUnavailable naming `what` and the reason."""
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else None
+    try:
+        response = client.get(url, headers=headers)
+    except httpx.HTTPError as err:
+        raise AuthenticationUnavailable(
+            f"cannot fetch {what} from {url}: {describe(err)}"
+        ) from None
+    if response.status_code != 200:
+        raise AuthenticationUnavailable(
+            f"cannot fetch {what} from {url}: HTTP {response.status_code}"
+        )
+    if len(response.content) > MAX_DOCUMENT_BYTES:
+        raise AuthenticationUnavailable(f"{what} from {url} is too large")
+    try:
+        document = response.json()
+    except ValueError:
+        raise AuthenticationUnavailable(f"{what} from {url} is not JSON") from None
+    if not isinstance(document, dict):
+        raise AuthenticationUnavailable(f"{what} from {url} is not a JSON object")
+    return document
