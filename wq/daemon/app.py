@@ -6,8 +6,9 @@ from fastapi import FastAPI
 from prometheus_client import make_asgi_app
 
 import wq
+from wq.daemon.auth_audit import install_auth_handling
 from wq.daemon.errors import install_error_handlers
-from wq.daemon.routers import health, pools, submissions, webhooks, work_items
+from wq.daemon.routers import health, identity, pools, submissions, webhooks, work_items
 from wq.daemon.runtime import Runtime
 
 
@@ -20,7 +21,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     )
     app.state.runtime = runtime
     install_error_handlers(app)
+    install_auth_handling(app)
     app.include_router(health.router)
+    app.include_router(identity.router)
     app.mount("/metrics", make_asgi_app())
     app.include_router(work_items.router)
     app.include_router(pools.router)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from wq.daemon.auth import AuthenticationFailed, Principal
+from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Principal
+from wq.daemon.auth_audit import denied, unauthenticated
 from wq.daemon.runtime import Runtime
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
@@ -47,27 +48,32 @@ def get_principal(
     runtime: RuntimeDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """The authenticated caller; 401 without a valid Bearer token."""
-    challenge = {"WWW-Authenticate": "Bearer"}
+    """The authenticated caller; 401 without a valid Bearer token, 503 when unverifiable.
+
+    Failures are audited (see `wq.daemon.auth_audit`).
+    """
     if credentials is None or credentials.scheme.lower() != "bearer":
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "a Bearer token is required", headers=challenge
-        )
+        raise unauthenticated("a Bearer token is required")
     try:
         return runtime.authenticator.authenticate(credentials.credentials)
     except AuthenticationFailed as err:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, str(err), headers=challenge) from None
+        raise unauthenticated(str(err)) from None
+    except AuthenticationUnavailable as err:
+        raise unauthenticated(str(err), unavailable=True) from None
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 def forbid_unless(principal: Principal, permission: str, item_type: str | None = None) -> None:
-    """403 naming the missing permission unless the caller has it."""
+    """403 naming the missing permission unless the caller has it (audited)."""
     if not principal.allows(permission, item_type):
         scope = f"on type {item_type!r}" if item_type else "on any type"
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
+        raise denied(
+            principal.identity,
+            principal.tier,
+            permission,
+            item_type,
             f"{principal.identity} lacks the {permission!r} permission {scope}",
         )
 
