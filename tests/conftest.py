@@ -68,7 +68,8 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _empty_postgres(engine: Engine) -> None:
+def empty_postgres(engine: Engine) -> None:
+    """Remove every row (the sequence keeps counting)."""
     tables = ", ".join(
         table.name for table in Base.metadata.sorted_tables if table.name != "wq_sequences"
     )
@@ -86,7 +87,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("pg_database")
     engine = make_engine(url, pool_size=1)
-    _empty_postgres(engine)
+    empty_postgres(engine)
     engine.dispose()
     return url
 

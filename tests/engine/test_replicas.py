@@ -11,20 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Store, make_config
+from tests.conftest import Store, empty_postgres, make_config
 from tests.engine.helpers import count_by, load, submit, submit_many
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
+from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.models import WorkItem
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def postgres_store(store: Store) -> Store:
-    if store.dialect != "postgresql":
-        pytest.skip("several processes share a database only on PostgreSQL")
-    return store
+def postgres_store(pg_database: str) -> Iterator[Store]:
+    """Several processes share a database only on PostgreSQL: no SQLite variant."""
+    engine = make_engine(pg_database, pool_size=5)
+    empty_postgres(engine)
+    yield Store(pg_database, engine, make_sessionmaker(engine), make_config(pg_database))
+    engine.dispose()
 
 
 def _start_worker(url: str, log_file: Path, poll: float) -> subprocess.Popen[str]:
