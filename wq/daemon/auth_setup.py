@@ -65,15 +65,23 @@ class _Builder:
         self.environ = environ
         self.clock = clock
         self.rules = RuleSet.from_config(section.rules)
+        self.clients: list[httpx.Client] = []
 
     def fail(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"config {self.config.source}: {key}: {message}")
 
     def client(self, *, timeout: float, ca_file: str | None, key: str) -> httpx.Client:
         try:
-            return make_client(timeout=timeout, ca_file=ca_file)
+            client = make_client(timeout=timeout, ca_file=ca_file)
         except (OSError, ssl.SSLError) as err:
             raise self.fail(key, f"cannot use CA file {ca_file}: {err}") from None
+        self.clients.append(client)
+        return client
+
+    def close(self) -> None:
+        """Close every client made so far (the build failed)."""
+        for client in self.clients:
+            client.close()
 
     def first_rule(self, issuer: str | None) -> str:
         """The key of the first rule naming this issuer (None: the first groups rule)."""
@@ -89,22 +97,20 @@ class _Builder:
         if not names:
             return None
         settings = self.section.jwt
+        first_client = len(self.clients)
         public = self.client(timeout=settings.timeout_seconds, ca_file=None, key="authorization")
-        clients = [public]
         sources: dict[str, KeySource] = {}
         for name in names:
             if name == K8S_ISSUER:
-                source, client = self.k8s_source()
-                if client is not None:
-                    clients.append(client)
-                sources[name] = source
+                sources[name] = self.k8s_source()
             else:
                 sources[name] = KeySource(
                     name, client=public, settings=settings, issuer=name, clock=self.clock
                 )
+        clients = self.clients[first_client:]
         return JwtTier(self.rules, sources, settings, last=last, clients=clients)
 
-    def k8s_source(self) -> tuple[KeySource, httpx.Client | None]:
+    def k8s_source(self) -> KeySource:
         k8s = self.section.k8s
         settings = self.section.jwt
         explicit = k8s.model_fields_set
@@ -119,10 +125,9 @@ class _Builder:
             client = self.client(
                 timeout=settings.timeout_seconds, ca_file=None, key="authorization.k8s"
             )
-            source = KeySource(
+            return KeySource(
                 K8S_ISSUER, client=client, settings=settings, issuer=k8s.issuer, clock=self.clock
             )
-            return source, client
         ca_file = self.existing("authorization.k8s.ca_file", k8s.ca_file, "ca_file" in explicit)
         token_file = self.existing(
             "authorization.k8s.token_file", k8s.token_file, "token_file" in explicit
@@ -131,7 +136,7 @@ class _Builder:
             timeout=settings.timeout_seconds, ca_file=ca_file, key="authorization.k8s.ca_file"
         )
         base = api.rstrip("/")
-        source = KeySource(
+        return KeySource(
             K8S_ISSUER,
             client=client,
             settings=settings,
@@ -141,7 +146,6 @@ class _Builder:
             bearer=_file_reader(token_file),
             clock=self.clock,
         )
-        return source, client
 
     def existing(self, key: str, path: str | None, explicit: bool) -> str | None:
         """A file that exists; a missing explicit one is an error, a missing default None."""
@@ -204,9 +208,13 @@ def build_authenticator(
     """The tiers this config asks for, or a ConfigError naming the key at fault."""
     section = parse_authorization(config, known_types)
     builder = _Builder(config, section, os.environ if environ is None else environ, clock)
-    openshift = builder.openshift_tier()
+    try:
+        openshift = builder.openshift_tier()
+        jwt_tier = builder.jwt_tier(last=openshift is None)
+    except ConfigError:
+        builder.close()
+        raise
     tiers: list[Tier] = [local_tier] if local_tier is not None else []
-    jwt_tier = builder.jwt_tier(last=openshift is None)
     if jwt_tier is not None:
         tiers.append(jwt_tier)
         log.info("auth: JWT issuers %s", ", ".join(jwt_tier.sources))
