@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from wq.engine.config import ConfigError, load_config, read_config_file
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -41,16 +45,24 @@ def daemon(config_path: str | None, host: str | None, port: int | None) -> int:
     return EXIT_OK
 
 
+def _database(config_path: str | None) -> Engine:
+    """The configured database alone: migrating needs no types, tokens or auth tiers."""
+    from wq.engine.config import default_database_url
+    from wq.engine.db import make_engine
+
+    config = load_config(config_path)
+    return make_engine(config.database_url or default_database_url(), pool_size=1)
+
+
 def db_migrate(config_path: str | None) -> int:
     """Upgrade the database schema to the newest revision."""
-    from wq.daemon.runtime import build_runtime
     from wq.engine import schema
 
     try:
-        runtime = build_runtime(load_config(config_path))
-        before = schema.current_revision(runtime.engine)
-        schema.upgrade(runtime.engine)
-        after = schema.current_revision(runtime.engine)
+        engine = _database(config_path)
+        before = schema.current_revision(engine)
+        schema.upgrade(engine)
+        after = schema.current_revision(engine)
     except ConfigError as err:
         return _fail(str(err))
     except Exception as err:
@@ -64,13 +76,12 @@ def db_migrate(config_path: str | None) -> int:
 
 def db_current(config_path: str | None) -> int:
     """Print the schema revision of the database and whether it is the newest."""
-    from wq.daemon.runtime import build_runtime
     from wq.engine import schema
 
     try:
-        runtime = build_runtime(load_config(config_path))
-        current = schema.current_revision(runtime.engine)
-        head = schema.head_revision(runtime.engine)
+        engine = _database(config_path)
+        current = schema.current_revision(engine)
+        head = schema.head_revision(engine)
     except ConfigError as err:
         return _fail(str(err))
     except Exception as err:

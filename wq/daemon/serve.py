@@ -106,6 +106,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
                 listener.stop()
             if runtime.local_tier is not None:
                 cache.forget(url, token=runtime.local_tier.token)
+            runtime.authenticator.close()
             runtime.engine.dispose()
             log.info("stopped")
 
@@ -117,6 +118,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             log_config=None,
             access_log=False,
             lifespan="on",
+            # Client addresses are never taken from X-Forwarded-For.
+            proxy_headers=False,
             timeout_graceful_shutdown=int(config.processing.shutdown_grace_seconds),
         )
     )

@@ -12,14 +12,15 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, event, insert
+from sqlalchemy import Table, delete, event, insert
 from sqlalchemy.orm import Session
 
 from wq.engine.models import AuditEntry, utcnow
 
 log = logging.getLogger("wq.audit")
+AUDIT_TABLE: Table = cast(Table, AuditEntry.__table__)
 _PENDING_KEY = "wq_audit_pending"
 
 
@@ -61,7 +62,8 @@ def audit(session: Session, *records: AuditRecord) -> None:
     if not records:
         return
     rows = [record.row() for record in records]
-    session.execute(insert(AuditEntry), rows)
+    # Into the table, so that the row's keys are column names ("metadata" included).
+    session.execute(insert(AUDIT_TABLE), rows)
     session.info.setdefault(_PENDING_KEY, []).extend(rows)
 
 

@@ -271,11 +271,6 @@ def test_refusals_are_audited_without_the_token(
         assert token not in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wq.engine.audit drops metadata: AuditRecord.row() names the column 'metadata' "
-    "where the ORM insert needs the attribute 'extra'",
-)
 def test_refusal_metadata_reaches_the_audit_table(setup: Setup) -> None:
     make_refusals(setup)
     assert [row["metadata"] for row in audit_rows(setup.store)] == REFUSAL_METADATA
