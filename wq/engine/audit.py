@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, event, insert
+from sqlalchemy import Table, delete, insert
 from sqlalchemy.orm import Session
 
+from wq.engine import on_commit
 from wq.engine.models import AuditEntry, utcnow
 
 log = logging.getLogger("wq.audit")
 AUDIT_TABLE: Table = cast(Table, AuditEntry.__table__)
-_PENDING_KEY = "wq_audit_pending"
 
 
 @dataclass
@@ -64,19 +64,15 @@ def audit(session: Session, *records: AuditRecord) -> None:
     rows = [record.row() for record in records]
     # Into the table, so that the row's keys are column names ("metadata" included).
     session.execute(insert(AUDIT_TABLE), rows)
-    session.info.setdefault(_PENDING_KEY, []).extend(rows)
+    if log.isEnabledFor(logging.INFO):
+        for row in rows:
+            on_commit.defer(session, "audit", row)
 
 
-@event.listens_for(Session, "after_commit")
-def _log_committed(session: Session) -> None:
-    for row in session.info.pop(_PENDING_KEY, []):
-        if log.isEnabledFor(logging.INFO):
-            log.info("audit %s", json.dumps(row, default=str, sort_keys=True))
-
-
-@event.listens_for(Session, "after_rollback")
-def _forget_rolled_back(session: Session) -> None:
-    session.info.pop(_PENDING_KEY, None)
+@on_commit.handler("audit")
+def _log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        log.info("audit %s", json.dumps(row, default=str, sort_keys=True))
 
 
 def prune(session: Session, *, retention_days: int, now: datetime) -> int:

@@ -12,13 +12,11 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from wq.engine import store
+from wq.engine import on_commit, store
 
 WAKEUP_KEY = "wq_wakeup"
-_SIGNALS_KEY = "wq_signals"
 
 PROJECT_QUEUED = "queued"
 ITEMS_ADMITTED = "admitted"
@@ -80,21 +78,15 @@ class Wakeup:
 
 def signal(session: Session, kind: str, subject: str = "") -> None:
     """Announce work from inside a transaction; delivered only if it commits."""
-    signals = session.info.setdefault(_SIGNALS_KEY, set())
-    if (kind, subject) not in signals:
-        signals.add((kind, subject))
-        store.notify(session, f"{kind}:{subject}")
+    if (kind, subject) in on_commit.pending(session, "signal"):
+        return
+    on_commit.defer(session, "signal", (kind, subject))
+    store.notify(session, f"{kind}:{subject}")
 
 
-@event.listens_for(Session, "after_commit")
-def _deliver_committed(session: Session) -> None:
-    signals = session.info.pop(_SIGNALS_KEY, None)
+@on_commit.handler("signal")
+def _deliver_committed(session: Session, signals: list[tuple[str, str]]) -> None:
     hub = session.info.get(WAKEUP_KEY)
-    if signals and isinstance(hub, Wakeup):
+    if isinstance(hub, Wakeup):
         for kind, subject in signals:
             hub.deliver(kind, subject)
-
-
-@event.listens_for(Session, "after_rollback")
-def _drop_rolled_back(session: Session) -> None:
-    session.info.pop(_SIGNALS_KEY, None)

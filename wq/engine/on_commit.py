@@ -1,0 +1,68 @@
+"""Work deferred until the root transaction commits (log lines, wake-ups).
+
+SQLAlchemy also reports savepoint releases and rollbacks as commits and rollbacks;
+here a savepoint's entries are dropped when it rolls back, and everything waits for
+the outermost transaction to commit (or is dropped when it rolls back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session, SessionTransaction
+
+_KEY = "wq_on_commit"
+_handlers: dict[str, Callable[[Session, list[Any]], None]] = {}
+
+
+def handler(kind: str) -> Callable[[Callable[[Session, list[Any]], None]], Any]:
+    """Register what to do with a kind of deferred value once the root commits."""
+
+    def register(function: Callable[[Session, list[Any]], None]) -> Any:
+        _handlers[kind] = function
+        return function
+
+    return register
+
+
+def defer(session: Session, kind: str, value: Any) -> None:
+    """Keep a value until the root transaction commits (dropped if its savepoint rolls back)."""
+    session.connection()  # tie the value to a transaction, begun now if need be
+    session.info.setdefault(_KEY, []).append((session.get_nested_transaction(), kind, value))
+
+
+def pending(session: Session, kind: str) -> list[Any]:
+    """The values of one kind still waiting for the commit."""
+    return [value for _, seen, value in session.info.get(_KEY, []) if seen == kind]
+
+
+def _within(marker: SessionTransaction | None, savepoint: SessionTransaction) -> bool:
+    while marker is not None:
+        if marker is savepoint:
+            return True
+        marker = marker.parent
+    return False
+
+
+@event.listens_for(Session, "after_commit")
+def _committed(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint was released: its entries now belong to the enclosing one
+    entries = session.info.pop(_KEY, [])
+    for kind, function in _handlers.items():
+        values = [value for _, seen, value in entries if seen == kind]
+        if values:
+            function(session, values)
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _rolled_back(session: Session, previous: SessionTransaction) -> None:
+    entries = session.info.get(_KEY)
+    if not entries:
+        return
+    if previous.nested:
+        session.info[_KEY] = [entry for entry in entries if not _within(entry[0], previous)]
+    elif previous.parent is None:
+        session.info.pop(_KEY, None)
