@@ -59,6 +59,17 @@ def projects_with_queued(session: Session) -> list[str]:
     return [row[0] for row in rows]
 
 
+def _has_queued(session: Session, project: str) -> bool:
+    return (
+        session.execute(
+            select(WorkItem.id)
+            .where(WorkItem.project == project, WorkItem.admission == inline(QUEUED))
+            .limit(1)
+        ).first()
+        is not None
+    )
+
+
 def in_flight(session: Session, project: str) -> dict[str, int]:
     """Admitted items of a project per lane, counted now."""
     rows = session.execute(
@@ -71,6 +82,8 @@ def in_flight(session: Session, project: str) -> dict[str, int]:
 
 def admit_project(session: Session, project: str, pool: PoolConfig) -> list[Admitted]:
     """Admit the heads of one project's lanes into its free slots (caller commits)."""
+    if not _has_queued(session, project):
+        return []  # a slot was released but nothing waits: no lock, no counting
     store.lock_project(session, project)
     counts = in_flight(session, project)
     now = utcnow()

@@ -8,7 +8,7 @@ import threading
 import psycopg
 from sqlalchemy import Engine
 
-from wq.engine.store import NOTIFY_CHANNEL
+from wq.engine.store import NOTIFY_CHANNEL, ORIGIN
 from wq.engine.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,9 @@ class NotifyListener:
                     self._wakeup.poke()
                     while not self._stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            self._wakeup.deliver_payload(note.payload)
+                            origin, _, payload = note.payload.partition("|")
+                            if origin != ORIGIN:
+                                self._wakeup.deliver_payload(payload)
             except psycopg.Error as err:
                 log.warning("LISTEN connection lost (%s); reconnecting", err)
                 self._stopping.wait(backoff)

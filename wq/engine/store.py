@@ -19,6 +19,8 @@ from wq.engine.models import ACTIVE, ADMITTED, SequenceCounter, WorkItem
 
 ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
+# Marks this process's NOTIFYs, so that its own listener can skip them (it already knows).
+ORIGIN = uuid.uuid4().hex[:12]
 _PROJECT_LOCK_SPACE = 0x5751  # "WQ": keeps our advisory keys apart from other users'
 _ITEM_LOCK_SPACE = 0x5752
 
@@ -143,6 +145,6 @@ def notify(session: Session, payload: str) -> None:
             text("SELECT pg_notify(:channel, :payload)"),
             {
                 "channel": NOTIFY_CHANNEL,
-                "payload": payload,
+                "payload": f"{ORIGIN}|{payload}",
             },
         )
