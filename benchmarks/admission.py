@@ -42,7 +42,6 @@ This is a measurement, never a test: nothing here asserts a target (the exit sta
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -51,12 +50,12 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from databases import bench_database, libpq_url
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import make_url
 
@@ -83,36 +82,6 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
 EXPLAINED = ("skip-scan", "in-flight", "admit")
 
 # ----------------------------------------------------------------------------- database
-
-
-def pg_url(url: str, database: str) -> str:
-    """The same server URL pointing at another database."""
-    return make_url(url).set(database=database).render_as_string(hide_password=False)
-
-
-def libpq_url(url: str) -> str:
-    """A URL psycopg accepts (no SQLAlchemy driver suffix)."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@contextlib.contextmanager
-def bench_database(url: str | None, admin_url: str, keep: bool) -> Iterator[str]:
-    """The database to measure in: the given URL, or a throwaway one dropped afterwards."""
-    if url:
-        yield url
-        return
-    name = f"wq_bench_adm_{os.getpid()}"
-    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg_url(admin_url, name)
-    finally:
-        if keep:
-            print(f"kept database {name}", file=sys.stderr)
-        else:
-            with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 FILL_SQL = f"""
@@ -738,7 +707,9 @@ def main(argv: list[str] | None = None) -> int:
     order = sorted(cases, key=lambda case: (case.queued, case.mode != AUTO))
     plans: list[Plan] = []
     load_before = os.getloadavg()[0]
-    with bench_database(args.database_url, args.admin_url, args.keep_database) as url:
+    with bench_database(
+        args.database_url, args.admin_url, args.keep_database, "wq_bench_adm"
+    ) as url:
         maintenance = make_engine(url, pool_size=1)
         try:
             schema.upgrade(maintenance)

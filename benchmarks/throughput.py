@@ -17,6 +17,11 @@ In the same database it also times DESIGN's baseline: a raw single-row
 no audit) over the same number of pre-enqueued jobs, and optionally the pgqueuer and
 procrastinate peers when they are installed. wq's figure is reported as a ratio of each.
 
+It also counts the round trips the engine makes per item (`--statements` lists them),
+the CPU the process used, and can cProfile every thread (`--profile PATH`). Every run
+checks that each item ran `noop` exactly once and went idle once; anything else is
+reported as an anomaly (exit code 1). See benchmarks/README.md for the figures.
+
 This is a measurement, never a test: nothing here asserts a target.
 
     python benchmarks/throughput.py                      # 10,000 items, overlapping
@@ -41,14 +46,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from databases import bench_database, libpq_url
 from sqlalchemy import Engine, event, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import schema
@@ -65,6 +70,7 @@ DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TYPE_NAME = "bench_noop"
 DIMENSION = "needs_noop"
 RAW_TABLE = "wq_bench_raw_jobs"
+RAW_NAME = "raw SKIP LOCKED (psycopg 3)"
 
 # ----------------------------------------------------------------------------- the type
 
@@ -147,6 +153,7 @@ class WqResult:
     wall_seconds: float
     cpu_seconds: float
     cpu_ms_per_item: float
+    machine_cores_busy: float | None
     latency: dict[str, Latency]
     statements_per_item: dict[str, dict[str, float]] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)
@@ -161,37 +168,6 @@ class PeerResult:
     seconds: float | None = None
     jobs_per_second: float | None = None
     skipped: str | None = None
-
-
-def pg_url(url: str, database: str) -> str:
-    """The same server URL pointing at another database."""
-    return make_url(url).set(database=database).render_as_string(hide_password=False)
-
-
-def libpq_url(url: str) -> str:
-    """A URL psycopg/asyncpg accept (no SQLAlchemy driver suffix)."""
-    parsed = make_url(url).set(drivername="postgresql")
-    return parsed.render_as_string(hide_password=False)
-
-
-@contextlib.contextmanager
-def bench_database(url: str | None, admin_url: str, keep: bool) -> Iterator[str]:
-    """The database to measure in: the given URL, or a throwaway one dropped afterwards."""
-    if url:
-        yield url
-        return
-    name = f"wq_bench_{os.getpid()}"
-    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg_url(admin_url, name)
-    finally:
-        if keep:
-            print(f"kept database {name}", file=sys.stderr)
-        else:
-            with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def checkpoint(url: str) -> None:
@@ -224,6 +200,19 @@ def wq_source() -> str:
     except (OSError, subprocess.CalledProcessError):
         return f"{root} (not a git checkout)"
     return f"{root} @ {commit}" + (" + uncommitted changes in wq/" if dirty else "")
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat (Linux)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [float(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    total = sum(fields[:8])
+    return (total - idle) / tick, total / tick
 
 
 def server_version(url: str) -> str:
@@ -535,12 +524,14 @@ def run_wq(
             submit_counts = counter.snapshot()
             on_phase("wq: draining the backlog")
             wall_start, cpu_start = time.monotonic(), time.process_time()
+            machine_start = machine_cpu()
             process_start = utcnow()
             if listener:
                 listener.start()
             manager.start()
         else:
             wall_start, cpu_start = time.monotonic(), time.process_time()
+            machine_start = machine_cpu()
             if listener:
                 listener.start()
             manager.start()
@@ -550,6 +541,7 @@ def run_wq(
             wait_until_idle(observer, items, timeout)
             wall_seconds = time.monotonic() - wall_start
             cpu_seconds = time.process_time() - cpu_start
+            machine_end = machine_cpu()
         finally:
             manager.stop(grace=10)
             if listener:
@@ -586,6 +578,11 @@ def run_wq(
         wall_seconds=wall_seconds,
         cpu_seconds=cpu_seconds,
         cpu_ms_per_item=cpu_seconds / items * 1000,
+        machine_cores_busy=(
+            (machine_end[0] - machine_start[0]) / wall_seconds
+            if machine_start and machine_end and wall_seconds
+            else None
+        ),
         latency=measured["latency"],
         statements_per_item=statements,
         anomalies=anomalies,
@@ -655,8 +652,9 @@ def run_raw_baseline(url: str, jobs: int, threads: int) -> PeerResult:
         conn.execute(f"DROP TABLE {RAW_TABLE}")
     done = int(row[0]) if row else 0
     if errors or done != jobs:
-        return PeerResult("raw SKIP LOCKED", jobs, skipped=f"failed: {errors[:1]} done={done}")
-    return PeerResult("raw SKIP LOCKED (psycopg 3)", jobs, seconds, jobs / seconds)
+        failure = f"failed: {errors[:1]}, {done} of {jobs} done"
+        return PeerResult(RAW_NAME, jobs, skipped=failure)
+    return PeerResult(RAW_NAME, jobs, seconds, jobs / seconds)
 
 
 def run_pgqueuer(url: str, jobs: int, concurrency: int, driver: str) -> PeerResult:
@@ -838,6 +836,12 @@ def render(
             "wq process CPU",
             f"{fmt(result.cpu_seconds, 2)} s over {fmt(result.wall_seconds, 2)} s wall, "
             f"{fmt(result.cpu_ms_per_item, 2)} ms/item",
+        ),
+        (
+            "machine CPU",
+            f"{fmt(result.machine_cores_busy, 2)} of {report['cpus']} cores busy "
+            f"(wq process {fmt(result.cpu_seconds / result.wall_seconds, 2)}, "
+            "the rest is PostgreSQL and anything else running)",
         ),
     ]
     for key, lat in result.latency.items():
