@@ -12,7 +12,7 @@ from tests.support.chain import new_chain_item
 from wq.engine import items
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, WorkItem, utcnow
-from wq.engine.registry import TypeRegistry
+from wq.engine.registry import SubmitResult, TypeRegistry
 
 
 def submit(
@@ -21,7 +21,7 @@ def submit(
     config: Config,
     project: str = "group/project",
     **fields: Any,
-) -> items.Intake:
+) -> SubmitResult:
     """Submit one chain item in its own transaction."""
     with sessions.begin() as session:
         intake = items.submit(

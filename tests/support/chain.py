@@ -118,7 +118,7 @@ class ChainCreate(BaseModel):
 
 
 def submit_chain(session: Session, payload: ChainCreate, ctx: SubmitContext) -> SubmitResult:
-    intake = items.submit(
+    return items.submit(
         session,
         new_chain_item(
             payload.project,
@@ -132,7 +132,6 @@ def submit_chain(session: Session, payload: ChainCreate, ctx: SubmitContext) -> 
         actor=ctx.actor,
         trigger={"source": "api"},
     )
-    return SubmitResult(intake.outcome, intake.item)
 
 
 def chain_type(behaviour: Behaviour) -> ItemType:

@@ -8,9 +8,8 @@ daemon's routers and threads call the same code.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -32,11 +31,9 @@ from wq.engine.models import (
     WorkItem,
     utcnow,
 )
-from wq.engine.registry import TypeRegistry
+from wq.engine.registry import SubmitResult, TypeRegistry
 from wq.engine.store import inline
 from wq.engine.wakeup import PROJECT_QUEUED, signal
-
-IntakeOutcome = Literal["created", "dedup", "capped"]
 
 
 class ItemNotFound(LookupError):
@@ -45,14 +42,6 @@ class ItemNotFound(LookupError):
 
 class ItemConflict(Exception):
     """The item is not in a state that allows the operation."""
-
-
-@dataclass(frozen=True)
-class Intake:
-    """What an intake did: created an item, hit a dedup key, or was capped."""
-
-    outcome: IntakeOutcome
-    item: WorkItem | None
 
 
 def snapshot(item: WorkItem) -> dict[str, Any]:
@@ -196,7 +185,7 @@ def submit(
     now: datetime,
     actor: str,
     trigger: dict[str, Any],
-) -> Intake:
+) -> SubmitResult:
     """Take a new item in: dedup on its key, cap autonomous work, then queue it.
 
     The item's `project`, `lane`, `autonomous` and `dedup_key` must be set. A key that
@@ -208,12 +197,12 @@ def submit(
     if item.dedup_key:
         existing = _find_active_by_dedup_key(session, item.dedup_key)
         if existing is not None:
-            return Intake("dedup", existing)
+            return SubmitResult("dedup", existing)
     if item.autonomous:
         # Count under the project's lock so concurrent producers cannot overshoot K.
         store.lock_project(session, item.project)
         if queued_autonomous(session, item.project) >= pool.queued_autonomous_cap:
-            return Intake("capped", None)
+            return SubmitResult("capped", None)
     item.id = item.id or uuid.uuid4()
     item.phase = ACTIVE
     item.created_at = item.updated_at = now
@@ -232,7 +221,7 @@ def submit(
             existing = _find_active_by_dedup_key(session, item.dedup_key)
             if existing is None:
                 raise
-            return Intake("dedup", existing)
+            return SubmitResult("dedup", existing)
     else:
         session.add(item)
     records = [
@@ -251,7 +240,7 @@ def submit(
         )
         signal(session, PROJECT_QUEUED, item.project)
     audit(session, *records)
-    return Intake("created", item)
+    return SubmitResult("created", item)
 
 
 def retry(

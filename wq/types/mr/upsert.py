@@ -90,7 +90,7 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
             draft=payload.draft,
         )
         _refresh(item, payload, digest)
-        intake = items.submit(
+        result = items.submit(
             session,
             item,
             registry=ctx.registry,
@@ -100,7 +100,7 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
             trigger=trigger,
         )
         session.flush()
-        return SubmitResult(intake.outcome, intake.item)
+        return result
     if latest.phase == ACTIVE and latest.content_hash == digest:
         return SubmitResult("unchanged", latest)
     old_hash = latest.content_hash
