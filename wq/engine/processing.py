@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, event, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
@@ -29,6 +29,7 @@ from wq.engine.admission import dispatch
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.events import drain_events
+from wq.engine.fence import LeaseLost, fenced_executor
 from wq.engine.items import release, set_phase, snapshot
 from wq.engine.models import FAILED, TERMINAL_PHASES, WorkItem, utcnow
 from wq.engine.registry import ActionContext, PermanentFailure, RetryLater, TypeRegistry
@@ -36,44 +37,6 @@ from wq.engine.sweep import sweep_once
 from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 
 log = logging.getLogger(__name__)
-_IN_EXECUTOR = "wq_in_executor"
-_FENCE = "wq_fence"
-
-
-class ExecutorMisbehaved(RuntimeError):
-    """An executor tried to commit or roll back the engine's transaction."""
-
-
-def _forbid_commit_in_executor(session: Session) -> None:
-    if session.info.get(_IN_EXECUTOR):
-        raise ExecutorMisbehaved("executors must not commit or roll back the session")
-
-
-event.listen(Session, "before_commit", _forbid_commit_in_executor)
-
-
-class LeaseLost(RuntimeError):
-    """The item's lease was taken over while its action ran; its changes are discarded."""
-
-
-@event.listens_for(Session, "after_begin")
-def _fence_action(session: Session, _transaction: Any, connection: Connection) -> None:
-    """Before an action writes anything, check (and lock) that its lease is still ours.
-
-    The executor's first statement or the final flush begins the write transaction;
-    the fence runs first in it, so no write of a worker that lost its lease survives.
-    """
-    fence = session.info.get(_FENCE)
-    if fence is None:
-        return
-    item_id, token = fence
-    result = connection.execute(
-        update(WorkItem)
-        .where(WorkItem.id == item_id, WorkItem.lease_token == token)
-        .values(updated_at=utcnow())
-    )
-    if not result.rowcount:
-        raise LeaseLost(str(item_id))
 
 
 def default_owner() -> str:
@@ -323,25 +286,19 @@ class ProcessingManager:
         item_type = self.registry.get(item.type)
         executor = self.registry.executor(item.type, action)
         old = snapshot(item)
-        session.info[_IN_EXECUTOR] = True
-        session.info[_FENCE] = (item_id, token)
         try:
-            executor(ActionContext(session, item, self.clock(), item_type.settings))
-            session.connection()  # make sure the fenced write transaction has begun
-            session.flush()
+            with fenced_executor(session, item_id, token):
+                executor(ActionContext(session, item, self.clock(), item_type.settings))
+                session.connection()  # make sure the fenced write transaction has begun
+                session.flush()
         except LeaseLost:
-            session.info[_IN_EXECUTOR] = False
             session.rollback()
             log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
             return False
         except Exception as err:
-            session.info[_IN_EXECUTOR] = False
             session.rollback()
             self._record_failure(item_id, token, action, err, actor)
             return False
-        finally:
-            session.info[_IN_EXECUTOR] = False
-            session.info.pop(_FENCE, None)
         trigger = {"source": "worker", "action": action}
         audit(
             session,
