@@ -58,21 +58,22 @@ def _compact(state: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def audit(session: Session, *records: AuditRecord) -> None:
-    """Write audit rows in one statement; they are logged once the session commits."""
-    if not records:
-        return
-    rows = [record.row() for record in records]
-    # Into the table, so that the row's keys are column names ("metadata" included).
+    """Record audit rows: written in one statement when the transaction commits."""
+    for record in records:
+        on_commit.defer(session, "audit", record.row())
+
+
+@on_commit.before("audit")
+def _write(session: Session, rows: list[dict[str, Any]]) -> None:
+    # Into the table, so that the rows' keys are column names ("metadata" included).
     session.execute(insert(AUDIT_TABLE), rows)
-    if log.isEnabledFor(logging.INFO):
-        for row in rows:
-            on_commit.defer(session, "audit", row)
 
 
 @on_commit.handler("audit")
 def _log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
-    for row in rows:
-        log.info("audit %s", json.dumps(row, default=str, sort_keys=True))
+    if log.isEnabledFor(logging.INFO):
+        for row in rows:
+            log.info("audit %s", json.dumps(row, default=str, sort_keys=True))
 
 
 def prune(session: Session, *, retention_days: int, now: datetime) -> int:

@@ -224,6 +224,7 @@ def submit(
             return SubmitResult("dedup", existing)
     else:
         session.add(item)
+        session.flush()  # the row exists once submit returns, like after any intake
     records = [
         AuditRecord(
             "created",

@@ -1,4 +1,7 @@
-"""Work deferred until the root transaction commits (log lines, wake-ups).
+"""Work deferred to the root transaction's commit (audit rows, NOTIFY, log lines, wake-ups).
+
+`before` handlers run just before the root commits, inside the transaction (so their
+writes commit with it, in one statement per kind); `handler`s run after it committed.
 
 SQLAlchemy also reports savepoint releases and rollbacks as commits and rollbacks;
 here a savepoint's entries are dropped when it rolls back, and everything waits for
@@ -14,13 +17,25 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
 _KEY = "wq_on_commit"
-_handlers: dict[str, Callable[[Session, list[Any]], None]] = {}
+Handler = Callable[[Session, list[Any]], None]
+_before: dict[str, Handler] = {}
+_handlers: dict[str, Handler] = {}
 
 
-def handler(kind: str) -> Callable[[Callable[[Session, list[Any]], None]], Any]:
+def before(kind: str) -> Callable[[Handler], Handler]:
+    """Register what to write for a kind of deferred value just before the root commits."""
+
+    def register(function: Handler) -> Handler:
+        _before[kind] = function
+        return function
+
+    return register
+
+
+def handler(kind: str) -> Callable[[Handler], Handler]:
     """Register what to do with a kind of deferred value once the root commits."""
 
-    def register(function: Callable[[Session, list[Any]], None]) -> Any:
+    def register(function: Handler) -> Handler:
         _handlers[kind] = function
         return function
 
@@ -35,7 +50,7 @@ def defer(session: Session, kind: str, value: Any) -> None:
 
 def pending(session: Session, kind: str) -> list[Any]:
     """The values of one kind still waiting for the commit."""
-    return [value for _, seen, value in session.info.get(_KEY, []) if seen == kind]
+    return _by_kind(session.info.get(_KEY, []), kind)
 
 
 def _within(marker: SessionTransaction | None, savepoint: SessionTransaction) -> bool:
@@ -46,13 +61,28 @@ def _within(marker: SessionTransaction | None, savepoint: SessionTransaction) ->
     return False
 
 
+def _by_kind(entries: list[tuple[Any, str, Any]], kind: str) -> list[Any]:
+    return [value for _, seen, value in entries if seen == kind]
+
+
+@event.listens_for(Session, "before_commit")
+def _committing(session: Session) -> None:
+    if session.in_nested_transaction():
+        return
+    entries = session.info.get(_KEY, [])
+    for kind, function in _before.items():
+        values = _by_kind(entries, kind)
+        if values:
+            function(session, values)
+
+
 @event.listens_for(Session, "after_commit")
 def _committed(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint was released: its entries now belong to the enclosing one
     entries = session.info.pop(_KEY, [])
     for kind, function in _handlers.items():
-        values = [value for _, seen, value in entries if seen == kind]
+        values = _by_kind(entries, kind)
         if values:
             function(session, values)
 

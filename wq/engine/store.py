@@ -138,13 +138,13 @@ def holds_lease(session: Session, item_id: uuid.UUID, token: str, now: datetime)
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def notify(session: Session, payload: str) -> None:
-    """Tell other replicas on the same PostgreSQL about new work (on commit)."""
-    if _is_postgres(session):
+def notify(session: Session, payloads: Sequence[str]) -> None:
+    """Tell other replicas on the same PostgreSQL about new work (delivered on commit)."""
+    if payloads and _is_postgres(session):
         session.execute(
-            text("SELECT pg_notify(:channel, :payload)"),
-            {
-                "channel": NOTIFY_CHANNEL,
-                "payload": f"{ORIGIN}|{payload}",
-            },
+            text(
+                "SELECT pg_notify(:channel, payload)"
+                " FROM unnest(CAST(:payloads AS text[])) AS payload"
+            ),
+            {"channel": NOTIFY_CHANNEL, "payloads": [f"{ORIGIN}|{p}" for p in payloads]},
         )

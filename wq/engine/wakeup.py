@@ -78,10 +78,13 @@ class Wakeup:
 
 def signal(session: Session, kind: str, subject: str = "") -> None:
     """Announce work from inside a transaction; delivered only if it commits."""
-    if (kind, subject) in on_commit.pending(session, "signal"):
-        return
-    on_commit.defer(session, "signal", (kind, subject))
-    store.notify(session, f"{kind}:{subject}")
+    if (kind, subject) not in on_commit.pending(session, "signal"):
+        on_commit.defer(session, "signal", (kind, subject))
+
+
+@on_commit.before("signal")
+def _notify_replicas(session: Session, signals: list[tuple[str, str]]) -> None:
+    store.notify(session, [f"{kind}:{subject}" for kind, subject in signals])
 
 
 @on_commit.handler("signal")
