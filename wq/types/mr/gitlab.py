@@ -105,11 +105,3 @@ def is_draft_title(title: str) -> bool:
     """Whether GitLab considers a title a draft."""
     lowered = title.lower()
     return lowered.startswith(("draft:", "[draft]", "(draft)"))
-
-
-def strip_draft(title: str) -> str:
-    """The title without GitLab's draft prefix."""
-    for prefix in ("draft:", "[draft]", "(draft)"):
-        if title.lower().startswith(prefix):
-            return title[len(prefix) :].lstrip()
-    return title
