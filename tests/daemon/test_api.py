@@ -20,6 +20,7 @@ from sqlalchemy import func, select, text
 from tests.conftest import Store
 from tests.support.chain import STEPS, new_chain_item
 from wq.daemon.app import create_app
+from wq.daemon.auth import Authenticator, Principal
 from wq.daemon.runtime import Runtime
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import set_phase, submit
@@ -711,3 +712,31 @@ def test_concurrent_retries_retry_once(runtime: Runtime, store: Store, token: st
     assert sorted(codes) == [200, 409]
     assert len(retried) == 1
     assert row_of(store, item_id)["phase"] == "active"
+
+
+class _ReadChainOnly:
+    """A tier whose one token may read `chain` items only."""
+
+    def authenticate(self, token: str) -> Principal | None:
+        if token != "chain-reader":
+            return None
+        return Principal("reader", "test", permissions={"chain": frozenset({"read"})})
+
+
+def test_list_pages_only_what_the_caller_may_read(store: Store, runtime: Runtime) -> None:
+    chain_ids = [add_item(store, runtime, now=T0 + timedelta(seconds=n)) for n in range(4)]
+    for n in range(4):
+        add_item(store, runtime, kind=OtherItem, now=T0 + timedelta(seconds=10 + n))
+    runtime.authenticator = Authenticator([_ReadChainOnly()])
+    headers = {"Authorization": "Bearer chain-reader"}
+    with TestClient(create_app(runtime), headers=headers) as reader:
+        first = reader.get("/api/work-items", params={"limit": 2}).json()
+        second = reader.get(
+            "/api/work-items", params={"limit": 2, "cursor": first["next_cursor"]}
+        ).json()
+        assert (
+            reader.get("/api/work-items", params={"type": "daemon_test_other"}).status_code == 403
+        )
+    seen = [item["id"] for item in first["items"] + second["items"]]
+    assert seen == [str(item_id) for item_id in reversed(chain_ids)]
+    assert second["next_cursor"] is None

@@ -36,6 +36,12 @@ class Principal:
     claims: Mapping[str, Any] = field(default_factory=dict)
     rules: Sequence[Mapping[str, Any]] = ()
 
+    def types_with(self, permission: str) -> set[str] | None:
+        """The item types the permission is granted on; None means every type."""
+        if permission in self.permissions.get(ALL_TYPES, frozenset()):
+            return None
+        return {name for name, granted in self.permissions.items() if permission in granted}
+
     def allows(self, permission: str, item_type: str | None = None) -> bool:
         """True when the permission is granted for the type (or for every type)."""
         if permission in self.permissions.get(ALL_TYPES, frozenset()):
