@@ -93,9 +93,21 @@ def drain_events(
                 else "no handler",
             )
             continue
-        handler(
-            EventContext(session, item, pending.event_type, pending.payload, pending.event_at, now)
-        )
+        try:
+            with session.begin_nested():  # a handler that fails leaves nothing behind
+                handler(
+                    EventContext(
+                        session, item, pending.event_type, pending.payload, pending.event_at, now
+                    )
+                )
+        except Exception:
+            # One bad event must not block the item's other events, nor the scheduler.
+            log.exception(
+                "event %s %s for item %s failed; discarded", pending.id, pending.event_type, item_id
+            )
+            count_event("failed")
+            result.discarded += 1
+            continue
         if pending.event_at is not None:
             item.last_event_at = pending.event_at
         result.applied += 1

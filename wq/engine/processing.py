@@ -143,8 +143,11 @@ class ProcessingManager:
         `projects=None` admits every project with queued work (a resync).
         """
         for item_id in event_items:
-            with self.sessions.begin() as session:
-                drain_events(session, item_id, self.registry)
+            try:
+                with self.sessions.begin() as session:
+                    drain_events(session, item_id, self.registry)
+            except Exception:  # the sweep tries again; other items go on
+                log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
             dispatch(self.sessions, self.config, projects)
         return self._claim_and_submit()

@@ -98,9 +98,12 @@ def sweep_once(
     with sessions.begin() as session:
         orphaned = items_with_pending_events(session)
     for item_id in orphaned:
-        with sessions.begin() as session:
-            result = drain_events(session, item_id, registry, actor=SWEEP)
-            report.events_drained += result.applied + result.discarded
+        try:
+            with sessions.begin() as session:
+                result = drain_events(session, item_id, registry, actor=SWEEP)
+                report.events_drained += result.applied + result.discarded
+        except Exception:
+            log.exception("applying the events of work item %s failed", item_id)
     with sessions.begin() as session:
         report.audit_pruned = prune(session, retention_days=config.audit.retention_days, now=now)
     log.debug("sweep: %s", report)

@@ -22,7 +22,7 @@ from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_registry, mr_settings, p
 from wq.daemon.app import create_app
 from wq.daemon.runtime import build_runtime
 from wq.engine.envelope import Event, UndecodableMessage, decode_message
-from wq.engine.events import drain_events, ingest
+from wq.engine.events import drain_events, ingest, store_event
 from wq.engine.models import AuditEntry, PendingEvent, WorkItem, utcnow
 from wq.engine.registry import SubmitContext, TypeRegistry
 from wq.engine.sqs import SqsConsumer
@@ -407,3 +407,44 @@ def test_an_mr_merged_on_gitlab_completes_through_sqs_and_frees_its_slot(
         timeout=10,
         message="cancelled through the webhook",
     )
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {**mr_event("merge"), "object_attributes": {"iid": "abc", "action": "merge"}},
+        {**mr_event("merge"), "project": {"path_with_namespace": "group/a\x00b"}},
+        {**mr_event("merge"), "object_attributes": {"iid": 2**40, "action": "merge"}},
+        {**build_event(1), "ref": ["not", "a", "string"]},
+    ],
+)
+def test_type_confused_events_are_unmatched_not_errors(
+    store: Store, monkeypatch: pytest.MonkeyPatch, document: dict[str, Any]
+) -> None:
+    registry = mr_registry(monkeypatch)
+    new_item(store, registry)
+    assert deliver(store, registry, document) == 0
+
+
+def test_a_failing_handler_discards_its_event_and_spares_the_others(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(store, registry)
+    with store.sessions.begin() as session:
+        store_event(session, item_id, "build", build_event(9))
+        store_event(session, item_id, "merge_request", mr_event("approved"))
+
+    def explode(ctx: Any) -> None:
+        if ctx.event_type == "build":
+            raise RuntimeError("handler bug")
+        original(ctx)
+
+    original = registry.get("mr").event_handler
+    object.__setattr__(registry.get("mr"), "event_handler", explode)
+    with store.sessions.begin() as session:
+        result = drain_events(session, item_id, registry)
+    assert (result.applied, result.discarded) == (1, 1)
+    assert item(store, item_id).status("needs_reconcile").status == "true"  # type: ignore[union-attr]
+    with store.sessions() as session:
+        assert session.execute(select(func.count()).select_from(PendingEvent)).scalar_one() == 0

@@ -50,11 +50,21 @@ def parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _text(value: Any) -> str | None:
+    """A string the database can hold, or None."""
+    return value if isinstance(value, str) and "\x00" not in value else None
+
+
+def _iid(value: Any) -> int | None:
+    """A merge request iid that fits the column, or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+        return value
+    return None
+
+
 def _project_path(payload: dict[str, Any]) -> str | None:
     project = payload.get("project")
-    if isinstance(project, dict) and isinstance(project.get("path_with_namespace"), str):
-        return cast(str, project["path_with_namespace"])
-    return None
+    return _text(project.get("path_with_namespace")) if isinstance(project, dict) else None
 
 
 def _attributes(payload: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +82,7 @@ def resolve(session: Session, kind: str, payload: Any) -> tuple[list[uuid.UUID],
         return [], None
     query = select(MrItem.id).where(MrItem.project == project)
     if kind == "merge_request":
-        iid, branch = attributes.get("iid"), attributes.get("source_branch")
+        iid, branch = _iid(attributes.get("iid")), _text(attributes.get("source_branch"))
         query = query.where(
             or_(
                 MrItem.mr_iid == iid,
@@ -83,10 +93,14 @@ def resolve(session: Session, kind: str, payload: Any) -> tuple[list[uuid.UUID],
         )
         event_at = parse_time(attributes.get("updated_at"))
     elif kind == "pipeline":
-        query = query.where(MrItem.source_branch == attributes.get("ref"), MrItem.phase == ACTIVE)
+        query = query.where(
+            MrItem.source_branch == _text(attributes.get("ref")), MrItem.phase == ACTIVE
+        )
         event_at = parse_time(attributes.get("finished_at") or attributes.get("created_at"))
     elif kind == "build":
-        query = query.where(MrItem.source_branch == payload.get("ref"), MrItem.phase == ACTIVE)
+        query = query.where(
+            MrItem.source_branch == _text(payload.get("ref")), MrItem.phase == ACTIVE
+        )
         event_at = parse_time(
             payload.get("build_finished_at")
             or payload.get("build_started_at")
@@ -132,16 +146,22 @@ def handle(ctx: EventContext) -> None:
     elif ctx.event_type == "pipeline":
         status = attributes.get("status")
         if status in ("success", "failed"):
-            if isinstance(attributes.get("id"), int):
-                item.head_pipeline_id = attributes["id"]
+            pipeline_id = attributes.get("id")
+            if (
+                isinstance(pipeline_id, int)
+                and not isinstance(pipeline_id, bool)
+                and (0 < pipeline_id < 2**63)
+            ):
+                item.head_pipeline_id = pipeline_id
             _needs(ctx, "needs_reconcile", _trigger(ctx.event_type, payload, status=status))
     elif ctx.event_type == "build" and payload.get("build_status") == "failed":
         row = item.status("needs_ci_retry")
         jobs = list((row.detail or {}).get("jobs", [])) if row is not None else []
         if all(job.get("build_id") != payload.get("build_id") for job in jobs):
             job = {name: payload.get(name) for name in JOB_FIELDS}
-            if job["pipeline_id"] is None:
-                job["pipeline_id"] = (payload.get("pipeline") or {}).get("id")
+            pipeline = payload.get("pipeline")
+            if job["pipeline_id"] is None and isinstance(pipeline, dict):
+                job["pipeline_id"] = pipeline.get("id")
             jobs.append(job)
         _needs(
             ctx,
