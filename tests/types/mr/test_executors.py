@@ -308,3 +308,27 @@ def test_a_lost_commit_is_found_again_not_duplicated(harness: Harness, gitlab: F
     )
     harness.settled(item_id)
     assert len(gitlab.project(PROJECT).merge_requests) == 1
+
+
+def test_a_resubmission_during_ensure_mr_is_pushed_too(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    gitlab.add_latency("POST", r"/repository/commits", 1.0, times=1)
+    _, item_id = harness.submit()
+    wait_for(
+        lambda: (
+            gitlab.requests_to("POST", r"/merge_requests$")
+            or gitlab.requests_to("GET", r"/merge_requests")
+        ),
+        message="ensure_mr under way",
+    )
+    newer = [{"action": "update", "file_path": "sources", "content": "v3\n"}]
+    assert harness.submit(file_actions=newer)[0] == "updated"
+    wait_for(
+        lambda: gitlab.project(PROJECT).text("wq/sync-1", "sources") == "v3\n",
+        timeout=20,
+        message="the newer content pushed",
+    )
+    item = harness.settled(item_id)
+    assert item.status("needs_mr").status == "false"  # type: ignore[union-attr]
+    assert item.attempts == 0

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from gitlab.exceptions import GitlabDeleteError, GitlabGetError
+from sqlalchemy import select
 
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import set_phase
@@ -145,8 +146,22 @@ def ensure_mr(ctx: ActionContext) -> None:
             )["diffs"]:
                 _close_empty(ctx, project, mr, item)
                 return
-    set_dimension(ctx.session, item, "needs_mr", False)
+    if _still_current(ctx, item):
+        set_dimension(ctx.session, item, "needs_mr", False)
     _schedule_checks(ctx, item, settings)
+
+
+def _still_current(ctx: ActionContext, item: MrItem) -> bool:
+    """Whether the content just pushed is still the content asked for.
+
+    A resubmission may have come in while GitLab was being called; then `needs_mr`
+    stays as it set it and the next pass pushes the new content. The query begins the
+    fenced write transaction, so the row is locked against the upsert from here on.
+    """
+    current = ctx.session.execute(
+        select(MrItem.content_hash).where(MrItem.id == item.id)
+    ).scalar_one()
+    return bool(current == item.content_hash)
 
 
 def _ended(ctx: ActionContext, item: MrItem, mr: Any) -> bool:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from wq.engine import items
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.dimensions import set_dimension
+from wq.engine.items import ItemConflict
 from wq.engine.models import ACTIVE, FAILED
 from wq.engine.registry import SubmissionRejected, SubmitContext, SubmitResult
 from wq.types.mr.models import MrItem
@@ -47,7 +48,10 @@ def submit_mr(
         except IntegrityError:
             # A concurrent submission of the same branch won; the next pass sees it.
             if attempt == RACE_RETRIES - 1:
-                raise
+                raise ItemConflict(
+                    f"concurrent submissions for {payload.project} {payload.source_branch}; "
+                    "submit again"
+                ) from None
     raise AssertionError("unreachable")
 
 
@@ -57,6 +61,8 @@ def _latest(session: Session, project: str, source_branch: str) -> MrItem | None
         .where(MrItem.project == project, MrItem.source_branch == source_branch)
         .order_by(MrItem.generation.desc())
         .limit(1)
+        # Serializes with a worker that is finishing ensure_mr on this item.
+        .with_for_update()
     ).scalar_one_or_none()
 
 
