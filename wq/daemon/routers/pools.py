@@ -92,12 +92,20 @@ def read_pool(
 @router.get("/queue", response_model=list[QueueEntryPublic])
 def read_queue(
     session: ReadSessionDep,
-    _: ReadPrincipal,
+    principal: ReadPrincipal,
     project: Annotated[
         str, Query(min_length=1, pattern=NO_NUL, description="the project whose queue to show")
     ],
     lane: Literal["alert", "normal"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[QueueEntryPublic]:
-    """A project's queued items in admission order (alert lane first)."""
-    return [QueueEntryPublic(**vars(entry)) for entry in pools.queue(session, project, lane, limit)]
+    """A project's queued items in admission order (alert lane first).
+
+    Pools are shared by every type; items of types the caller may not read are left
+    out, and the others keep their true positions.
+    """
+    return [
+        QueueEntryPublic(**vars(entry))
+        for entry in pools.queue(session, project, lane, limit)
+        if principal.allows("read", entry.type)
+    ]
