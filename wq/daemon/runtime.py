@@ -81,7 +81,7 @@ def build_registry(config: Config) -> TypeRegistry:
 def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runtime:
     """Connect to the database and assemble the runtime (does not migrate or start)."""
     registry = registry if registry is not None else build_registry(config)
-    local_tier = LocalTokenTier() if config.auth.local_token else None
+    local_tier = LocalTokenTier() if config.auth.local_token is not False else None
     authenticator = build_authenticator(
         config, known_types=set(KNOWN_TYPES) | set(registry.names), local_tier=local_tier
     )

@@ -8,6 +8,7 @@ and releases the leases still held.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
@@ -45,6 +46,13 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def _url_for(host: str, port: int) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
@@ -70,6 +78,11 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
     log.info("config: %s", config.source)
     log.info("database: %s", runtime.engine.url.render_as_string(hide_password=True))
     prepare_database(runtime)
+    if runtime.local_tier is not None and not _is_loopback(host) and not config.auth.local_token:
+        # The all-permissions local token is for the machine itself, not the network.
+        runtime.authenticator.tiers.remove(runtime.local_tier)
+        runtime.local_tier = None
+        log.info("local token: off (listening beyond loopback; set auth.local_token to force)")
     sock = _bind(host, port)
     url = _url_for(host, sock.getsockname()[1])
     log.info("listening on %s", url)

@@ -70,7 +70,8 @@ class AuditConfig(_Section):
 class AuthConfig(_Section):
     """Authentication settings known to the foundation (rules come later)."""
 
-    local_token: bool = True
+    # None: only while the daemon listens on a loopback address.
+    local_token: bool | None = None
 
 
 class EventsConfig(_Section):
