@@ -260,6 +260,10 @@ def retry(
         raise ItemConflict(
             f"work item {item_id} is {item.phase}; only failed or cancelled items can be retried"
         )
+    veto = registry.get(item.type).retry_veto if item.type in registry else None
+    reason = veto(session, item) if veto is not None else None
+    if reason:
+        raise ItemConflict(f"work item {item_id} cannot be retried: {reason}")
     old = snapshot(item)
     item.phase = ACTIVE
     item.attempts = 0

@@ -110,6 +110,8 @@ class ItemType:
     event_handler: EventHandler | None = None
     event_resolver: EventResolver | None = None
     submission: Submission | None = None
+    # Why an item of this type may not be retried now (None: it may).
+    retry_veto: Callable[[Session, WorkItem], str | None] | None = None
     settings: Any = None
 
 

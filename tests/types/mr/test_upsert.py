@@ -217,3 +217,35 @@ def test_two_simultaneous_submissions_make_one_item(
     assert errors == []
     assert sorted(outcome for outcome, _ in results) == ["created"] + ["unchanged"] * 5
     assert len({item_id for _, item_id in results}) == 1
+
+
+def test_an_old_generation_cannot_be_retried_over_a_newer_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wq.engine.items import ItemConflict, retry
+
+    registry = mr_registry(monkeypatch)
+    _, old = submit(store, registry)
+    with store.sessions.begin() as session:
+        set_phase(
+            session,
+            session.get(WorkItem, old),
+            "cancelled",
+            actor="t",  # type: ignore[arg-type]
+            trigger={"source": "test"},
+        )
+    _, new = submit(store, registry)
+    assert new != old
+    with store.sessions.begin() as session, pytest.raises(ItemConflict, match="newer work item"):
+        retry(session, old, registry=registry, now=utcnow(), actor="t")
+    assert mr(store, old).phase == "cancelled"
+    with store.sessions.begin() as session:
+        set_phase(
+            session,
+            session.get(WorkItem, new),
+            "failed",
+            actor="t",  # type: ignore[arg-type]
+            trigger={"source": "test"},
+        )
+    with store.sessions.begin() as session:
+        assert retry(session, new, registry=registry, now=utcnow(), actor="t").phase == "active"

@@ -15,7 +15,7 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
     from wq.types.mr.models import MrItem
     from wq.types.mr.schemas import MrCreate
     from wq.types.mr.settings import parse_settings
-    from wq.types.mr.upsert import submit_mr
+    from wq.types.mr.upsert import retry_veto, submit_mr
 
     parsed = parse_settings(settings, source=source)
     registry.register_type(
@@ -32,5 +32,6 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
                 handle=lambda session, payload, ctx: submit_mr(session, payload, ctx, parsed),
             ),
             settings=parsed,
+            retry_veto=retry_veto,
         )
     )

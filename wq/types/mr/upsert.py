@@ -18,7 +18,7 @@ from wq.engine import items
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import ItemConflict
-from wq.engine.models import ACTIVE, FAILED
+from wq.engine.models import ACTIVE, FAILED, WorkItem
 from wq.engine.registry import SubmissionRejected, SubmitContext, SubmitResult
 from wq.types.mr.models import MrItem
 from wq.types.mr.schemas import MrCreate, content_hash
@@ -130,3 +130,15 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
     items.settle(session, latest, ctx.registry, ctx.now, actor=ctx.actor, trigger=trigger)
     session.flush()
     return SubmitResult("updated", latest)
+
+
+def retry_veto(session: Session, item: WorkItem) -> str | None:
+    """An old generation may not come back while a newer item owns the branch."""
+    assert isinstance(item, MrItem)
+    latest = _latest(session, item.project, item.source_branch)
+    if latest is not None and latest.id != item.id:
+        return (
+            f"a newer work item ({latest.id}) handles {item.project} {item.source_branch}; "
+            "submit again instead"
+        )
+    return None
