@@ -8,6 +8,7 @@ without really running them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -29,15 +30,13 @@ PG_ADMIN_URL = os.environ.get(
 REQUIRE_PG = bool(os.environ.get("CI") or os.environ.get("WQ_REQUIRE_POSTGRES"))
 
 
-def _pg_url(database: str) -> str:
-    base, _, _ = PG_ADMIN_URL.rpartition("/")
-    return f"{base}/{database}"
+@contextlib.contextmanager
+def throwaway_pg_database(prefix: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards.
 
-
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database for this test run; dropped at the end."""
-    name = f"wq_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    Unreachable PostgreSQL skips the test on a laptop and fails it in CI.
+    """
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin = make_engine(PG_ADMIN_URL, pool_size=1)
     try:
         with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -48,14 +47,23 @@ def pg_database() -> Iterator[str]:
         if REQUIRE_PG:
             pytest.fail(message)
         pytest.skip(message)
-    url = _pg_url(name)
-    engine = make_engine(url, pool_size=2)
-    schema.upgrade(engine)
-    engine.dispose()
-    yield url
-    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this test run; dropped at the end."""
+    with throwaway_pg_database("wq_test") as url:
+        engine = make_engine(url, pool_size=2)
+        schema.upgrade(engine)
+        engine.dispose()
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -16,17 +16,16 @@ import stat
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect
 
 import wq
-from tests.conftest import PG_ADMIN_URL, REQUIRE_PG
+from tests.conftest import throwaway_pg_database
 from wq.engine.config import SYSTEM_CONFIG_PATH
 from wq.engine.db import make_engine
 
@@ -422,24 +421,8 @@ def test_config_check(tmp_path: Path) -> None:
 @pytest.fixture
 def fresh_pg_url() -> Iterator[str]:
     """A new, empty (unmigrated) PostgreSQL database for this test; dropped afterwards."""
-    name = f"wq_daemon_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = make_engine(PG_ADMIN_URL, pool_size=1)
-    try:
-        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as err:
-        admin.dispose()
-        message = f"PostgreSQL at {PG_ADMIN_URL} is not reachable: {err}"
-        if REQUIRE_PG:
-            pytest.fail(message)
-        pytest.skip(message)
-    base, _, _ = PG_ADMIN_URL.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with throwaway_pg_database("wq_daemon") as url:
+        yield url
 
 
 def table_names(url: str) -> set[str]:
