@@ -1,19 +1,25 @@
 """A small base for fake services: a real HTTP(S) server on 127.0.0.1, ephemeral port.
 
-Subclasses answer `handle(request)` with `(status, json_body, headers)`. Every request
-is logged (`requests`), failures can be injected per path (`fail_next`), a delay added
-(`delay`), and `tls_dir` serves HTTPS with a fresh CA whose file is `ca_file`.
+`LoopbackListener` is the server thread itself (any handler, HTTP/1.0 or 1.1, start, stop
+cutting open connections, restart on the same port); the GitLab fake builds on it directly.
+`LoopbackServer` is the simpler base of the JSON fakes (OIDC, OpenShift): subclasses answer
+`handle(request)` with `(status, json_body, headers)`. Every request is logged
+(`requests`), failures can be injected per path (`fail_next`), a delay added (`delay`),
+and `tls_dir` serves HTTPS with a fresh CA whose file is `ca_file`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import json
+import socket
 import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -119,38 +125,168 @@ def make_tls(directory: Path) -> TlsFiles:
     return files
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+Answer = tuple[int, dict[str, str], bytes]
+"""What a listener writes back: status, headers (Content-Type included) and body bytes."""
+
+Serve = Callable[[str, str, dict[str, str], bytes], Answer | None]
+"""`serve(method, target, headers, body)`: the answer, or None to drop the connection."""
+
+
+class _ListenerHandler(BaseHTTPRequestHandler):
+    server: _ListenerServer
+
+    def setup(self) -> None:
+        super().setup()
+        # Per connection, so that one listener can speak HTTP/1.1 (keep-alive) and another 1.0.
+        self.protocol_version = self.server.listener.protocol
+        self.server_version = self.server.listener.server_version
+        # Headers and body go out in two writes: without this, Nagle's algorithm and
+        # delayed ACKs cost ~40 ms per request on a kept-alive connection.
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.track(self.connection, add=True)
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            super().finish()
+        self.server.track(self.connection, add=False)
 
     def log_message(self, format: str, *args: Any) -> None:
-        pass
+        """Quiet: fakes keep their own request logs."""
 
     def _serve(self) -> None:
-        fake = self.server.fake
-        request = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()})
-        status, body, headers = fake._dispatch(request)
-        data = b"" if body is None else json.dumps(body).encode()
+        listener = self.server.listener
+        method = self.command
+        if method not in listener.methods:
+            self.send_error(501, f"Unsupported method ({method!r})")
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        try:
+            answer = listener.serve(method, self.path, dict(self.headers.items()), body)
+        except Exception as err:  # a bug in the fake: answer 500 and keep serving
+            data = json.dumps({"message": f"500 Internal Server Error ({err!r})"}).encode()
+            answer = (500, {"Content-Type": "application/json"}, data)
+        if answer is None:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        status, headers, data = answer
+        if status in (204, 304):
+            data = b""
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
         for name, value in headers.items():
             self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if method != "HEAD" and data:
+            self.wfile.write(data)
 
-    do_GET = _serve
-    do_POST = _serve
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
 
-class _Server(ThreadingHTTPServer):
+class _ListenerServer(ThreadingHTTPServer):
     daemon_threads = True
-    fake: LoopbackServer
+    listener: LoopbackListener
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def track(self, connection: socket.socket, *, add: bool) -> None:
+        with self._connections_lock:
+            if add:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (a timeout test) is not an error of the fake.
         error = sys.exc_info()[1]
         if not isinstance(error, (BrokenPipeError, ConnectionResetError, ssl.SSLError)):
             super().handle_error(request, client_address)
+
+
+class LoopbackListener:
+    """The HTTP(S) server thread every fake runs on: start, stop (cutting open
+    connections), restart on the same port; each request goes to `serve`."""
+
+    def __init__(
+        self,
+        serve: Serve,
+        *,
+        name: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: TlsFiles | None = None,
+        methods: Iterable[str] = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"),
+        protocol: str = "HTTP/1.0",
+        server_version: str = BaseHTTPRequestHandler.server_version,
+    ) -> None:
+        self.serve = serve
+        self.name = name
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.methods = frozenset(methods)
+        self.protocol = protocol
+        self.server_version = server_version
+        self._server: _ListenerServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether it is serving now."""
+        return self._server is not None
+
+    def start(self) -> None:
+        """Listen (on an ephemeral port the first time unless one was given, on the
+        same port after a stop)."""
+        if self._server is not None:
+            return
+        server = _ListenerServer((self.host, self.port), _ListenerHandler)
+        server.listener = self
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert_file, self.tls.key_file)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"{self.name}:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and cut open connections (new ones are then refused)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def url(self, scheme: str | None = None) -> str:
+        """The base URL (http, or https with TLS)."""
+        if not self.port:
+            raise RuntimeError(f"{self.name} is not started")
+        scheme = scheme or ("https" if self.tls is not None else "http")
+        return f"{scheme}://{self.host}:{self.port}"
 
 
 @dataclass
@@ -172,42 +308,20 @@ class LoopbackServer:
         self.delay = 0.0
         self._failures: list[_Failure] = []
         self._lock = threading.RLock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
+        self._listener = LoopbackListener(
+            self._serve, name=self.name, tls=self.tls, methods=("GET", "POST")
+        )
 
     # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> LoopbackServer:
-        if self._server is not None:
-            return self
-        server = _Server(("127.0.0.1", self._port), _Handler)
-        server.fake = self
-        if self.tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(self.tls.cert_file, self.tls.key_file)
-            server.socket = context.wrap_socket(server.socket, server_side=True)
-        self._port = server.server_address[1]
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"{self.name}:{self._port}",
-            daemon=True,
-        )
-        self._thread.start()
+        """Start serving (on the same port again after a `stop()`)."""
+        self._listener.start()
         return self
 
     def stop(self) -> None:
         """Stop serving (connections are then refused); `start()` reuses the port."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._listener.stop()
 
     def __enter__(self) -> LoopbackServer:
         return self.start()
@@ -217,10 +331,8 @@ class LoopbackServer:
 
     @property
     def url(self) -> str:
-        if not self._port:
-            raise RuntimeError(f"{self.name} is not started")
-        scheme = "https" if self.tls is not None else "http"
-        return f"{scheme}://127.0.0.1:{self._port}"
+        """The base URL, https when the fake serves TLS."""
+        return self._listener.url()
 
     @property
     def ca_file(self) -> str:
@@ -240,6 +352,12 @@ class LoopbackServer:
             return sum(1 for request in self.requests if request.path == path)
 
     # ----------------------------------------------------------------- serving
+
+    def _serve(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Answer:
+        request = Request(method, target, {k.lower(): v for k, v in headers.items()})
+        status, payload, extra = self._dispatch(request)
+        data = b"" if payload is None else json.dumps(payload).encode()
+        return status, {"Content-Type": "application/json", **extra}, data
 
     def _dispatch(self, request: Request) -> Response:
         with self._lock:

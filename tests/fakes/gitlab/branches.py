@@ -1,0 +1,71 @@
+"""Branches API: list, get, create, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakes.gitlab.api import _Ctx, _message, _not_found, _ok, _Response, _route
+from tests.fakes.gitlab.rules import _valid_branch_name
+from tests.fakes.gitlab.state import GitLabState, Project
+
+
+class BranchesMixin(GitLabState):
+    """The Branches API."""
+
+    def _branch_json(self, project: Project, name: str) -> dict[str, Any]:
+        sha = project.branches[name]
+        default_head = project.branches.get(project.default_branch)
+        merged = (
+            name != project.default_branch
+            and default_head is not None
+            and sha in project.ancestors(default_head)
+        )
+        return {
+            "name": name,
+            "commit": self._commit_json(project, project.commits[sha]),
+            "merged": merged,
+            "protected": name == project.default_branch,
+            "developers_can_push": False,
+            "developers_can_merge": False,
+            "can_push": True,
+            "default": name == project.default_branch,
+            "web_url": f"{self._web(project)}/-/tree/{name}",
+        }
+
+    @_route("GET", "projects/:project/repository/branches")
+    def _list_branches(self, ctx: _Ctx) -> _Response:
+        search = str(ctx.get("search", "")).lower()
+        names = sorted(name for name in ctx.proj.branches if search in name.lower())
+        return self._paginate(ctx, [self._branch_json(ctx.proj, name) for name in names])
+
+    @_route("GET", "projects/:project/repository/branches/:branch")
+    def _get_branch(self, ctx: _Ctx) -> _Response:
+        if ctx.args["branch"] not in ctx.proj.branches:
+            raise _not_found("Branch")
+        return _ok(self._branch_json(ctx.proj, ctx.args["branch"]))
+
+    @_route("POST", "projects/:project/repository/branches")
+    def _create_branch(self, ctx: _Ctx) -> _Response:
+        project = ctx.proj
+        name = ctx.require("branch")
+        ref = ctx.require("ref")
+        if name in project.branches:
+            raise _message(400, "Branch already exists")
+        if not _valid_branch_name(name):
+            raise _message(400, "Branch name is invalid")
+        sha = project.resolve(ref)
+        if sha is None:
+            raise _message(400, f"Failed to create branch '{name}': invalid reference name '{ref}'")
+        self._set_branch(project, name, sha)
+        return _ok(self._branch_json(project, name), 201)
+
+    @_route("DELETE", "projects/:project/repository/branches/:branch")
+    def _delete_branch_endpoint(self, ctx: _Ctx) -> _Response:
+        project = ctx.proj
+        name = ctx.args["branch"]
+        if name not in project.branches:
+            raise _not_found("Branch")
+        if name == project.default_branch:
+            raise _message(405, "Cannot remove HEAD branch")
+        self._delete_branch(project, name)
+        return _ok(b"", 204)
