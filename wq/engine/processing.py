@@ -5,7 +5,8 @@ admission pass for the projects that changed, and claims as many admitted items 
 there are free workers. Each claimed item runs on a pool worker one action at a
 time: ask the decider, run the executor, commit fenced by the lease token, ask
 again, until the decider has nothing to do (the item goes idle and frees its slot),
-the phase becomes terminal, or the per-item deadline returns the worker.
+asks to wait (the item keeps its slot and is claimed again later), the phase becomes
+terminal, or the per-item deadline returns the worker.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from wq.engine.events import drain_events
 from wq.engine.fence import LeaseLost, fenced_executor
 from wq.engine.items import release, set_phase, snapshot
 from wq.engine.models import FAILED, TERMINAL_PHASES, WorkItem, utcnow
-from wq.engine.registry import ActionContext, PermanentFailure, RetryLater, TypeRegistry
+from wq.engine.registry import (
+    ActionContext,
+    Decision,
+    PermanentFailure,
+    RetryLater,
+    TypeRegistry,
+    Wait,
+)
 from wq.engine.sweep import sweep_once
 from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 
@@ -238,7 +246,7 @@ class ProcessingManager:
                 return
             action = self._next_action(item)
             while True:
-                if action is None:
+                if action is None or isinstance(action, Wait):
                     # Confirm under the fence with fresh state before letting go.
                     if not store.holds_lease(session, item_id, token, self.clock()):
                         return
@@ -251,6 +259,9 @@ class ProcessingManager:
                         release(session, item, actor=actor, trigger=trigger)
                         session.commit()
                         return
+                    if isinstance(action, Wait):
+                        self._hold(session, item, action)
+                        return
                 # End the transaction: on SQLite the write lock is then taken only when
                 # the executor first touches the database, not for its whole run.
                 session.commit()
@@ -262,6 +273,9 @@ class ProcessingManager:
                     release(session, item, actor=actor, trigger={"source": "decider"})
                     session.commit()
                     return
+                if isinstance(action, Wait):
+                    self._hold(session, item, action)
+                    return
                 if (
                     self._stopping.is_set()
                     or time.monotonic() - started >= self.settings.deadline_seconds
@@ -272,10 +286,22 @@ class ProcessingManager:
                     self._release_lease(item_id, token, resume_at=self.clock())
                     return
 
-    def _next_action(self, item: WorkItem) -> str | None:
+    def _next_action(self, item: WorkItem) -> Decision:
         if item.phase in TERMINAL_PHASES:
             return None
         return self.registry.get(item.type).decider(item, self.clock())
+
+    @staticmethod
+    def _hold(session: Session, item: WorkItem, wait: Wait) -> None:
+        """Keep the item's slot and give the worker back until `wait.until`.
+
+        The caller holds the lease fence in the open transaction. No audit row: a
+        long run is checked many times and nothing about the item changes.
+        """
+        item.run_after = wait.until
+        item.lease_owner = item.lease_token = None
+        item.leased_until = None
+        session.commit()
 
     def _run_action(
         self, session: Session, item: WorkItem, token: str, action: str, actor: str

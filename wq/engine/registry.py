@@ -18,7 +18,22 @@ from sqlalchemy.orm import Session
 from wq.engine.config import PoolConfig
 from wq.engine.models import WorkItem
 
-Decider = Callable[[WorkItem, datetime], str | None]
+
+@dataclass(frozen=True)
+class Wait:
+    """A decision: nothing to do now, but keep the slot and ask again at `until`.
+
+    For external work the item started and that is still running (a task's run):
+    the item stays admitted, gives its worker back, and is claimed again at `until`.
+    """
+
+    until: datetime
+
+
+# A decider answers one of three things: an action name to run now, `Wait(until)`
+# (hold the slot, ask again later), or None (nothing to do: release the slot, go idle).
+Decision = str | Wait | None
+Decider = Callable[[WorkItem, datetime], Decision]
 
 
 @dataclass
