@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from prometheus_client import make_asgi_app
 
 import wq
-from wq.daemon.auth_audit import install_auth_handling
+from wq.daemon.auth import install_auth_handling
 from wq.daemon.errors import install_error_handlers
 from wq.daemon.routers import health, identity, pools, submissions, webhooks, work_items
 from wq.daemon.runtime import Runtime

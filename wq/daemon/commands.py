@@ -95,7 +95,7 @@ def config_check(path: str) -> int:
     """Validate a config file without starting anything."""
     from pathlib import Path
 
-    from wq.daemon.auth_config import parse_authorization
+    from wq.daemon.auth import parse_authorization
     from wq.daemon.runtime import build_registry
     from wq.types import KNOWN_TYPES
 

@@ -9,8 +9,13 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Principal
-from wq.daemon.auth_audit import denied, unauthenticated
+from wq.daemon.auth import (
+    AuthenticationFailed,
+    AuthenticationUnavailable,
+    Principal,
+    denied,
+    unauthenticated,
+)
 from wq.daemon.runtime import Runtime
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
@@ -50,7 +55,7 @@ def get_principal(
 ) -> Principal:
     """The authenticated caller; 401 without a valid Bearer token, 503 when unverifiable.
 
-    Failures are audited (see `wq.daemon.auth_audit`).
+    Failures are audited (see `wq.daemon.auth.audit`).
     """
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise unauthenticated("a Bearer token is required")

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.daemon.auth import Authenticator, LocalTokenTier
-from wq.daemon.auth_setup import build_authenticator
+from wq.daemon.auth import Authenticator, LocalTokenTier, build_authenticator
 from wq.engine.config import Config, ConfigError, default_database_url
 from wq.engine.db import make_engine, make_sessionmaker, read_only
 from wq.engine.processing import ProcessingManager

@@ -8,8 +8,7 @@ import pytest
 
 from tests.fakes.oidc import fake_oidc  # noqa: F401 - fixture
 from tests.fakes.openshift import fake_openshift  # noqa: F401 - fixture
-from wq.daemon.auth import Authenticator
-from wq.daemon.auth_setup import build_authenticator
+from wq.daemon.auth import Authenticator, build_authenticator
 from wq.engine.config import Config, parse_config
 
 AUD = "wq-service"

@@ -11,9 +11,9 @@ import yaml
 
 from tests.daemon.auth.conftest import AUD, KNOWN_TYPES, auth_config, authenticator
 from wq.daemon import commands
-from wq.daemon.auth_config import SAFE_ALGORITHMS, parse_authorization
-from wq.daemon.jwt_tier import JwtTier
-from wq.daemon.openshift_tier import OpenShiftTier
+from wq.daemon.auth.config import SAFE_ALGORITHMS, parse_authorization
+from wq.daemon.auth.jwt_tier import JwtTier
+from wq.daemon.auth.openshift_tier import OpenShiftTier
 from wq.engine.config import ConfigError
 
 GITLAB = "https://gitlab.example.com"
@@ -141,7 +141,7 @@ def test_a_bad_setting_names_its_key(section: Any, expected: str) -> None:
 
 def test_types_is_accepted_with_a_deprecation_warning(caplog: pytest.LogCaptureFixture) -> None:
     rule = {"groups": ["a"], "permissions": ["read"], "types": ["mr"]}
-    with caplog.at_level(logging.WARNING, logger="wq.daemon.auth_config"):
+    with caplog.at_level(logging.WARNING, logger="wq.daemon.auth.config"):
         section = parse_authorization(auth_config(rules_with(rule)), KNOWN_TYPES)
     assert section.rules[2].item_types == ["mr"]
     assert "authorization.rules[2]: `types` is deprecated" in caplog.text

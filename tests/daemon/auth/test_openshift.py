@@ -12,7 +12,7 @@ import pytest
 from tests.daemon.auth.conftest import Clock, authenticator
 from tests.fakes.openshift import USERS_TILDE, FakeOpenShift
 from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Authenticator
-from wq.daemon.openshift_tier import OpenShiftTier, TtlCache
+from wq.daemon.auth.openshift_tier import OpenShiftTier, TtlCache
 
 RULES = [
     {"groups": ["admins"], "permissions": ["read", "submit", "retry"]},

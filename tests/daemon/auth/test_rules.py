@@ -9,8 +9,8 @@ import pytest
 
 from tests.daemon.auth.conftest import AUD, auth_config
 from wq.daemon.auth import Principal
-from wq.daemon.auth_config import parse_authorization
-from wq.daemon.rules import RuleSet, normalize
+from wq.daemon.auth.config import parse_authorization
+from wq.daemon.auth.rules import RuleSet, normalize
 
 GITLAB = "https://gitlab.example.com"
 

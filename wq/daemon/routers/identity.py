@@ -14,7 +14,7 @@ from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from wq.daemon.auth_audit import unauthenticated
+from wq.daemon.auth import unauthenticated
 from wq.daemon.deps import PrincipalDep, RuntimeDep
 
 router = APIRouter(tags=["identity"])

@@ -19,19 +19,19 @@ from pathlib import Path
 
 import httpx
 
-from wq.daemon.auth import (
+from wq.daemon.auth.config import K8S_ISSUER, AuthorizationConfig, parse_authorization
+from wq.daemon.auth.core import (
     AuthenticationUnavailable,
     Authenticator,
     LocalTokenTier,
     Principal,
     Tier,
 )
-from wq.daemon.auth_config import K8S_ISSUER, AuthorizationConfig, parse_authorization
-from wq.daemon.jwt_tier import JwtTier
-from wq.daemon.oidc import DISCOVERY_PATH, KeySource
-from wq.daemon.openshift_tier import OpenShiftTier, TtlCache
-from wq.daemon.outbound import make_client
-from wq.daemon.rules import RuleSet
+from wq.daemon.auth.jwt_tier import JwtTier
+from wq.daemon.auth.oidc import DISCOVERY_PATH, KeySource
+from wq.daemon.auth.openshift_tier import OpenShiftTier, TtlCache
+from wq.daemon.auth.outbound import make_client
+from wq.daemon.auth.rules import RuleSet
 from wq.engine.config import Config, ConfigError
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 import wq
-from wq.daemon.auth import AuthenticationUnavailable
+from wq.daemon.auth.core import AuthenticationUnavailable
 
 MAX_DOCUMENT_BYTES = 1 << 20
 

@@ -23,9 +23,9 @@ import httpx
 from jwt import PyJWK
 from jwt.exceptions import PyJWTError
 
-from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable
-from wq.daemon.auth_config import JwtConfig, check_url
-from wq.daemon.outbound import fetch_json
+from wq.daemon.auth.config import JwtConfig, check_url
+from wq.daemon.auth.core import AuthenticationFailed, AuthenticationUnavailable
+from wq.daemon.auth.outbound import fetch_json
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ A tier turns a Bearer token into a `Principal` or declines it (None), so that th
 next tier may try. A tier that recognises a token but finds it invalid raises
 `AuthenticationFailed` (401); one that cannot reach what it needs to decide raises
 `AuthenticationUnavailable` (503). The tiers are the embedded daemon's local token
-(`LocalTokenTier`), JWTs from configured issuers (`wq.daemon.jwt_tier`) and
-OpenShift `users/~` (`wq.daemon.openshift_tier`); `wq.daemon.auth_setup` builds them.
+(`LocalTokenTier`), JWTs from configured issuers (`wq.daemon.auth.jwt_tier`) and
+OpenShift `users/~` (`wq.daemon.auth.openshift_tier`); `wq.daemon.auth.setup` builds them.
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ import httpx
 import jwt
 from jwt import exceptions as jwt_errors
 
-from wq.daemon.auth import AuthenticationFailed, Principal
-from wq.daemon.auth_config import JwtConfig
-from wq.daemon.oidc import KeySource
-from wq.daemon.rules import RuleSet, value_set
+from wq.daemon.auth.config import JwtConfig
+from wq.daemon.auth.core import AuthenticationFailed, Principal
+from wq.daemon.auth.oidc import KeySource
+from wq.daemon.auth.rules import RuleSet, value_set
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Principal
-from wq.daemon.outbound import describe
-from wq.daemon.rules import RuleSet
+from wq.daemon.auth.core import AuthenticationFailed, AuthenticationUnavailable, Principal
+from wq.daemon.auth.outbound import describe
+from wq.daemon.auth.rules import RuleSet
 
 log = logging.getLogger(__name__)
 

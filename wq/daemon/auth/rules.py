@@ -14,8 +14,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from wq.daemon.auth import ALL_TYPES, Principal
-from wq.daemon.auth_config import RuleConfig
+from wq.daemon.auth.config import RuleConfig
+from wq.daemon.auth.core import ALL_TYPES, Principal
 
 # Claims shown by whoami for every JWT, besides those the rules constrain.
 BASE_CLAIMS = ("iss", "sub", "aud")
