@@ -125,7 +125,18 @@ def test_an_algorithm_left_out_of_the_allow_list(fake_oidc: FakeOidcIssuer, cloc
     auth.close()
 
 
-@pytest.mark.parametrize("aud", ["other-service", ["a", "b"], None])
+@pytest.mark.parametrize(
+    "aud",
+    [
+        "other-service",
+        ["a", "b"],
+        None,
+        # a Unicode lookalike of the accepted audience (long s for s)
+        AUD.replace("s", "\u017f"),
+        AUD.upper().replace("S", "\u017f"),
+        [AUD.replace("s", "\u017f"), "other"],
+    ],
+)
 def test_a_wrong_or_missing_audience(
     auth: Authenticator, fake_oidc: FakeOidcIssuer, aud: Any
 ) -> None:

@@ -41,6 +41,12 @@ def grants_read(rules: RuleSet, **claims: Any) -> bool:
         (False, "false"),
         (None, None),
         ({"a": 1}, None),
+        # only ASCII letters change case: lookalikes stay themselves
+        ("RPM\u017f", "rpm\u017f"),
+        ("Stra\u00dfe", "stra\u00dfe"),
+        ("\u212aey", "\u212aey"),
+        ("\ufb01le", "\ufb01le"),
+        ("\u00c9t\u00e9", "\u00c9t\u00e9"),
     ],
 )
 def test_normalize(value: Any, expected: str | None) -> None:
@@ -80,6 +86,17 @@ def test_normalize(value: Any, expected: str | None) -> None:
         ({"ref_protected": True}, {"ref_protected": False}, False),
         # objects never match a scalar
         ({"ns": "a"}, {"ns": {"name": "a"}}, False),
+        # Unicode lookalikes never equal ASCII, whichever side carries them
+        ({"project_path": "g/rpms"}, {"project_path": "g/rpm\u017f"}, False),
+        ({"project_path": "g/rpms"}, {"project_path": "g/RPM\u017f"}, False),
+        ({"project_path": "g/rpm\u017f"}, {"project_path": "g/rpms"}, False),
+        ({"ns": "strasse"}, {"ns": "stra\u00dfe"}, False),
+        ({"ns": "stra\u00dfe"}, {"ns": "STRASSE"}, False),
+        ({"ns": "file"}, {"ns": "\ufb01le"}, False),
+        ({"ns": "kube"}, {"ns": "\u212aube"}, False),
+        ({"ns": "kube"}, {"ns": "KUBE"}, True),
+        ({"ns": "i"}, {"ns": "\u0130"}, False),
+        ({"ref": ["main", "rpms"]}, {"ref": "rpm\u017f"}, False),
     ],
 )
 def test_claim_matching(
@@ -95,6 +112,14 @@ def test_aud_is_matched_like_any_claim() -> None:
         "x", issuer=GITLAB, issuer_names=[GITLAB], claims={"aud": "other"}, tier="jwt"
     )
     assert principal.permissions == {}
+
+
+def test_a_lookalike_audience_is_not_accepted() -> None:
+    rules = claims_rule()
+    lookalike = AUD.replace("s", "\u017f")
+    assert lookalike != AUD
+    assert rules.audiences([GITLAB]) == frozenset({AUD})
+    assert not grants_read(rules, aud=lookalike)
 
 
 def test_an_issuer_rule_only_matches_its_issuer() -> None:

@@ -3,19 +3,26 @@
 A rule matches a caller by OpenShift group membership (any listed group) or by the
 claims of a JWT from one issuer (Vault's bound_claims pattern: every key must match,
 a list matches when any of its values does). Claim values are compared after string
-coercion and case folding, so `project_id: 42` matches `"42"` and `ref_protected:
-true` matches `"True"`; a claim missing from the token fails the rule. Callers get the
-union of what their matching rules grant, and nothing when none matches.
+coercion, ignoring the case of ASCII letters only, so `project_id: 42` matches `"42"`
+and `ref_protected: true` matches `"True"`, while Unicode lookalikes never match ASCII
+(the long s U+017F is not `s`, U+00DF is not `ss`, the Kelvin sign U+212A is not `k`);
+a claim missing from the token fails the rule. Callers get the union of what their matching rules
+grant, and nothing when none matches.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from wq.daemon.auth.config import RuleConfig
 from wq.daemon.auth.core import ALL_TYPES, Principal
+
+# str.lower and str.casefold also map non-ASCII characters onto ASCII (the Kelvin sign
+# to `k`, the long s to `s`, the sharp s to `ss`): a lookalike claim would match a rule.
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 # Claims shown by whoami for every JWT, besides those the rules constrain.
 BASE_CLAIMS = ("iss", "sub", "aud")
@@ -30,7 +37,7 @@ def normalize(value: Any) -> str | None:
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else repr(value)
     if isinstance(value, str):
-        return value.casefold()
+        return value.translate(_ASCII_LOWER)
     return None
 
 
