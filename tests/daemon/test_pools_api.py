@@ -14,6 +14,7 @@ from tests.support.chain import Behaviour, chain_registry
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.admission import dispatch
+from wq.engine.models import utcnow
 
 POOLS = {
     "default": {"capacity": 2, "alert_capacity": 1, "queued_autonomous_cap": 3},
@@ -47,7 +48,7 @@ def test_pools_show_capacity_usage_and_backlog(pooled: tuple[Runtime, TestClient
     fill(runtime, "team/app", 2, autonomous=True)
     fill(runtime, "team/app", 1, lane="alert")
     fill(runtime, "infra/dns", 3)
-    dispatch(runtime.sessions, runtime.config)
+    dispatch(runtime.sessions, runtime.config, now=utcnow())
 
     response = client.get("/api/pools")
     assert response.status_code == 200, response.text
@@ -79,7 +80,7 @@ def test_queue_lists_items_in_admission_order(pooled: tuple[Runtime, TestClient]
     normal = fill(runtime, "team/app", 5)
     alerts = fill(runtime, "team/app", 3, lane="alert")
     fill(runtime, "team/other", 2)
-    dispatch(runtime.sessions, runtime.config)
+    dispatch(runtime.sessions, runtime.config, now=utcnow())
 
     response = client.get("/api/queue", params={"project": "team/app"})
     assert response.status_code == 200, response.text

@@ -64,8 +64,11 @@ def test_every_action_runs_exactly_once_across_workers_and_managers(
 ) -> None:
     behaviour = Behaviour()
     pools = {"default": {"capacity": 1000}}
-    first = start(store, managers, behaviour, pools=pools, processing={"workers": 6})
-    second = start(store, managers, behaviour, pools=pools, processing={"workers": 6})
+    # A long lease: on a loaded machine a 5 s lease can lapse between heartbeats, and
+    # a takeover (correctly fenced) would run an action twice; that is not this test.
+    processing = {"workers": 6, "lease_seconds": 30.0}
+    first = start(store, managers, behaviour, pools=pools, processing=processing)
+    second = start(store, managers, behaviour, pools=pools, processing=processing)
     assert first.owner == second.owner  # same process; the lease tokens still differ
     ids = submit_many(
         store.sessions, first.registry, first.config, [f"p/{n % 20}" for n in range(1000)]
@@ -290,7 +293,7 @@ def test_claim_skips_leased_and_unadmitted_items(store: Store) -> None:
     manager = ProcessingManager(store.sessions, registry, config)
     from wq.engine.admission import dispatch
 
-    admitted = dispatch(store.sessions, config)
+    admitted = dispatch(store.sessions, config, now=utcnow())
     assert sorted(entry.project for entry in admitted) == ["p/a", "p/b"]
     now = utcnow()
     with store.sessions.begin() as session:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config, PoolConfig
-from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem, utcnow
+from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem
 from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
@@ -80,13 +81,14 @@ def in_flight(session: Session, project: str) -> dict[str, int]:
     return {lane: int(count) for lane, count in rows}
 
 
-def admit_project(session: Session, project: str, pool: PoolConfig) -> list[Admitted]:
+def admit_project(
+    session: Session, project: str, pool: PoolConfig, now: datetime
+) -> list[Admitted]:
     """Admit the heads of one project's lanes into its free slots (caller commits)."""
     if not _has_queued(session, project):
         return []  # a slot was released but nothing waits: no lock, no counting
     store.lock_project(session, project)
     counts = in_flight(session, project)
-    now = utcnow()
     admitted: list[Admitted] = []
     for lane, capacity in ((ALERT_LANE, pool.alert_capacity), (NORMAL_LANE, pool.capacity)):
         free = capacity - counts.get(lane, 0)
@@ -142,7 +144,11 @@ def admit_project(session: Session, project: str, pool: PoolConfig) -> list[Admi
 
 
 def dispatch(
-    sessions: sessionmaker[Session], config: Config, projects: Iterable[str] | None = None
+    sessions: sessionmaker[Session],
+    config: Config,
+    projects: Iterable[str] | None = None,
+    *,
+    now: datetime,
 ) -> list[Admitted]:
     """One admission pass over the given projects (all with queued work when None).
 
@@ -155,5 +161,5 @@ def dispatch(
     admitted: list[Admitted] = []
     for project in sorted(set(projects)):
         with sessions.begin() as session:
-            admitted.extend(admit_project(session, project, config.pool_for(project)))
+            admitted.extend(admit_project(session, project, config.pool_for(project), now))
     return admitted

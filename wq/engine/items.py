@@ -29,7 +29,6 @@ from wq.engine.models import (
     QUEUED,
     TERMINAL_PHASES,
     WorkItem,
-    utcnow,
 )
 from wq.engine.registry import SubmitResult, TypeRegistry
 from wq.engine.store import inline
@@ -55,12 +54,14 @@ def snapshot(item: WorkItem) -> dict[str, Any]:
     }
 
 
-def enqueue(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, Any]) -> None:
+def enqueue(
+    session: Session, item: WorkItem, now: datetime, *, actor: str, trigger: dict[str, Any]
+) -> None:
     """Put an item in its project's queue with a fresh sequence value."""
     old = snapshot(item) if item.seq is not None or item.admission != QUEUED else None
     item.admission = QUEUED
     item.seq = store.next_seq(session)
-    item.queued_at = utcnow()
+    item.queued_at = now
     item.admitted_at = None
     item.run_after = None
     audit(
@@ -72,7 +73,7 @@ def enqueue(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, 
     signal(session, PROJECT_QUEUED, item.project)
 
 
-def release(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, Any]) -> None:
+def release_slot(session: Session, item: WorkItem, *, actor: str, trigger: dict[str, Any]) -> None:
     """End an item's admission: `idle` while active, `done` once terminal.
 
     Frees its slot (if it held one) and wakes the dispatcher of its project.
@@ -115,11 +116,11 @@ def settle(
     wants to act is queued with a fresh seq. Queued and admitted items are left alone.
     """
     if item.phase in TERMINAL_PHASES:
-        release(session, item, actor=actor, trigger=trigger)
+        release_slot(session, item, actor=actor, trigger=trigger)
     elif item.seq is None or item.admission in (IDLE, DONE):
         # A type this process does not handle is queued for the daemons that do.
         if item.type not in registry or registry.get(item.type).decider(item, now) is not None:
-            enqueue(session, item, actor=actor, trigger=trigger)
+            enqueue(session, item, now, actor=actor, trigger=trigger)
         elif item.admission != IDLE:
             item.admission = IDLE
 
@@ -152,7 +153,7 @@ def set_phase(
         ),
     )
     if phase in TERMINAL_PHASES:
-        release(session, item, actor=actor, trigger=trigger)
+        release_slot(session, item, actor=actor, trigger=trigger)
 
 
 def _find_active_by_dedup_key(session: Session, dedup_key: str) -> WorkItem | None:

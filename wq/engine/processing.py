@@ -31,7 +31,7 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.fence import LeaseLost, fenced_executor
-from wq.engine.items import release, set_phase, snapshot
+from wq.engine.items import release_slot, set_phase, snapshot
 from wq.engine.models import FAILED, TERMINAL_PHASES, WorkItem, utcnow
 from wq.engine.registry import (
     ActionContext,
@@ -110,7 +110,8 @@ class ProcessingManager:
         with self._running_lock:
             leftovers = dict(self._running)
         for item_id, token in leftovers.items():
-            self._release_lease(item_id, token)
+            with self.sessions.begin() as session:
+                store.drop_lease(session, item_id, token)
         for thread in self._threads:
             thread.join(timeout=2)
 
@@ -157,7 +158,7 @@ class ProcessingManager:
             except Exception:  # the sweep tries again; other items go on
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
-            dispatch(self.sessions, self.config, projects)
+            dispatch(self.sessions, self.config, projects, now=self.clock())
         return self._claim_and_submit()
 
     def _claim_and_submit(self) -> int:
@@ -234,9 +235,9 @@ class ProcessingManager:
     def _run_item(self, item_id: uuid.UUID, token: str) -> None:
         """Run one claimed item's actions until it idles, ends, fails or hits the deadline.
 
-        The decider is asked with the item re-read under the lease fence (the row is
-        locked until commit on PostgreSQL), so an event applied meanwhile is seen and
-        can never be lost by releasing the item to `idle`.
+        Before the item is let go, the decider is asked with the item re-read under the
+        lease fence (the row is locked until commit on PostgreSQL), so an event applied
+        meanwhile is seen and can never be lost by releasing the item to `idle`.
         """
         actor = threading.current_thread().name
         started = time.monotonic()
@@ -245,46 +246,47 @@ class ProcessingManager:
             if item is None or item.lease_token != token:
                 return
             action = self._next_action(item)
+            fenced = False  # is the item fresh and locked under our lease right now?
             while True:
-                if action is None or isinstance(action, Wait):
+                if not isinstance(action, str) and not fenced:
                     # Confirm under the fence with fresh state before letting go.
-                    if not store.holds_lease(session, item_id, token, self.clock()):
+                    if not store.fence_lease(session, item_id, token, self.clock()):
                         return
                     session.get(WorkItem, item_id, populate_existing=True)
                     action = self._next_action(item)
-                    if action is None:
-                        trigger = {
-                            "source": "worker" if item.phase in TERMINAL_PHASES else "decider"
-                        }
-                        release(session, item, actor=actor, trigger=trigger)
-                        session.commit()
-                        return
-                    if isinstance(action, Wait):
-                        self._hold(session, item, action)
-                        return
+                if action is None:
+                    terminal = item.phase in TERMINAL_PHASES
+                    self._let_go(
+                        session, item, actor, {"source": "worker" if terminal else "decider"}
+                    )
+                    return
+                if isinstance(action, Wait):
+                    self._hold(session, item, action)
+                    return
+                if fenced and (
+                    self._stopping.is_set()
+                    or time.monotonic() - started >= self.settings.deadline_seconds
+                ):
+                    # Keep the slot, give the worker back; the item is claimed again
+                    # behind the items that were already waiting.
+                    store.drop_lease(session, item_id, token, resume_at=self.clock())
+                    session.commit()
+                    return
                 # End the transaction: on SQLite the write lock is then taken only when
                 # the executor first touches the database, not for its whole run.
                 session.commit()
                 if not self._run_action(session, item, token, action, actor):
                     return
-                # Fresh state under the fence: decide and, if done, release right here.
+                # The item was re-read under the fence: decide on fresh state.
+                fenced = True
                 action = self._next_action(item)
-                if action is None:
-                    release(session, item, actor=actor, trigger={"source": "decider"})
-                    session.commit()
-                    return
-                if isinstance(action, Wait):
-                    self._hold(session, item, action)
-                    return
-                if (
-                    self._stopping.is_set()
-                    or time.monotonic() - started >= self.settings.deadline_seconds
-                ):
-                    session.commit()
-                    # Keep the slot, give the worker back; the item is claimed again
-                    # behind the items that were already waiting.
-                    self._release_lease(item_id, token, resume_at=self.clock())
-                    return
+
+    def _let_go(
+        self, session: Session, item: WorkItem, actor: str, trigger: dict[str, Any]
+    ) -> None:
+        """Release the item's slot (idle, or done once terminal) and commit, under the fence."""
+        release_slot(session, item, actor=actor, trigger=trigger)
+        session.commit()
 
     def _next_action(self, item: WorkItem) -> Decision:
         if item.phase in TERMINAL_PHASES:
@@ -341,8 +343,7 @@ class ProcessingManager:
             ),
         )
         if item.phase in TERMINAL_PHASES:
-            release(session, item, actor=actor, trigger=trigger)
-            session.commit()
+            self._let_go(session, item, actor, trigger)
             return False
         session.get(WorkItem, item_id, populate_existing=True)
         return True
@@ -355,7 +356,7 @@ class ProcessingManager:
         message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
         log.warning("work item %s: %s", item_id, message)
         with self.sessions.begin() as session:
-            if not store.holds_lease(session, item_id, token, now):
+            if not store.fence_lease(session, item_id, token, now):
                 return
             item = session.get(WorkItem, item_id, populate_existing=True)
             if item is None:
@@ -390,18 +391,4 @@ class ProcessingManager:
                     new_state={**snapshot(item), "attempts": item.attempts},
                     trigger={**trigger, "retry_in_seconds": delay},
                 ),
-            )
-
-    def _release_lease(
-        self, item_id: uuid.UUID, token: str, resume_at: datetime | None = None
-    ) -> None:
-        values: dict[str, Any] = {"lease_owner": None, "lease_token": None, "leased_until": None}
-        if resume_at is not None:
-            values["run_after"] = resume_at
-        with self.sessions.begin() as session:
-            session.execute(
-                update(WorkItem)
-                .where(WorkItem.id == item_id, WorkItem.lease_token == token)
-                .values(**values)
-                .execution_options(synchronize_session=False)
             )

@@ -123,7 +123,7 @@ def claim(
     return [(item_id, token) for item_id in ids]
 
 
-def holds_lease(session: Session, item_id: uuid.UUID, token: str, now: datetime) -> bool:
+def fence_lease(session: Session, item_id: uuid.UUID, token: str, now: datetime) -> bool:
     """Fence: true, and the row locked until commit, while the token still owns the item.
 
     Done as an UPDATE so that on PostgreSQL the row stays locked until this
@@ -133,6 +133,26 @@ def holds_lease(session: Session, item_id: uuid.UUID, token: str, now: datetime)
         update(WorkItem)
         .where(and_(WorkItem.id == item_id, WorkItem.lease_token == token))
         .values(updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def drop_lease(
+    session: Session, item_id: uuid.UUID, token: str, *, resume_at: datetime | None = None
+) -> bool:
+    """Let go of a lease the token still holds; the item keeps its slot.
+
+    With `resume_at` the item is claimable again from then on, behind the items that
+    were already waiting. False when the lease was no longer this token's.
+    """
+    values: dict[str, object] = {"lease_owner": None, "lease_token": None, "leased_until": None}
+    if resume_at is not None:
+        values["run_after"] = resume_at
+    result = session.execute(
+        update(WorkItem)
+        .where(WorkItem.id == item_id, WorkItem.lease_token == token)
+        .values(**values)
         .execution_options(synchronize_session=False)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
