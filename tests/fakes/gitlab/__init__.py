@@ -22,6 +22,17 @@ parent links, so merge bases, compare, force pushes and merges behave like git f
 cases tests need. Error status codes and bodies follow GitLab's (Grape) conventions:
 ``{"message": ...}`` for domain errors, ``{"error": ...}`` for parameter validation.
 
+It refuses what GitLab refuses, so tests cannot pass by agreement with a lenient fake
+(``rules`` has the details and the sources): branch names git's check-ref-format or GitLab
+rejects (``.hidden``, ``feature/.hidden``, ``x.lock/y``, ``HEAD``, ``refs/heads/x``, ``..``,
+``~^:?*[\\``, spaces and control characters, leading ``-``, ``@{``, a trailing ``/`` or
+``.``, 40-hex names, a branch where another one's directory is); repository paths that climb
+out (``..``), hold ``//`` or start with ``.git``, and in the Files API URL any ``..`` segment;
+and a second open MR with the same source and target branches, whether by create, reopen
+or retarget (409 "Another open merge request already exists for this source branch").
+The test controls (``push``, ``add_project``, ``update_merge_request``) raise ValueError for
+what a git push or the web UI could not do.
+
 Known differences from GitLab (kept deliberately small):
 
 - Every project is private: a request without a token is answered 401 (GitLab answers
@@ -37,6 +48,12 @@ Known differences from GitLab (kept deliberately small):
 - System notes are a simplified subset (title/description changes, close, reopen, merge,
   "added N commits" on push), with shorter bodies than GitLab's.
 - ``last_commit_id`` in commit actions and protected branches are not enforced.
+- Reopening onto a clash answers 409, as the rule is meant; GitLab's own code path
+  (ReopenService, then ``valid?`` on the rolled-back MR) may instead answer 200 with the MR
+  still closed. Either way it stays closed: callers should check ``state`` as well.
+- A new branch whose name clashes with another one's directory (``a`` and ``a/b``) is
+  refused through the Commits API with the Branches API's message; GitLab's wording there
+  comes from Gitaly and differs.
 - Diff text is difflib's unified diff with git's hunk headers; the "No newline at end of
   file" marker is only added for the new side.
 

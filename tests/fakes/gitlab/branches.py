@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from tests.fakes.gitlab.api import _Ctx, _message, _not_found, _ok, _Response, _route
-from tests.fakes.gitlab.rules import _valid_branch_name
+from tests.fakes.gitlab.rules import (
+    DF_CONFLICT_MESSAGE,
+    HEX_BRANCH_MESSAGE,
+    branch_conflicts,
+    branch_name_error,
+)
 from tests.fakes.gitlab.state import GitLabState, Project
 
 
@@ -49,13 +54,20 @@ class BranchesMixin(GitLabState):
         project = ctx.proj
         name = ctx.require("branch")
         ref = ctx.require("ref")
+        # Branches::CreateService's order: the name, existence, the ref, then the write
+        # (the push hook refuses 40-hex names; git refuses a file/directory clash).
+        error = branch_name_error(name)
+        if error == "Branch name is invalid":
+            raise _message(400, error)
         if name in project.branches:
             raise _message(400, "Branch already exists")
-        if not _valid_branch_name(name):
-            raise _message(400, "Branch name is invalid")
         sha = project.resolve(ref)
         if sha is None:
             raise _message(400, f"Failed to create branch '{name}': invalid reference name '{ref}'")
+        if error == HEX_BRANCH_MESSAGE:
+            raise _message(400, error)
+        if branch_conflicts(project.branches, name):
+            raise _message(400, f"Failed to create branch '{name}': {DF_CONFLICT_MESSAGE}")
         self._set_branch(project, name, sha)
         return _ok(self._branch_json(project, name), 201)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tests.fakes.gitlab.api import ApiError
+from tests.fakes.gitlab.rules import DF_CONFLICT_MESSAGE, branch_conflicts, branch_name_error
 from tests.fakes.gitlab.state import (
     ACTIVE_JOB_STATUSES,
     MERGE_STATUSES,
@@ -60,6 +62,9 @@ class ControlsMixin(GitLabState):
     ) -> Project:
         """A project whose default branch has one commit with `files` (a README.md
         when not given), or no commit at all when `empty`."""
+        _check_pushed_branch({}, default_branch)
+        for name in files or {}:
+            _check_pushed_path(name)
         with self._lock:
             if self._find_project(path) is not None:
                 raise ValueError(f"project {path} exists")
@@ -98,9 +103,14 @@ class ControlsMixin(GitLabState):
     ) -> str:
         """Commit straight to a branch as another user would (None deletes a file).
         `start` creates the branch from that ref; `force` replaces the branch with
-        `start` + files. Returns the new commit sha."""
+        `start` + files. Returns the new commit sha. Branch names and paths git or
+        GitLab would refuse on a push raise ValueError."""
         with self._lock:
             proj = self.project(project)
+            if branch not in proj.branches:
+                _check_pushed_branch(proj.branches, branch)
+            for path in files:
+                _check_pushed_path(path)
             base_ref = start if (start and (force or branch not in proj.branches)) else branch
             parent = proj.resolve(base_ref)
             tree = dict(proj.commits[parent].tree) if parent else {}
@@ -124,7 +134,9 @@ class ControlsMixin(GitLabState):
 
     def update_merge_request(self, project: str | int, iid: int, **changes: Any) -> None:
         """Change an MR as a person in the web UI would: title, description, labels,
-        state ("closed", "opened", "merged" merges it) ..."""
+        target_branch, state ("closed", "opened", "merged" merges it) ... What GitLab
+        would refuse raises ValueError with GitLab's message (a second open MR for the
+        same branches, reopening without the source branch)."""
         with self._lock:
             proj = self.project(project)
             mr = proj.merge_requests[iid]
@@ -132,6 +144,18 @@ class ControlsMixin(GitLabState):
             state = changes.pop("state", None)
             if "labels" in changes:
                 changes["labels"] = _labels(changes["labels"])
+            if state == "opened" and mr.state == "closed" and not self._reopenable(proj, mr):
+                raise ValueError("the source branch is gone: GitLab does not reopen this MR")
+            try:
+                self._check_branches(
+                    proj,
+                    mr,
+                    source=changes.get("source_branch", mr.source_branch),
+                    target=changes.get("target_branch", mr.target_branch),
+                    opened=state == "opened" or (mr.state == "opened" and state is None),
+                )
+            except ApiError as err:
+                raise ValueError(str(err.body)) from None
             self._apply_mr_fields(mr, changes, actor)
             if state == "merged":
                 self._merge(proj, mr, actor, remove_source=None)
@@ -214,3 +238,19 @@ class ControlsMixin(GitLabState):
         with self._lock:
             proj = self.project(project)
             return self._pipeline_status(proj, proj.pipelines[pipeline_id])
+
+
+def _check_pushed_branch(branches: dict[str, str], name: str) -> None:
+    """A push creating branch `name` is refused by git or GitLab: ValueError."""
+    error = branch_name_error(name)
+    if error is None and branch_conflicts(branches, name):
+        error = DF_CONFLICT_MESSAGE
+    if error is not None:
+        raise ValueError(f"{name!r}: {error}")
+
+
+def _check_pushed_path(path: str) -> None:
+    """A tree path git's fsck (on GitLab's receive) refuses: ValueError."""
+    parts = path.split("/")
+    if not path or any(part in ("", ".", "..") or part.lower() == ".git" for part in parts):
+        raise ValueError(f"{path!r}: not a path git stores in a tree")

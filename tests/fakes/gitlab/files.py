@@ -8,14 +8,17 @@ from typing import Any
 
 from tests.fakes.gitlab.api import _Ctx, _not_found, _ok, _param_error, _Response, _route
 from tests.fakes.gitlab.diffs import _blob_sha
+from tests.fakes.gitlab.rules import check_url_file_path
 from tests.fakes.gitlab.state import Commit, GitLabState
 
 
 class FilesMixin(GitLabState):
     """The Repository files and tree APIs."""
 
-    def _file(self, ctx: _Ctx, ref: str | None) -> tuple[Commit, str, bytes]:
+    def _file(self, ctx: _Ctx, ref: str | None, *, raw: bool = False) -> tuple[Commit, str, bytes]:
         project = ctx.proj
+        # Grape validates the parameters in order: file_path first, then ref.
+        check_url_file_path(ctx.args["file_path"], allow_absolute=raw)
         if ref is None:
             raise _param_error("ref is missing")
         sha = project.resolve(ref)
@@ -66,12 +69,13 @@ class FilesMixin(GitLabState):
     @_route("GET", "projects/:project/repository/files/:file_path/raw")
     def _get_raw_file(self, ctx: _Ctx) -> _Response:
         ref = ctx.get("ref", ctx.proj.default_branch)
-        commit, path, content = self._file(ctx, ref)
+        commit, path, content = self._file(ctx, ref, raw=True)
         headers = self._file_headers(ctx, commit, path, content, ref)
         headers["Content-Type"] = "text/plain; charset=utf-8"
         return _ok(content, 200, headers)
 
     def _file_write(self, ctx: _Ctx, action: str) -> Commit:
+        check_url_file_path(ctx.args["file_path"])
         entry: dict[str, Any] = {"action": action, "file_path": ctx.args["file_path"]}
         if action != "delete":
             entry["content"] = ctx.require("content")

@@ -69,19 +69,7 @@ class MergeRequestsMixin(GitLabState):
             raise _message(400, {"source_branch": ["does not exist"]})
         if target not in project.branches:
             raise _message(400, {"target_branch": ["does not exist"]})
-        for other in project.merge_requests.values():
-            if (
-                other.state == "opened"
-                and other.source_branch == source
-                and other.target_branch == target
-            ):
-                raise _message(
-                    409,
-                    [
-                        f"Another open merge request already exists for this source branch: "
-                        f"!{other.iid}"
-                    ],
-                )
+        self._check_branches(project, None, source=source, target=target, opened=True)
         now = _now()
         iid = max(project.merge_requests, default=0) + 1
         mr = MergeRequest(
@@ -143,10 +131,22 @@ class MergeRequestsMixin(GitLabState):
             changes["force_remove_source_branch"] = ctx.flag("remove_source_branch")
         if ctx.flag("squash") is not None:
             changes["squash"] = ctx.flag("squash")
+        # GitLab's ReopenService is a silent no-op unless the MR is reopenable (closed, with
+        # its source branch); the validation of the saved MR answers 422/409 before any
+        # change is kept.
+        reopening = state_event == "reopen" and self._reopenable(project, mr)
+        opened_after = state_event != "close" and (mr.state == "opened" or reopening)
+        self._check_branches(
+            project,
+            mr,
+            source=mr.source_branch,
+            target=changes.get("target_branch", mr.target_branch),
+            opened=opened_after,
+        )
         self._apply_mr_fields(mr, changes, ctx.token.user)
         if state_event == "close":
             self._close(mr, ctx.token.user)
-        elif state_event == "reopen":
+        elif reopening:
             self._reopen(mr, ctx.token.user)
         return _ok(self._mr_json(project, mr))
 

@@ -12,6 +12,36 @@ from tests.fakes.gitlab.state import GitLabState, MergeRequest, Note, Pipeline, 
 class MergeRequestLifecycle(GitLabState):
     """What happens to an MR, whichever way it is asked (API or test controls)."""
 
+    def _check_branches(
+        self,
+        project: Project,
+        mr: MergeRequest | None,
+        *,
+        source: str,
+        target: str,
+        opened: bool,
+    ) -> None:
+        """GitLab's MergeRequest#validate_branches for `mr` (None: a new one) about to be
+        saved with these branches and state: 422 when source and target are the same
+        branch; 409 when it would be open beside another open MR with the same source and
+        target branches (checked on create, reopen, retarget, any save of an open MR)."""
+        if source == target:
+            raise _message(422, ["You can't use same project/branch for source and target"])
+        if not opened:
+            return
+        for other in sorted(project.merge_requests.values(), key=lambda o: o.iid):
+            if (
+                other is not mr
+                and other.state == "opened"
+                and other.source_branch == source
+                and other.target_branch == target
+            ):
+                raise _message(
+                    409,
+                    [f"Another open merge request already exists for this source branch: "
+                     f"!{other.iid}"],
+                )  # fmt: skip
+
     def _refresh_mr(self, project: Project, mr: MergeRequest) -> None:
         """Keep an open MR's diff refs in step with its branches (GitLab does on push)."""
         if mr.state != "opened":
@@ -86,6 +116,10 @@ class MergeRequestLifecycle(GitLabState):
         mr.closed_by = actor
         mr.merge_when_pipeline_succeeds = False
         self._system_note(mr, "closed", actor)
+
+    def _reopenable(self, project: Project, mr: MergeRequest) -> bool:
+        """MergeRequest#reopenable?: closed, and its source branch still exists."""
+        return mr.state == "closed" and mr.source_branch in project.branches
 
     def _reopen(self, mr: MergeRequest, actor: User) -> None:
         if mr.state != "closed":

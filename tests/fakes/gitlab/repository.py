@@ -8,7 +8,14 @@ from typing import Any
 
 from tests.fakes.gitlab.api import _Ctx, _message, _param_error
 from tests.fakes.gitlab.diffs import _blob_sha
-from tests.fakes.gitlab.rules import _check_creatable, _check_path, _valid_branch_name
+from tests.fakes.gitlab.rules import (
+    DF_CONFLICT_MESSAGE,
+    HEX_BRANCH_MESSAGE,
+    branch_conflicts,
+    branch_name_error,
+    check_creatable,
+    clean_path,
+)
 from tests.fakes.gitlab.state import Commit, GitLabState, Project, User, _now, _to_bytes
 
 
@@ -69,10 +76,9 @@ class RepositoryMixin(GitLabState):
             kind = action.get("action")
             if kind not in ("create", "update", "delete", "move", "chmod"):
                 raise _param_error(f"actions[{index}][action] does not have a valid value")
-            path = action.get("file_path")
-            if not path:
+            if not isinstance(action.get("file_path"), str):
                 raise _param_error(f"actions[{index}][file_path] is missing")
-            _check_path(path)
+            path = clean_path(action["file_path"])
             encoding = action.get("encoding") or "text"
             if encoding not in ("text", "base64"):
                 raise _param_error(f"actions[{index}][encoding] does not have a valid value")
@@ -84,7 +90,7 @@ class RepositoryMixin(GitLabState):
                 except (ValueError, TypeError):
                     raise _message(400, "Invalid base64 content") from None
             if kind == "create":
-                _check_creatable(tree, path)
+                check_creatable(tree, path)
                 tree[path] = content or b""
             elif kind == "update":
                 if path not in tree:
@@ -96,14 +102,13 @@ class RepositoryMixin(GitLabState):
                 if kind == "delete":
                     del tree[path]
             else:  # move
-                previous = action.get("previous_path")
-                if not previous:
+                if not isinstance(action.get("previous_path"), str):
                     raise _param_error(f"actions[{index}][previous_path] is missing")
-                _check_path(previous)
+                previous = clean_path(action["previous_path"])
                 if previous not in tree:
                     raise _message(400, "A file with this name doesn't exist")
                 moved = tree.pop(previous)
-                _check_creatable(tree, path)
+                check_creatable(tree, path)
                 tree[path] = moved if content is None else content
         return tree
 
@@ -130,7 +135,8 @@ class RepositoryMixin(GitLabState):
                 f"A branch called '{branch}' already exists. "
                 "Switch to that branch in order to make changes",
             )
-        if branch not in project.branches and not _valid_branch_name(branch):
+        new_branch = branch not in project.branches
+        if new_branch and branch_name_error(branch) == "Branch name is invalid":
             raise _message(
                 400,
                 f"Something went wrong when we tried to create '{branch}' for you: "
@@ -147,6 +153,12 @@ class RepositoryMixin(GitLabState):
             parent = project.branches[start_branch]
         base_tree = project.commits[parent].tree if parent else {}
         tree = self._apply_actions(base_tree, actions)
+        if new_branch:
+            # Refused only when the ref is written (Gitaly's hook and update-ref).
+            if branch_name_error(branch) == HEX_BRANCH_MESSAGE:
+                raise _message(400, HEX_BRANCH_MESSAGE)
+            if branch_conflicts(project.branches, branch):
+                raise _message(400, f"Failed to create branch '{branch}': {DF_CONFLICT_MESSAGE}")
         commit = self._new_commit(project, [parent] if parent else [], tree, message, author)
         self._set_branch(project, branch, commit.id)
         return commit
