@@ -13,7 +13,7 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
     from wq.types.mr.events import handle, resolve
     from wq.types.mr.executors import EXECUTORS
     from wq.types.mr.models import MrItem
-    from wq.types.mr.schemas import MrCreate
+    from wq.types.mr.schemas import submission_schema
     from wq.types.mr.settings import parse_settings
     from wq.types.mr.upsert import retry_veto, submit_mr
 
@@ -27,7 +27,7 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
             event_handler=handle,
             event_resolver=resolve,
             submission=Submission(
-                schema=MrCreate,
+                schema=submission_schema(parsed),
                 project_of=lambda payload: payload.project,
                 handle=lambda session, payload, ctx: submit_mr(session, payload, ctx, parsed),
             ),

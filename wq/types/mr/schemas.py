@@ -1,4 +1,11 @@
-"""The `mr` submission payload and the content hash of its file actions."""
+"""The `mr` submission payload and the content hash of its file actions.
+
+Every limit the server enforces is declared here, so that the OpenAPI document says
+it: lengths match the columns, and `project` is short enough that the idempotency key
+`mr:{project}:{source_branch}:{generation}` fits its 512 characters. The per-item
+limits that an operator can configure (file actions, bytes per file, labels) are added
+by `submission_schema` from the settings.
+"""
 
 from __future__ import annotations
 
@@ -6,28 +13,135 @@ import base64
 import binascii
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-NonEmpty = Annotated[str, Field(min_length=1, pattern=r"^[^\x00]*$")]
+from wq.types.mr.settings import MrSettings
+from wq.types.mr.validation import (
+    MAX_LABEL_LENGTH,
+    MAX_PATH_LENGTH,
+    MAX_REF_LENGTH,
+    branch_problem,
+    label_problem,
+    path_problem,
+    project_problem,
+)
+
+# A JSON string with no NUL: PostgreSQL can store none in text or JSONB.
+NO_NUL = r"^[^\x00]*$"
+MAX_PROJECT_LENGTH = 240  # 3 + 240 + 1 + 255 + 1 + 10 digits of generation <= 512
+MAX_TITLE_LENGTH = 248  # GitLab's 255, less room for the "Draft: " prefix
+MAX_TEXT_LENGTH = 1_048_576  # GitLab's limit on an MR description
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (\\u0000)")
+    return value
+
+
+def _checked(problem: Callable[[str], str | None]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        reason = problem(value)
+        if reason:
+            raise ValueError(reason)
+        return value
+
+    return check
+
+
+def _text(max_length: int, min_length: int = 0) -> Any:
+    return Field(
+        min_length=min_length, max_length=max_length, json_schema_extra={"pattern": NO_NUL}
+    )
+
+
+NoNul = AfterValidator(_no_nul)
+Title = Annotated[str, _text(MAX_TITLE_LENGTH, 1), NoNul]
+LongText = Annotated[str, _text(MAX_TEXT_LENGTH), NoNul]
+CommitMessage = Annotated[str, _text(MAX_TEXT_LENGTH, 1), NoNul]
+Name = Annotated[str, _text(255), NoNul]  # package, source: mr_details columns
+ChangeKind = Annotated[str, _text(64), NoNul]
+
+
+RepoPath = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_PATH_LENGTH,
+        description="a path relative to the repository root: no leading /, no empty, "
+        "'.' or '..' segments, no backslash, no control characters, no .git segment",
+    ),
+    AfterValidator(_checked(path_problem)),
+]
+Branch = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_REF_LENGTH,
+        description="a branch name as git check-ref-format --branch accepts it (no .., "
+        "no space, control character or any of ~^:?*[\\, no leading - or /, no part "
+        "starting with . or ending in .lock, no @{, not HEAD) and without a refs/ prefix",
+    ),
+    AfterValidator(_checked(branch_problem)),
+]
+Label = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_LABEL_LENGTH,
+        description="a GitLab label: not blank, no comma, no control characters",
+    ),
+    AfterValidator(_checked(label_problem)),
+]
+Project = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_PROJECT_LENGTH,
+        description="the GitLab project path, e.g. group/subgroup/project",
+    ),
+    AfterValidator(_checked(project_problem)),
+]
 
 
 class FileAction(BaseModel):
     """One change to one file, as GitLab's Commits API takes it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     action: Literal["create", "update", "delete", "move"]
-    file_path: NonEmpty
-    content: str | None = None
+    file_path: RepoPath
+    content: str | None = Field(
+        default=None,
+        description="the new content (create and update; optional for move); text "
+        "content must not contain NUL: send binary content base64-encoded",
+    )
     encoding: Literal["text", "base64"] = "text"
-    previous_path: NonEmpty | None = None
+    previous_path: RepoPath | None = Field(
+        default=None, description="the path the file moves from (move only)"
+    )
+
+    @field_validator("content")
+    @classmethod
+    def _no_nul_in_text(cls, content: str | None) -> str | None:
+        if content is not None and "\x00" in content:
+            raise ValueError("must not contain NUL (\\u0000); send binary content as base64")
+        return content
 
     @model_validator(mode="after")
     def _consistent(self) -> FileAction:
-        if self.file_path.startswith("/"):
-            raise ValueError("file_path must be relative to the repository root")
         if self.action in ("create", "update") and self.content is None:
             raise ValueError(f"{self.action} needs content")
         if self.action == "delete" and self.content is not None:
@@ -43,6 +157,14 @@ class FileAction(BaseModel):
                 raise ValueError("content is not valid base64") from None
         return self
 
+    def size(self) -> int:
+        """The number of bytes the file will have (0 without content)."""
+        if self.content is None:
+            return 0
+        if self.encoding == "base64":
+            return len(self.content) * 3 // 4 - self.content[-2:].count("=")
+        return len(self.content.encode())
+
     def gitlab(self) -> dict[str, Any]:
         """The action as the Commits API wants it."""
         return self.model_dump(exclude_none=True)
@@ -51,27 +173,71 @@ class FileAction(BaseModel):
 class MrCreate(BaseModel):
     """The desired state of a merge request; submit it again whenever it changes."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Strict: `"draft": "yes"` is a mistake to report, not a truthy value to guess at.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    project: NonEmpty
-    source_branch: NonEmpty
-    target_branch: NonEmpty = "main"
-    title: NonEmpty
-    description: str = ""
-    commit_message: NonEmpty
+    project: Project
+    source_branch: Branch
+    target_branch: Branch = "main"
+    title: Title
+    description: LongText = ""
+    commit_message: CommitMessage
     file_actions: Annotated[list[FileAction], Field(min_length=1)]
-    labels: list[NonEmpty] = Field(default_factory=list)
-    package: str | None = None
-    source: str | None = None
-    change_kind: str | None = None
-    draft: bool = False
-    auto_merge: bool = False
+    labels: list[Label] = Field(default_factory=list)
+    package: Name | None = None
+    source: Name | None = None
+    change_kind: ChangeKind | None = None
+    draft: StrictBool = False
+    auto_merge: StrictBool = False
 
     @model_validator(mode="after")
     def _distinct_branches(self) -> MrCreate:
         if self.source_branch == self.target_branch:
             raise ValueError("source_branch and target_branch must differ")
         return self
+
+
+def submission_schema(settings: MrSettings) -> type[MrCreate]:
+    """`MrCreate` with the configured per-item limits, as the API enforces and documents."""
+    max_bytes = settings.max_file_bytes
+
+    def file_sizes(actions: list[FileAction]) -> list[FileAction]:
+        for action in actions:
+            if action.size() > max_bytes:
+                raise ValueError(
+                    f"{action.file_path} has {action.size()} bytes, over the limit of "
+                    f"{max_bytes} bytes per file (handled_types.mr.max_file_bytes)"
+                )
+        return actions
+
+    file_actions = Annotated[
+        list[FileAction],
+        Field(
+            min_length=1,
+            max_length=settings.max_file_actions,
+            description=f"at most {settings.max_file_actions} actions "
+            "(handled_types.mr.max_file_actions), each file at most "
+            f"{max_bytes} bytes (max_file_bytes)",
+        ),
+        AfterValidator(file_sizes),
+    ]
+    labels = Annotated[
+        list[Label],
+        Field(
+            max_length=settings.max_labels,
+            description=f"at most {settings.max_labels} labels (max_labels); "
+            "managed-by::workqueue is always added",
+        ),
+    ]
+    # Same name as the base, so the OpenAPI component keeps the house name `MrCreate`.
+    schema: type[MrCreate] = create_model(
+        "MrCreate",
+        __base__=MrCreate,
+        __doc__=MrCreate.__doc__,
+        file_actions=(file_actions, ...),
+        labels=(labels, Field(default_factory=list)),
+    )
+    return schema
 
 
 def normalized_actions(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -33,6 +33,11 @@ class MrSettings(BaseModel):
     reconcile_interval_seconds: Annotated[float, Field(gt=0)] = 1800.0
     request_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
     job_retry: dict[str, Any] | None = None
+    # Per-item bounds on a submission (422 beyond them): a work item lives in one row
+    # and is pushed as one GitLab commit, so neither may grow without bound.
+    max_file_actions: Annotated[int, Field(gt=0)] = 1000
+    max_file_bytes: Annotated[int, Field(gt=0)] = 10 * 1024 * 1024
+    max_labels: Annotated[int, Field(ge=0)] = 50
 
     def entry_for(self, project: str) -> tuple[str, ProjectEntry] | None:
         """The project's entry: exact path first, then the longest `/`-prefix."""

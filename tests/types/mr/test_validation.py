@@ -1,0 +1,204 @@
+"""Submissions the API must refuse with a 422 that names the field, storing nothing:
+bad repository paths and branch names, NUL, over-long values, loose booleans and the
+configured per-item limits. Also the near misses that must still be accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from tests.conftest import Store, make_config
+from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_settings, payload
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
+from wq.engine.models import WorkItem
+
+URL = "/api/work-items/mr"
+LIMITS = {"max_file_actions": 3, "max_file_bytes": 10, "max_labels": 2}
+
+
+def _update(path: str) -> dict[str, Any]:
+    return {"action": "update", "file_path": path, "content": "x"}
+
+
+def _files(*actions: dict[str, Any]) -> dict[str, Any]:
+    return {"file_actions": list(actions)}
+
+
+BAD_PATHS = [
+    "../etc/passwd",
+    "a/../../b",
+    "..",
+    ".",
+    "./x",
+    "a/./b",
+    "a//b",
+    "a/",
+    "/etc/passwd",
+    ".git/config",
+    "sub/.git/hooks/pre-commit",
+    ".GIT/config",
+    ".git./config",
+    "git~1/config",
+    "..\\windows",
+    "a\\b",
+    "a\x01b",
+    "x" * 4097,
+]
+BAD_BRANCHES = [
+    "a..b",
+    "..",
+    "a~1",
+    "a^2",
+    "a:b",
+    "a?",
+    "a*",
+    "a[b",
+    "a\\b",
+    "a b",
+    "a\tb",
+    "a\x7fb",
+    "-flag",
+    "/lead",
+    "trail/",
+    "a//b",
+    "x.lock",
+    "x.lock/y",
+    "a@{1}",
+    "@",
+    "trail.",
+    ".hidden",
+    "feature/.hidden",
+    "HEAD",
+    "refs/heads/x",
+    "b" * 256,
+]
+# (overrides, the field the message must name)
+REFUSED: list[tuple[dict[str, Any], str]] = [
+    *[(_files(_update(path)), "file_actions.0.file_path") for path in BAD_PATHS],
+    (
+        _files({"action": "move", "file_path": "b", "previous_path": "../x"}),
+        "file_actions.0.previous_path",
+    ),
+    (
+        _files({"action": "move", "file_path": "b", "previous_path": ".git/HEAD"}),
+        "file_actions.0.previous_path",
+    ),
+    *[({"source_branch": name}, "source_branch") for name in BAD_BRANCHES],
+    *[({"target_branch": name}, "target_branch") for name in BAD_BRANCHES],
+    ({"target_branch": "refs/heads/main"}, "target_branch"),
+    # NUL in every string field
+    *[
+        ({field: "a\x00b"}, field)
+        for field in (
+            "project",
+            "source_branch",
+            "target_branch",
+            "title",
+            "description",
+            "commit_message",
+            "package",
+            "source",
+            "change_kind",
+        )
+    ],
+    ({"labels": ["a\x00b"]}, "labels.0"),
+    (_files(_update("a\x00b")), "file_actions.0.file_path"),
+    (_files({"action": "update", "file_path": "a", "content": "x\x00y"}), "content"),
+    # longer than their columns (or GitLab's limits)
+    ({"package": "p" * 256}, "package"),
+    ({"source": "s" * 256}, "source"),
+    ({"change_kind": "c" * 65}, "change_kind"),
+    ({"title": "t" * 249}, "title"),
+    ({"project": "group/" + "p" * 235}, "project"),
+    ({"labels": ["l" * 256]}, "labels.0"),
+    # projects that are not paths, labels GitLab would split or drop
+    ({"project": "group/../other"}, "project"),
+    ({"project": "group//project"}, "project"),
+    ({"labels": ["a,b"]}, "labels.0"),
+    ({"labels": [" "]}, "labels.0"),
+    # strict booleans
+    ({"draft": "yes"}, "draft"),
+    ({"draft": "true"}, "draft"),
+    ({"draft": 1}, "draft"),
+    ({"auto_merge": "no"}, "auto_merge"),
+    ({"auto_merge": 0}, "auto_merge"),
+    # the configured per-item limits, each message says the limit
+    (_files(*[_update(f"f{n}") for n in range(4)]), "at most 3"),
+    ({"labels": ["a", "b", "c"]}, "at most 2"),
+    (_files({"action": "create", "file_path": "big", "content": "x" * 11}), "10 bytes"),
+    (
+        _files({"action": "create", "file_path": "big", "content": "eHh4eHh4eHh4eHg="}),
+        "10 bytes",
+    ),  # 11 bytes once decoded
+]
+ACCEPTED: list[dict[str, Any]] = [
+    _files(_update(".gitignore"), _update(".github/workflows/ci.yml"), _update("a/b.c/d")),
+    _files({"action": "move", "file_path": "new/name", "previous_path": "old/name"}),
+    {"source_branch": "feature/x.y-z_1", "target_branch": "release/1.0"},
+    {"source_branch": "wq/ünïcode", "labels": ["managed-by::other", "a b"]},
+    {"source_branch": "b" * 255, "project": "group/" + "p" * 234},
+    _files({"action": "create", "file_path": "ten", "content": "x" * 10}),
+    {"draft": True, "auto_merge": False, "title": "t" * 248},
+]
+
+
+@pytest.fixture
+def api(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runtime, TestClient]]:
+    """The daemon's app on the test database, with small per-item limits."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    config = make_config(store.url, handled_types={"mr": mr_settings(**LIMITS)})
+    runtime = build_runtime(config)
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with TestClient(create_app(runtime), headers=headers) as client:
+        yield runtime, client
+    runtime.engine.dispose()
+
+
+def _count(runtime: Runtime) -> int:
+    with runtime.sessions() as session:
+        return session.execute(select(func.count()).select_from(WorkItem)).scalar_one()
+
+
+def test_bad_submissions_are_422_naming_the_field_and_store_nothing(
+    api: tuple[Runtime, TestClient],
+) -> None:
+    runtime, client = api
+    wrong = []
+    for overrides, named in REFUSED:
+        response = client.post(URL, json=payload(**overrides))
+        if response.status_code != 422 or named not in response.json().get("error", ""):
+            wrong.append((overrides, response.status_code, response.text[:300]))
+    assert wrong == []
+    assert _count(runtime) == 0
+
+
+def test_near_misses_are_accepted(api: tuple[Runtime, TestClient]) -> None:
+    runtime, client = api
+    for number, overrides in enumerate(ACCEPTED):
+        overrides.setdefault("source_branch", f"wq/accepted-{number}")
+        response = client.post(URL, json=payload(**overrides))
+        assert response.status_code == 201, (overrides, response.text)
+    assert _count(runtime) == len(ACCEPTED)
+
+
+def test_the_limits_are_in_the_openapi_document(api: tuple[Runtime, TestClient]) -> None:
+    _, client = api
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    mr = schemas["MrCreate"]["properties"]
+    assert mr["file_actions"]["maxItems"] == 3 and mr["labels"]["maxItems"] == 2
+    assert "10 bytes" in mr["file_actions"]["description"]
+    assert (
+        mr["source_branch"]["maxLength"] == 255 and mr["change_kind"]["anyOf"][0]["maxLength"] == 64
+    )
+    assert mr["project"]["maxLength"] + mr["source_branch"]["maxLength"] + 15 <= 512
+    assert mr["description"]["pattern"] == "^[^\\x00]*$"
+    assert mr["draft"]["type"] == "boolean"
+    action = schemas["FileAction"]["properties"]
+    assert action["file_path"]["maxLength"] == 4096 and ".." in action["file_path"]["description"]
