@@ -107,6 +107,22 @@ def test_no_section_means_no_rules() -> None:
             "authorization.rules[2].claims: claim 'aud' must be",
         ),
         (
+            {"issuer": GITLAB, "claims": {"aud": ""}, "permissions": ["read"]},
+            "authorization.rules[2].claims: claim 'aud' must be a non-empty string",
+        ),
+        (
+            {"issuer": GITLAB, "claims": {"aud": "  "}, "permissions": ["read"]},
+            "authorization.rules[2].claims: claim 'aud' must be a non-empty string",
+        ),
+        (
+            {"issuer": GITLAB, "claims": {"aud": [AUD, ""]}, "permissions": ["read"]},
+            "authorization.rules[2].claims: claim 'aud' must be a non-empty string",
+        ),
+        (
+            {"issuer": GITLAB, "claims": {"aud": 42}, "permissions": ["read"]},
+            "authorization.rules[2].claims: claim 'aud' must be a non-empty string",
+        ),
+        (
             {"groups": ["a"], "permissions": ["read"], "item_types": ["nope"]},
             "authorization.rules[2].item_types: unknown work-item type 'nope'",
         ),
@@ -130,6 +146,14 @@ def test_a_bad_rule_names_itself(rule: dict[str, Any], expected: str) -> None:
         ({"jwt": {"algorithms": []}}, "authorization.jwt.algorithms:"),
         ({"jwt": {"leeway_seconds": 3600}}, "authorization.jwt.leeway_seconds:"),
         ({"openshift": {"api_url": "ftp://x"}}, "authorization.openshift.api_url:"),
+        (
+            {"openshift": {"negative_cache_ttl_seconds": -1}},
+            "authorization.openshift.negative_cache_ttl_seconds:",
+        ),
+        (
+            {"openshift": {"negative_cache_max_entries": 0}},
+            "authorization.openshift.negative_cache_max_entries:",
+        ),
         ({"k8s": {"issuer": "http://k8s.example"}}, "authorization.k8s.issuer: issuer must"),
         ({"issuers": {}}, "authorization.issuers: unknown key"),
         ([], "authorization: Input should be a valid dictionary"),

@@ -292,6 +292,26 @@ def test_an_unreachable_openshift_api_is_503(setup: Setup) -> None:
     assert setup.get("/api/whoami", setup.jwt(sub="x")).status_code == 200
 
 
+def test_an_oversized_token_is_401_without_a_lookup(setup: Setup) -> None:
+    token = "sha256~" + "x" * (64 * 1024)
+    response = setup.get("/api/whoami", token)
+    assert response.status_code == 401
+    assert response.json() == {"error": "the token is longer than 8192 characters"}
+    assert setup.openshift.lookups == 0
+    last = audit_rows(setup.store)[-1]
+    assert (last["event_type"], last["trigger"]["reason"]) == (
+        "auth_failed",
+        "the token is longer than 8192 characters",
+    )
+
+
+def test_a_repeated_unknown_token_costs_one_lookup(setup: Setup) -> None:
+    for _ in range(3):
+        assert setup.get("/api/work-items", "sha256~unknown-token").status_code == 401
+    assert setup.openshift.lookups == 1
+    assert len(audit_rows(setup.store)) == 3  # every refusal is still audited
+
+
 # --------------------------------------------------------------------------- proxy headers
 
 

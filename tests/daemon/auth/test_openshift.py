@@ -1,5 +1,6 @@
 """The OpenShift tier against a fake `users/~`: identity and groups, the TTL cache (hit,
-miss, expiry, on an injected clock), 401 never cached, an unreachable API is a 503."""
+miss, expiry, on an injected clock), refused tokens remembered briefly in a bounded
+negative cache, oversized tokens refused unseen, an unreachable API is a 503."""
 
 from __future__ import annotations
 
@@ -85,17 +86,72 @@ def test_a_revoked_token_works_until_its_entry_expires(
         auth.authenticate(token)
 
 
-def test_a_401_is_never_cached(
+def test_a_refused_token_is_remembered_briefly(
     auth: Authenticator, fake_openshift: FakeOpenShift, clock: Clock
 ) -> None:
     token = "sha256~not-yet"
+    for _ in range(5):
+        with pytest.raises(AuthenticationFailed, match="OpenShift API does not accept"):
+            auth.authenticate(token)
+    assert fake_openshift.lookups == 1  # the repeats cost no lookup
+    fake_openshift.add_user("late", ["admins"], token=token)
+    clock.advance(9)
+    with pytest.raises(AuthenticationFailed, match="OpenShift API does not accept"):
+        auth.authenticate(token)
+    assert fake_openshift.lookups == 1
+    clock.advance(1)  # the negative TTL (10 s) is over: looked up again, now valid
+    assert auth.authenticate(token).identity == "late"
+    assert fake_openshift.lookups == 2
+    assert len(tier_of(auth).cache) == 1
+    assert tier_of(auth).rejected.keys() == []
+
+
+def test_a_403_is_remembered_like_a_401(auth: Authenticator, fake_openshift: FakeOpenShift) -> None:
+    token = fake_openshift.add_user("scoped", ["admins"])
+    fake_openshift.fail_next(USERS_TILDE, 403)
     for _ in range(2):
+        with pytest.raises(AuthenticationFailed, match="may not read its own user"):
+            auth.authenticate(token)
+    assert fake_openshift.lookups == 1
+
+
+def test_the_negative_cache_is_bounded_and_keeps_hashes(fake_openshift: FakeOpenShift) -> None:
+    clock = Clock()
+    auth = authenticator(section(fake_openshift, negative_cache_max_entries=3), clock=clock)
+    tokens = [f"sha256~unknown-{index}" for index in range(5)]
+    for token in tokens:
         with pytest.raises(AuthenticationFailed):
             auth.authenticate(token)
+    rejected = tier_of(auth).rejected
+    assert rejected.keys() == [hashlib.sha256(t.encode()).hexdigest() for t in tokens[2:]]
+    assert fake_openshift.lookups == 5
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(tokens[-1])  # still remembered
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(tokens[0])  # pushed out: looked up again
+    assert fake_openshift.lookups == 6
+    auth.close()
+
+
+def test_a_zero_negative_ttl_remembers_nothing(fake_openshift: FakeOpenShift) -> None:
+    auth = authenticator(section(fake_openshift, negative_cache_ttl_seconds=0))
+    for _ in range(2):
+        with pytest.raises(AuthenticationFailed):
+            auth.authenticate("sha256~unknown")
     assert fake_openshift.lookups == 2
-    fake_openshift.add_user("late", ["admins"], token=token)
-    assert auth.authenticate(token).identity == "late"
-    assert len(tier_of(auth).cache) == 1
+    auth.close()
+
+
+def test_an_oversized_token_is_refused_before_any_lookup(
+    auth: Authenticator, fake_openshift: FakeOpenShift
+) -> None:
+    for size in (8193, 64 * 1024):
+        with pytest.raises(AuthenticationFailed, match="longer than 8192 characters"):
+            auth.authenticate("a" * size)
+    assert fake_openshift.lookups == 0
+    # At the bound, a token is still looked up.
+    token = fake_openshift.add_user("long", ["admins"], token="b" * 8192)
+    assert auth.authenticate(token).identity == "long"
 
 
 def test_the_cache_holds_hashes_not_tokens(

@@ -12,7 +12,8 @@ The engine keeps the section as raw data; this module owns its meaning::
           item_types: [mr]                    # omit for every type
       jwt: {leeway_seconds: 30, jwks_lifespan_seconds: 300, algorithms: [RS256, ES256]}
       k8s: {issuer: ..., api_url: ..., ca_file: ..., token_file: ...}
-      openshift: {api_url: ..., ca_file: ..., cache_ttl_seconds: 300}
+      openshift: {api_url: ..., ca_file: ..., cache_ttl_seconds: 300,
+                  negative_cache_ttl_seconds: 10}
 
 Every problem is a `ConfigError` naming the file and the key, e.g.
 ``config x.yml: authorization.rules[2]: an issuer rule must constrain aud in claims``
@@ -109,6 +110,12 @@ class RuleConfig(_Section):
                 raise ValueError(
                     f"claim {key!r} must be a string, number, boolean or a non-empty list of them"
                 )
+            # An empty audience would accept tokens minted for no service in particular.
+            if key == "aud" and not all(isinstance(v, str) and v.strip() for v in values):
+                raise ValueError(
+                    "claim 'aud' must be a non-empty string (or a list of them): it names "
+                    "this service, so that tokens meant for another are refused"
+                )
         return claims
 
     @model_validator(mode="after")
@@ -159,6 +166,10 @@ class OpenShiftConfig(_Section):
     ca_file: str | None = None
     cache_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
     cache_max_entries: Annotated[int, Field(gt=0, strict=True)] = 10_000
+    # Refused tokens are remembered briefly: long enough to absorb a client's retry
+    # loop, short enough that a token the API starts accepting soon works.
+    negative_cache_ttl_seconds: Annotated[float, Field(ge=0, le=300)] = 10.0
+    negative_cache_max_entries: Annotated[int, Field(gt=0, strict=True)] = 10_000
     timeout_seconds: PositiveFloat = 5.0
 
     @field_validator("api_url")

@@ -18,6 +18,9 @@ from typing import Any, Protocol
 
 PERMISSIONS = ("read", "retry", "submit")
 ALL_TYPES = "*"
+# Real tokens (service-account and CI JWTs, OpenShift tokens) are well under this; a
+# longer one is refused before any tier spends a lookup or a signature check on it.
+MAX_TOKEN_LENGTH = 8192
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ class Authenticator:
 
     def authenticate(self, token: str) -> Principal:
         """The principal of a token, AuthenticationFailed or AuthenticationUnavailable."""
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise AuthenticationFailed(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
         for tier in self.tiers:
             principal = tier.authenticate(token)
             if principal is not None:

@@ -3,9 +3,11 @@
 The identity is the user's `metadata.name`, its groups the `groups` list; the rules
 then make a principal of them. Successful lookups are cached by a SHA-256 hash of the
 token (never the token itself) for a TTL (5 minutes by default), so a revoked token
-keeps working for at most that long. A 401 from the API is a 401 and is never cached;
-an API that cannot be reached or answers strangely is a 503, not a 401, so that
-clients retry instead of throwing their credentials away.
+keeps working for at most that long. A token the API refuses (401, 403) is a 401, and
+is remembered, by its hash, for a short negative TTL (10 seconds by default) in a cache
+of bounded size, so that a client repeating a bad token does not cost a lookup per
+request. An API that cannot be reached or answers strangely is a 503, not a 401, so
+that clients retry instead of throwing their credentials away; that is never cached.
 """
 
 from __future__ import annotations
@@ -99,11 +101,14 @@ class OpenShiftTier:
         api_url: str,
         client: httpx.Client,
         cache: TtlCache[Principal],
+        rejected: TtlCache[str] | None = None,
     ) -> None:
         self.rules = rules
         self.api_url = api_url.rstrip("/")
         self.client = client
         self.cache = cache
+        # token hash -> why the API refused it (a message without the token)
+        self.rejected: TtlCache[str] = rejected if rejected is not None else TtlCache(0, 1)
         self.lookups = 0  # calls to users/~, for tests and debugging
 
     def authenticate(self, token: str) -> Principal | None:
@@ -114,7 +119,14 @@ class OpenShiftTier:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        identity, groups = self._lookup(token)
+        refusal = self.rejected.get(key)
+        if refusal is not None:
+            raise AuthenticationFailed(refusal)
+        try:
+            identity, groups = self._lookup(token)
+        except AuthenticationFailed as err:
+            self.rejected.put(key, str(err))
+            raise
         principal = self.rules.for_groups(identity, groups, tier=self.name)
         self.cache.put(key, principal)
         return principal

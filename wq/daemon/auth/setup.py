@@ -180,7 +180,10 @@ class _Builder:
         cache: TtlCache[Principal] = TtlCache(
             settings.cache_ttl_seconds, settings.cache_max_entries, self.clock
         )
-        return OpenShiftTier(self.rules, api_url=api, client=client, cache=cache)
+        rejected: TtlCache[str] = TtlCache(
+            settings.negative_cache_ttl_seconds, settings.negative_cache_max_entries, self.clock
+        )
+        return OpenShiftTier(self.rules, api_url=api, client=client, cache=cache, rejected=rejected)
 
 
 def _file_reader(path: str | None) -> Callable[[], str | None]:
