@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 
 from tests.fakes.gitlab.state import Project, Token
 
-_INJECTED_BODIES: dict[int, Any] = {
+INJECTED_BODIES: dict[int, Any] = {
     400: {"message": "400 Bad request"},
     401: {"message": "401 Unauthorized"},
     403: {"message": "403 Forbidden"},
@@ -35,16 +35,19 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-def _message(status: int, message: Any) -> ApiError:
+def message_error(status: int, message: Any) -> ApiError:
+    """A domain error as GitLab shapes it: `{"message": ...}`."""
     return ApiError(status, {"message": message})
 
 
-def _param_error(message: str) -> ApiError:
+def param_error(message: str) -> ApiError:
+    """A parameter validation error (Grape): 400 `{"error": ...}`."""
     return ApiError(400, {"error": message})
 
 
-def _not_found(what: str) -> ApiError:
-    return _message(404, f"404 {what} Not Found")
+def not_found(what: str) -> ApiError:
+    """GitLab's 404 for a missing thing, e.g. "404 Branch Not Found"."""
+    return message_error(404, f"404 {what} Not Found")
 
 
 @dataclass
@@ -61,7 +64,9 @@ class LoggedRequest:
 
 
 @dataclass
-class _Ctx:
+class Ctx:
+    """One request as a handler sees it: parameters, token, route arguments, project."""
+
     method: str
     raw_path: str
     query: dict[str, Any]
@@ -71,18 +76,21 @@ class _Ctx:
     project: Project | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
+        """A parameter (query or body), `default` when absent or null."""
         value = self.params.get(name, default)
         return default if value is None else value
 
     def require(self, name: str) -> Any:
+        """A required parameter; 400 when missing or empty, as Grape answers."""
         value = self.params.get(name)
         if value is None:
-            raise _param_error(f"{name} is missing")
+            raise param_error(f"{name} is missing")
         if isinstance(value, str | list) and not value:
-            raise _param_error(f"{name} is empty")
+            raise param_error(f"{name} is empty")
         return value
 
     def flag(self, name: str, default: bool | None = None) -> bool | None:
+        """A boolean parameter as Grape coerces it; 400 when not a boolean."""
         value = self.params.get(name)
         if value is None:
             return default
@@ -93,50 +101,57 @@ class _Ctx:
             return True
         if text in ("false", "0", "no", "f"):
             return False
-        raise _param_error(f"{name} is invalid")
+        raise param_error(f"{name} is invalid")
 
     def integer(self, name: str, default: int | None = None) -> int | None:
+        """An integer parameter; 400 when not an integer."""
         value = self.params.get(name)
         if value is None or value == "":
             return default
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise _param_error(f"{name} is invalid") from None
+            raise param_error(f"{name} is invalid") from None
 
     def arg_int(self, name: str) -> int:
+        """An integer route argument (an iid, an id); 400 when not one."""
         try:
             return int(self.args[name])
         except ValueError:
-            raise _param_error(f"{name} is invalid") from None
+            raise param_error(f"{name} is invalid") from None
 
     @property
     def proj(self) -> Project:
+        """The project the route names (only for project routes)."""
         assert self.project is not None
         return self.project
 
 
-_Response = tuple[int, Any, dict[str, str]]
-_Handler = Callable[[Any, _Ctx], _Response]
-_ROUTES: list[tuple[str, tuple[str, ...], _Handler]] = []
+Response = tuple[int, Any, dict[str, str]]
+Handler = Callable[[Any, Ctx], Response]
+ROUTES: list[tuple[str, tuple[str, ...], Handler]] = []
 
 
-def _route(method: str, pattern: str) -> Callable[[_Handler], _Handler]:
-    def register(handler: _Handler) -> _Handler:
-        _ROUTES.append((method, tuple(pattern.split("/")), handler))
+def route(method: str, pattern: str) -> Callable[[Handler], Handler]:
+    """Register the decorated handler for `method` and a `a/:arg/b` pattern."""
+
+    def register(handler: Handler) -> Handler:
+        ROUTES.append((method, tuple(pattern.split("/")), handler))
         return handler
 
     return register
 
 
-def _ok(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> _Response:
+def ok(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A successful answer."""
     return status, body, headers or {}
 
 
-_SECRET_HEADERS = frozenset({"private-token", "authorization", "job-token"})
+SECRET_HEADERS = frozenset({"private-token", "authorization", "job-token"})
 
 
-def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+def match_route(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+    """The route arguments when `segments` match `pattern`, else None."""
     if len(pattern) != len(segments):
         return None
     args: dict[str, str] = {}
@@ -150,7 +165,8 @@ def _match(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | No
     return args
 
 
-def _parse_query(query: str) -> dict[str, Any]:
+def parse_query(query: str) -> dict[str, Any]:
+    """A query string as a dict; `key[]` keys become lists."""
     parsed: dict[str, Any] = {}
     for key, values in parse_qs(query, keep_blank_values=True).items():
         if key.endswith("[]"):
@@ -160,11 +176,12 @@ def _parse_query(query: str) -> dict[str, Any]:
     return parsed
 
 
-def _parse_body(content_type: str, body: bytes) -> Any:
+def parse_body(content_type: str, body: bytes) -> Any:
+    """A JSON or form body; 400 for a JSON body that does not parse."""
     if not body:
         return None
     if "application/x-www-form-urlencoded" in content_type:
-        return _parse_query(body.decode())
+        return parse_query(body.decode())
     if "json" in content_type or body[:1] in (b"{", b"["):
         try:
             return json.loads(body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.gitlab.api import _Ctx, _message, _not_found, _ok, _Response, _route
+from tests.fakes.gitlab.api import Ctx, Response, message_error, not_found, ok, route
 from tests.fakes.gitlab.rules import (
     DF_CONFLICT_MESSAGE,
     HEX_BRANCH_MESSAGE,
@@ -37,20 +37,20 @@ class BranchesMixin(GitLabState):
             "web_url": f"{self._web(project)}/-/tree/{name}",
         }
 
-    @_route("GET", "projects/:project/repository/branches")
-    def _list_branches(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/branches")
+    def _list_branches(self, ctx: Ctx) -> Response:
         search = str(ctx.get("search", "")).lower()
         names = sorted(name for name in ctx.proj.branches if search in name.lower())
         return self._paginate(ctx, [self._branch_json(ctx.proj, name) for name in names])
 
-    @_route("GET", "projects/:project/repository/branches/:branch")
-    def _get_branch(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/branches/:branch")
+    def _get_branch(self, ctx: Ctx) -> Response:
         if ctx.args["branch"] not in ctx.proj.branches:
-            raise _not_found("Branch")
-        return _ok(self._branch_json(ctx.proj, ctx.args["branch"]))
+            raise not_found("Branch")
+        return ok(self._branch_json(ctx.proj, ctx.args["branch"]))
 
-    @_route("POST", "projects/:project/repository/branches")
-    def _create_branch(self, ctx: _Ctx) -> _Response:
+    @route("POST", "projects/:project/repository/branches")
+    def _create_branch(self, ctx: Ctx) -> Response:
         project = ctx.proj
         name = ctx.require("branch")
         ref = ctx.require("ref")
@@ -58,26 +58,28 @@ class BranchesMixin(GitLabState):
         # (the push hook refuses 40-hex names; git refuses a file/directory clash).
         error = branch_name_error(name)
         if error == "Branch name is invalid":
-            raise _message(400, error)
+            raise message_error(400, error)
         if name in project.branches:
-            raise _message(400, "Branch already exists")
+            raise message_error(400, "Branch already exists")
         sha = project.resolve(ref)
         if sha is None:
-            raise _message(400, f"Failed to create branch '{name}': invalid reference name '{ref}'")
+            raise message_error(
+                400, f"Failed to create branch '{name}': invalid reference name '{ref}'"
+            )
         if error == HEX_BRANCH_MESSAGE:
-            raise _message(400, error)
+            raise message_error(400, error)
         if branch_conflicts(project.branches, name):
-            raise _message(400, f"Failed to create branch '{name}': {DF_CONFLICT_MESSAGE}")
+            raise message_error(400, f"Failed to create branch '{name}': {DF_CONFLICT_MESSAGE}")
         self._set_branch(project, name, sha)
-        return _ok(self._branch_json(project, name), 201)
+        return ok(self._branch_json(project, name), 201)
 
-    @_route("DELETE", "projects/:project/repository/branches/:branch")
-    def _delete_branch_endpoint(self, ctx: _Ctx) -> _Response:
+    @route("DELETE", "projects/:project/repository/branches/:branch")
+    def _delete_branch_endpoint(self, ctx: Ctx) -> Response:
         project = ctx.proj
         name = ctx.args["branch"]
         if name not in project.branches:
-            raise _not_found("Branch")
+            raise not_found("Branch")
         if name == project.default_branch:
-            raise _message(405, "Cannot remove HEAD branch")
+            raise message_error(405, "Cannot remove HEAD branch")
         self._delete_branch(project, name)
-        return _ok(b"", 204)
+        return ok(b"", 204)

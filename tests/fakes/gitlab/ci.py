@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.gitlab.api import _Ctx, _message, _ok, _Response, _route
+from tests.fakes.gitlab.api import Ctx, Response, message_error, ok, route
 from tests.fakes.gitlab.state import (
     ACTIVE_JOB_STATUSES,
     NULL_SHA,
@@ -13,7 +13,7 @@ from tests.fakes.gitlab.state import (
     Job,
     Pipeline,
     Project,
-    _now,
+    now_iso,
 )
 
 
@@ -22,7 +22,7 @@ class CiMixin(GitLabState):
 
     def _add_job(self, project: Project, pipeline: Pipeline, spec: dict[str, Any]) -> Job:
         status = spec.get("status", "success")
-        now = _now()
+        now = now_iso()
         done = status not in ACTIVE_JOB_STATUSES
         job = Job(
             id=next(self._counters["job"]),
@@ -160,21 +160,21 @@ class CiMixin(GitLabState):
             data["failure_reason"] = job.failure_reason
         return data
 
-    def _job(self, ctx: _Ctx) -> Job:
+    def _job(self, ctx: Ctx) -> Job:
         job = ctx.proj.jobs.get(ctx.arg_int("job_id"))
         if job is None:
-            raise _message(404, "404 Not found")
+            raise message_error(404, "404 Not found")
         return job
 
-    @_route("GET", "projects/:project/pipelines/:pipeline_id")
-    def _get_pipeline(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/pipelines/:pipeline_id")
+    def _get_pipeline(self, ctx: Ctx) -> Response:
         pipeline = ctx.proj.pipelines.get(ctx.arg_int("pipeline_id"))
         if pipeline is None:
-            raise _message(404, "404 Not found")
-        return _ok(self._pipeline_json(ctx.proj, pipeline, detail=True))
+            raise message_error(404, "404 Not found")
+        return ok(self._pipeline_json(ctx.proj, pipeline, detail=True))
 
-    @_route("GET", "projects/:project/pipelines")
-    def _list_pipelines(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/pipelines")
+    def _list_pipelines(self, ctx: Ctx) -> Response:
         project = ctx.proj
         selected = []
         for pipeline in project.pipelines.values():
@@ -192,46 +192,46 @@ class CiMixin(GitLabState):
         selected.sort(key=lambda p: p.id, reverse=not ascending)
         return self._paginate(ctx, [self._pipeline_json(project, p) for p in selected])
 
-    def _filter_jobs(self, ctx: _Ctx, jobs: list[Job]) -> list[Job]:
+    def _filter_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[Job]:
         scope = ctx.get("scope")
         if scope:
             scopes = set(scope if isinstance(scope, list) else [scope])
             jobs = [job for job in jobs if job.status in scopes]
         return jobs
 
-    @_route("GET", "projects/:project/pipelines/:pipeline_id/jobs")
-    def _list_pipeline_jobs(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/pipelines/:pipeline_id/jobs")
+    def _list_pipeline_jobs(self, ctx: Ctx) -> Response:
         project = ctx.proj
         pipeline = project.pipelines.get(ctx.arg_int("pipeline_id"))
         if pipeline is None:
-            raise _message(404, "404 Not found")
+            raise message_error(404, "404 Not found")
         jobs = [project.jobs[job_id] for job_id in pipeline.job_ids]
         if not ctx.flag("include_retried", False):
             jobs = [job for job in jobs if not job.retried]
         jobs = self._filter_jobs(ctx, jobs)
         return self._paginate(ctx, [self._job_json(project, job) for job in jobs])
 
-    @_route("GET", "projects/:project/jobs")
-    def _list_jobs(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/jobs")
+    def _list_jobs(self, ctx: Ctx) -> Response:
         project = ctx.proj
         jobs = self._filter_jobs(ctx, sorted(project.jobs.values(), key=lambda j: -j.id))
         return self._paginate(ctx, [self._job_json(project, job) for job in jobs])
 
-    @_route("GET", "projects/:project/jobs/:job_id")
-    def _get_job(self, ctx: _Ctx) -> _Response:
-        return _ok(self._job_json(ctx.proj, self._job(ctx)))
+    @route("GET", "projects/:project/jobs/:job_id")
+    def _get_job(self, ctx: Ctx) -> Response:
+        return ok(self._job_json(ctx.proj, self._job(ctx)))
 
-    @_route("GET", "projects/:project/jobs/:job_id/trace")
-    def _get_trace(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/jobs/:job_id/trace")
+    def _get_trace(self, ctx: Ctx) -> Response:
         job = self._job(ctx)
-        return _ok(job.trace.encode(), 200, {"Content-Type": "text/plain; charset=utf-8"})
+        return ok(job.trace.encode(), 200, {"Content-Type": "text/plain; charset=utf-8"})
 
-    @_route("POST", "projects/:project/jobs/:job_id/retry")
-    def _retry_job(self, ctx: _Ctx) -> _Response:
+    @route("POST", "projects/:project/jobs/:job_id/retry")
+    def _retry_job(self, ctx: Ctx) -> Response:
         project = ctx.proj
         job = self._job(ctx)
         if job.retried or job.status not in RETRYABLE_JOB_STATUSES:
-            raise _message(403, "403 Forbidden - Job is not retryable")
+            raise message_error(403, "403 Forbidden - Job is not retryable")
         pipeline = project.pipelines[job.pipeline_id]
         job.retried = True
         clone = self._add_job(
@@ -245,14 +245,14 @@ class CiMixin(GitLabState):
             },
         )
         clone.user = ctx.token.user
-        pipeline.updated_at = _now()
-        return _ok(self._job_json(project, clone), 201)
+        pipeline.updated_at = now_iso()
+        return ok(self._job_json(project, clone), 201)
 
-    @_route("POST", "projects/:project/jobs/:job_id/cancel")
-    def _cancel_job(self, ctx: _Ctx) -> _Response:
+    @route("POST", "projects/:project/jobs/:job_id/cancel")
+    def _cancel_job(self, ctx: Ctx) -> Response:
         project = ctx.proj
         job = self._job(ctx)
         if job.status in ACTIVE_JOB_STATUSES:
             job.status = "canceled"
-            job.finished_at = _now()
-        return _ok(self._job_json(project, job), 201)
+            job.finished_at = now_iso()
+        return ok(self._job_json(project, job), 201)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.gitlab.api import _Ctx, _not_found, _ok, _Response, _route
-from tests.fakes.gitlab.diffs import _line_stats, _tree_diff
+from tests.fakes.gitlab.api import Ctx, Response, not_found, ok, route
+from tests.fakes.gitlab.diffs import line_stats, tree_diff
 from tests.fakes.gitlab.state import Commit, GitLabState, Project
 
 
@@ -34,8 +34,8 @@ class CommitsMixin(GitLabState):
     def _commit_detail_json(self, project: Project, commit: Commit) -> dict[str, Any]:
         parent = project.commits[commit.parent_ids[0]].tree if commit.parent_ids else {}
         additions = deletions = 0
-        for entry in _tree_diff(parent, commit.tree):
-            added, removed = _line_stats(entry["diff"])
+        for entry in tree_diff(parent, commit.tree):
+            added, removed = line_stats(entry["diff"])
             additions += added
             deletions += removed
         pipelines = [p for p in project.pipelines.values() if p.sha == commit.id]
@@ -55,8 +55,8 @@ class CommitsMixin(GitLabState):
         )
         return data
 
-    @_route("GET", "projects/:project/repository/commits")
-    def _list_commits(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/commits")
+    def _list_commits(self, ctx: Ctx) -> Response:
         project = ctx.proj
         sha = project.resolve(ctx.get("ref_name", project.default_branch))
         if sha is None:
@@ -71,36 +71,36 @@ class CommitsMixin(GitLabState):
             commits = [c for c in commits if _touches(project, c, path)]
         return self._paginate(ctx, [self._commit_json(project, c) for c in commits])
 
-    @_route("GET", "projects/:project/repository/commits/:sha")
-    def _get_commit(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/commits/:sha")
+    def _get_commit(self, ctx: Ctx) -> Response:
         sha = ctx.proj.resolve(ctx.args["sha"])
         if sha is None:
-            raise _not_found("Commit")
-        return _ok(self._commit_detail_json(ctx.proj, ctx.proj.commits[sha]))
+            raise not_found("Commit")
+        return ok(self._commit_detail_json(ctx.proj, ctx.proj.commits[sha]))
 
-    @_route("POST", "projects/:project/repository/commits")
-    def _create_commit(self, ctx: _Ctx) -> _Response:
+    @route("POST", "projects/:project/repository/commits")
+    def _create_commit(self, ctx: Ctx) -> Response:
         commit = self._commit_actions(ctx, ctx.token.user)
-        return _ok(self._commit_detail_json(ctx.proj, commit), 201)
+        return ok(self._commit_detail_json(ctx.proj, commit), 201)
 
-    @_route("GET", "projects/:project/repository/compare")
-    def _compare(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/compare")
+    def _compare(self, ctx: Ctx) -> Response:
         project = ctx.proj
         source = project.resolve(ctx.require("from"))
         head = project.resolve(ctx.require("to"))
         if source is None or head is None:
-            raise _not_found("Ref")
+            raise not_found("Ref")
         straight = bool(ctx.flag("straight", False))
         base = source if straight else (project.merge_base(source, head) or source)
         commits = project.commits_between(source, head)
         same = source == head
-        return _ok(
+        return ok(
             {
                 "commit": self._commit_json(project, commits[-1]) if commits else None,
                 "commits": [self._commit_json(project, commit) for commit in commits],
                 "diffs": []
                 if same
-                else _tree_diff(project.commits[base].tree, project.commits[head].tree),
+                else tree_diff(project.commits[base].tree, project.commits[head].tree),
                 "compare_timeout": False,
                 "compare_same_ref": same,
                 "web_url": f"{self._web(project)}/-/compare/{source[:8]}...{head[:8]}",

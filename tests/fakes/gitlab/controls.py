@@ -17,9 +17,9 @@ from tests.fakes.gitlab.state import (
     Project,
     Token,
     User,
-    _labels,
-    _now,
-    _to_bytes,
+    now_iso,
+    parse_labels,
+    to_bytes,
 )
 
 
@@ -27,6 +27,7 @@ class ControlsMixin(GitLabState):
     """Test setup and out-of-band changes (as other people or runners would make)."""
 
     def add_user(self, username: str, name: str | None = None) -> User:
+        """The user with this username (created on first use)."""
         with self._lock:
             if username not in self.users:
                 user_id = next(self._counters["user"])
@@ -73,7 +74,7 @@ class ControlsMixin(GitLabState):
             self.projects[pid] = project
             if not empty:
                 initial = files if files is not None else {"README.md": f"# {project.name}\n"}
-                tree = {name: _to_bytes(content) for name, content in initial.items()}
+                tree = {name: to_bytes(content) for name, content in initial.items()}
                 commit = self._new_commit(project, [], tree, "Initial commit", None)
                 project.branches[default_branch] = commit.id
             return project
@@ -87,6 +88,7 @@ class ControlsMixin(GitLabState):
             return project
 
     def merge_request(self, project: str | int, iid: int) -> MergeRequest:
+        """An MR by project and iid (KeyError when unknown)."""
         with self._lock:
             return self.project(project).merge_requests[iid]
 
@@ -118,7 +120,7 @@ class ControlsMixin(GitLabState):
                 if content is None:
                     tree.pop(path, None)
                 else:
-                    tree[path] = _to_bytes(content)
+                    tree[path] = to_bytes(content)
             commit = self._new_commit(
                 proj, [parent] if parent else [], tree, message, self.add_user(author)
             )
@@ -143,7 +145,7 @@ class ControlsMixin(GitLabState):
             actor = self.add_user("someone-else")
             state = changes.pop("state", None)
             if "labels" in changes:
-                changes["labels"] = _labels(changes["labels"])
+                changes["labels"] = parse_labels(changes["labels"])
             if state == "opened" and mr.state == "closed" and not self._reopenable(proj, mr):
                 raise ValueError("the source branch is gone: GitLab does not reopen this MR")
             try:
@@ -185,7 +187,7 @@ class ControlsMixin(GitLabState):
                 raise KeyError(ref)
             user = self.add_user("wq-bot")
             pipeline_id = next(self._counters["pipeline"])
-            now = _now()
+            now = now_iso()
             pipeline = Pipeline(
                 pipeline_id, len(proj.pipelines) + 1, ref, head, source, user, now, now
             )
@@ -196,15 +198,18 @@ class ControlsMixin(GitLabState):
             return pipeline
 
     def add_job(self, project: str | int, pipeline_id: int, **spec: Any) -> Job:
+        """Add a job (see `add_pipeline` for the spec) to a pipeline."""
         with self._lock:
             proj = self.project(project)
             return self._add_job(proj, proj.pipelines[pipeline_id], spec)
 
     def job(self, project: str | int, job_id: int) -> Job:
+        """A job by id (KeyError when unknown)."""
         with self._lock:
             return self.project(project).jobs[job_id]
 
     def jobs(self, project: str | int, pipeline_id: int | None = None) -> list[Job]:
+        """The project's jobs, or one pipeline's."""
         with self._lock:
             proj = self.project(project)
             return [
@@ -223,18 +228,19 @@ class ControlsMixin(GitLabState):
                     raise AttributeError(key)
                 setattr(job, key, value)
             if "status" in changes:
-                now = _now()
+                now = now_iso()
                 if changes["status"] == "running":
                     job.started_at = job.started_at or now
                 elif changes["status"] not in ACTIVE_JOB_STATUSES:
                     job.started_at = job.started_at or now
                     job.finished_at = now
             pipeline = proj.pipelines[job.pipeline_id]
-            pipeline.updated_at = _now()
+            pipeline.updated_at = now_iso()
             self._after_pipeline_change(proj, pipeline)
             return job
 
     def pipeline_status(self, project: str | int, pipeline_id: int) -> str:
+        """A pipeline's status as GitLab derives it from its jobs."""
         with self._lock:
             proj = self.project(project)
             return self._pipeline_status(proj, proj.pipelines[pipeline_id])

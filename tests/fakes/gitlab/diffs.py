@@ -7,7 +7,8 @@ import hashlib
 from typing import Any
 
 
-def _blob_sha(content: bytes) -> str:
+def blob_sha(content: bytes) -> str:
+    """The git blob id of `content`."""
     return hashlib.sha1(b"blob %d\0" % len(content) + content, usedforsecurity=False).hexdigest()
 
 
@@ -37,7 +38,8 @@ def _diff_text(old: bytes | None, new: bytes | None) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def _line_stats(diff: str) -> tuple[int, int]:
+def line_stats(diff: str) -> tuple[int, int]:
+    """Added and removed line counts of a diff body."""
     added = removed = 0
     for line in diff.splitlines():
         if line.startswith("+"):
@@ -47,7 +49,7 @@ def _line_stats(diff: str) -> tuple[int, int]:
     return added, removed
 
 
-def _tree_diff(old: dict[str, bytes], new: dict[str, bytes]) -> list[dict[str, Any]]:
+def tree_diff(old: dict[str, bytes], new: dict[str, bytes]) -> list[dict[str, Any]]:
     """GitLab's diff entries between two trees; exact renames are detected as renames."""
     removed = sorted(path for path in old if path not in new)
     added = sorted(path for path in new if path not in old)

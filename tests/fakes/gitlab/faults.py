@@ -11,7 +11,9 @@ from tests.fakes.gitlab.state import GitLabState
 
 
 @dataclass
-class _Rule:
+class FaultRule:
+    """One injected fault or delay, for matching requests, `remaining` times."""
+
     method: str | None
     pattern: re.Pattern[str]
     remaining: int | None
@@ -22,13 +24,14 @@ class _Rule:
     drop: bool = False
 
     def matches(self, method: str, path: str) -> bool:
+        """Whether the rule applies to this method and raw path."""
         return (self.method in (None, "*", method)) and bool(self.pattern.search(path))
 
 
 class FaultsMixin(GitLabState):
     """Faults to inject per method and path, and the log of requests."""
 
-    _rules: list[_Rule]
+    _rules: list[FaultRule]
     requests: list[LoggedRequest]
 
     def fail_next(
@@ -65,16 +68,17 @@ class FaultsMixin(GitLabState):
         self._add_rule(method, path, times, delay=seconds)
 
     def clear_faults(self) -> None:
+        """Drop every injected fault and delay."""
         with self._lock:
             self._rules.clear()
 
     def _add_rule(self, method: str | None, path: str, times: int | None, **kwargs: Any) -> None:
-        rule = _Rule(method.upper() if method else None, re.compile(path), times, **kwargs)
+        rule = FaultRule(method.upper() if method else None, re.compile(path), times, **kwargs)
         with self._lock:
             self._rules.append(rule)
 
-    def _take_rules(self, method: str, path: str) -> tuple[_Rule | None, float]:
-        fault: _Rule | None = None
+    def _take_rules(self, method: str, path: str) -> tuple[FaultRule | None, float]:
+        fault: FaultRule | None = None
         delay = 0.0
         with self._lock:
             for rule in list(self._rules):
@@ -104,5 +108,6 @@ class FaultsMixin(GitLabState):
             ]
 
     def clear_requests(self) -> None:
+        """Forget the logged requests."""
         with self._lock:
             self.requests.clear()

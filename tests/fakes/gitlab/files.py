@@ -6,8 +6,8 @@ import base64
 import hashlib
 from typing import Any
 
-from tests.fakes.gitlab.api import _Ctx, _not_found, _ok, _param_error, _Response, _route
-from tests.fakes.gitlab.diffs import _blob_sha
+from tests.fakes.gitlab.api import Ctx, Response, not_found, ok, param_error, route
+from tests.fakes.gitlab.diffs import blob_sha
 from tests.fakes.gitlab.rules import check_url_file_path
 from tests.fakes.gitlab.state import Commit, GitLabState
 
@@ -15,28 +15,28 @@ from tests.fakes.gitlab.state import Commit, GitLabState
 class FilesMixin(GitLabState):
     """The Repository files and tree APIs."""
 
-    def _file(self, ctx: _Ctx, ref: str | None, *, raw: bool = False) -> tuple[Commit, str, bytes]:
+    def _file(self, ctx: Ctx, ref: str | None, *, raw: bool = False) -> tuple[Commit, str, bytes]:
         project = ctx.proj
         # Grape validates the parameters in order: file_path first, then ref.
         check_url_file_path(ctx.args["file_path"], allow_absolute=raw)
         if ref is None:
-            raise _param_error("ref is missing")
+            raise param_error("ref is missing")
         sha = project.resolve(ref)
         if sha is None:
-            raise _not_found("Commit")
+            raise not_found("Commit")
         path = ctx.args["file_path"]
         content = project.commits[sha].tree.get(path)
         if content is None:
-            raise _not_found("File")
+            raise not_found("File")
         return project.commits[sha], path, content
 
-    def _file_headers(self, ctx: _Ctx, commit: Commit, path: str, content: bytes, ref: str):
+    def _file_headers(self, ctx: Ctx, commit: Commit, path: str, content: bytes, ref: str):
         return {
             "X-Gitlab-File-Name": path.rsplit("/", 1)[-1],
             "X-Gitlab-File-Path": path,
             "X-Gitlab-Size": str(len(content)),
             "X-Gitlab-Encoding": "base64",
-            "X-Gitlab-Blob-Id": _blob_sha(content),
+            "X-Gitlab-Blob-Id": blob_sha(content),
             "X-Gitlab-Commit-Id": commit.id,
             "X-Gitlab-Last-Commit-Id": ctx.proj.last_commit_touching(commit.id, path),
             "X-Gitlab-Content-Sha256": hashlib.sha256(content).hexdigest(),
@@ -44,13 +44,13 @@ class FilesMixin(GitLabState):
             "X-Gitlab-Execute-Filemode": "false",
         }
 
-    @_route("GET", "projects/:project/repository/files/:file_path")
-    def _get_file(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/files/:file_path")
+    def _get_file(self, ctx: Ctx) -> Response:
         ref = ctx.get("ref")
         commit, path, content = self._file(ctx, ref)
         headers = self._file_headers(ctx, commit, path, content, ref)
         if ctx.method == "HEAD":
-            return _ok(b"", 200, headers)
+            return ok(b"", 200, headers)
         body = {
             "file_name": path.rsplit("/", 1)[-1],
             "file_path": path,
@@ -64,17 +64,17 @@ class FilesMixin(GitLabState):
             "execute_filemode": False,
             "content": base64.b64encode(content).decode(),
         }
-        return _ok(body, 200, headers)
+        return ok(body, 200, headers)
 
-    @_route("GET", "projects/:project/repository/files/:file_path/raw")
-    def _get_raw_file(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/files/:file_path/raw")
+    def _get_raw_file(self, ctx: Ctx) -> Response:
         ref = ctx.get("ref", ctx.proj.default_branch)
         commit, path, content = self._file(ctx, ref, raw=True)
         headers = self._file_headers(ctx, commit, path, content, ref)
         headers["Content-Type"] = "text/plain; charset=utf-8"
-        return _ok(content, 200, headers)
+        return ok(content, 200, headers)
 
-    def _file_write(self, ctx: _Ctx, action: str) -> Commit:
+    def _file_write(self, ctx: Ctx, action: str) -> Commit:
         check_url_file_path(ctx.args["file_path"])
         entry: dict[str, Any] = {"action": action, "file_path": ctx.args["file_path"]}
         if action != "delete":
@@ -83,31 +83,31 @@ class FilesMixin(GitLabState):
         ctx.params["actions"] = [entry]
         return self._commit_actions(ctx, ctx.token.user)
 
-    @_route("POST", "projects/:project/repository/files/:file_path")
-    def _create_file(self, ctx: _Ctx) -> _Response:
+    @route("POST", "projects/:project/repository/files/:file_path")
+    def _create_file(self, ctx: Ctx) -> Response:
         self._file_write(ctx, "create")
-        return _ok({"file_path": ctx.args["file_path"], "branch": ctx.params["branch"]}, 201)
+        return ok({"file_path": ctx.args["file_path"], "branch": ctx.params["branch"]}, 201)
 
-    @_route("PUT", "projects/:project/repository/files/:file_path")
-    def _update_file(self, ctx: _Ctx) -> _Response:
+    @route("PUT", "projects/:project/repository/files/:file_path")
+    def _update_file(self, ctx: Ctx) -> Response:
         self._file_write(ctx, "update")
-        return _ok({"file_path": ctx.args["file_path"], "branch": ctx.params["branch"]})
+        return ok({"file_path": ctx.args["file_path"], "branch": ctx.params["branch"]})
 
-    @_route("DELETE", "projects/:project/repository/files/:file_path")
-    def _delete_file(self, ctx: _Ctx) -> _Response:
+    @route("DELETE", "projects/:project/repository/files/:file_path")
+    def _delete_file(self, ctx: Ctx) -> Response:
         self._file_write(ctx, "delete")
-        return _ok(b"", 204)
+        return ok(b"", 204)
 
-    @_route("GET", "projects/:project/repository/tree")
-    def _get_tree(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/repository/tree")
+    def _get_tree(self, ctx: Ctx) -> Response:
         project = ctx.proj
         tree = project.tree(ctx.get("ref", project.default_branch))
         if tree is None:
-            raise _not_found("Tree")
+            raise not_found("Tree")
         prefix = str(ctx.get("path", "")).strip("/")
         recursive = bool(ctx.flag("recursive", False))
         if prefix and not any(path.startswith(prefix + "/") for path in tree):
-            raise _not_found("Tree")
+            raise not_found("Tree")
         entries: dict[str, dict[str, Any]] = {}
         for path, content in tree.items():
             if prefix and not path.startswith(prefix + "/"):
@@ -121,7 +121,7 @@ class FilesMixin(GitLabState):
                 entries.setdefault(
                     sub,
                     {
-                        "id": _blob_sha(content)
+                        "id": blob_sha(content)
                         if is_blob
                         else hashlib.sha1(sub.encode(), usedforsecurity=False).hexdigest(),
                         "name": parts[level],

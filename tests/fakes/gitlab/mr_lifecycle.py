@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.gitlab.api import _message
-from tests.fakes.gitlab.diffs import _tree_diff
-from tests.fakes.gitlab.state import GitLabState, MergeRequest, Note, Pipeline, Project, User, _now
+from tests.fakes.gitlab.api import message_error
+from tests.fakes.gitlab.diffs import tree_diff
+from tests.fakes.gitlab.state import (
+    GitLabState,
+    MergeRequest,
+    Note,
+    Pipeline,
+    Project,
+    User,
+    now_iso,
+)
 
 
 class MergeRequestLifecycle(GitLabState):
@@ -26,7 +34,7 @@ class MergeRequestLifecycle(GitLabState):
         branch; 409 when it would be open beside another open MR with the same source and
         target branches (checked on create, reopen, retarget, any save of an open MR)."""
         if source == target:
-            raise _message(422, ["You can't use same project/branch for source and target"])
+            raise message_error(422, ["You can't use same project/branch for source and target"])
         if not opened:
             return
         for other in sorted(project.merge_requests.values(), key=lambda o: o.iid):
@@ -36,7 +44,7 @@ class MergeRequestLifecycle(GitLabState):
                 and other.source_branch == source
                 and other.target_branch == target
             ):
-                raise _message(
+                raise message_error(
                     409,
                     [f"Another open merge request already exists for this source branch: "
                      f"!{other.iid}"],
@@ -59,7 +67,7 @@ class MergeRequestLifecycle(GitLabState):
         if mr.sha is None:
             return []
         base = project.commits[mr.base_sha].tree if mr.base_sha else {}
-        return _tree_diff(base, project.commits[mr.sha].tree)
+        return tree_diff(base, project.commits[mr.sha].tree)
 
     def _conflicts(self, project: Project, mr: MergeRequest) -> list[str]:
         source = project.branches.get(mr.source_branch)
@@ -92,7 +100,7 @@ class MergeRequestLifecycle(GitLabState):
         return max(candidates, key=lambda pipeline: pipeline.id) if candidates else None
 
     def _system_note(self, mr: MergeRequest, body: str, author: User) -> None:
-        now = _now()
+        now = now_iso()
         note_id = next(self._counters["note"])
         mr.notes.append(Note(note_id, body, author, False, True, now, now))
 
@@ -106,13 +114,13 @@ class MergeRequestLifecycle(GitLabState):
                 raise AttributeError(key)
             setattr(mr, key, value)
         if changes:
-            mr.updated_at = _now()
+            mr.updated_at = now_iso()
 
     def _close(self, mr: MergeRequest, actor: User) -> None:
         if mr.state != "opened":
             return
         mr.state = "closed"
-        mr.closed_at = mr.updated_at = _now()
+        mr.closed_at = mr.updated_at = now_iso()
         mr.closed_by = actor
         mr.merge_when_pipeline_succeeds = False
         self._system_note(mr, "closed", actor)
@@ -127,18 +135,23 @@ class MergeRequestLifecycle(GitLabState):
         mr.state = "opened"
         mr.closed_at = None
         mr.closed_by = None
-        mr.updated_at = _now()
+        mr.updated_at = now_iso()
         self._system_note(mr, "reopened", actor)
 
     def _merge(
-        self, project: Project, mr: MergeRequest, actor: User, *, remove_source: bool | None
+        self,
+        project: Project,
+        mr: MergeRequest,
+        actor: User,
+        *,
+        remove_source: bool | None,
     ) -> None:
         self._refresh_mr(project, mr)
         target = project.branches[mr.target_branch]
         source = project.branches[mr.source_branch]
         tree, conflicts = self._merge_trees(project, target, source)
         if conflicts:
-            raise _message(422, "Branch cannot be merged")
+            raise message_error(422, "Branch cannot be merged")
         message = (
             f"Merge branch '{mr.source_branch}' into '{mr.target_branch}'\n\n{mr.title}\n\n"
             f"See merge request {project.path}!{mr.iid}"
@@ -146,7 +159,7 @@ class MergeRequestLifecycle(GitLabState):
         commit = self._new_commit(project, [target, source], tree, message, actor)
         self._set_branch(project, mr.target_branch, commit.id)
         mr.state = "merged"
-        mr.merged_at = mr.updated_at = _now()
+        mr.merged_at = mr.updated_at = now_iso()
         mr.merged_by = actor
         mr.merge_commit_sha = commit.id
         mr.merge_when_pipeline_succeeds = False

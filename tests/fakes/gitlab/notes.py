@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.gitlab.api import _Ctx, _message, _not_found, _ok, _Response, _route
-from tests.fakes.gitlab.state import GitLabState, MergeRequest, Note, Project, _now
+from tests.fakes.gitlab.api import Ctx, Response, message_error, not_found, ok, route
+from tests.fakes.gitlab.state import GitLabState, MergeRequest, Note, Project, now_iso
 
 
 class NotesMixin(GitLabState):
     """The Notes API of merge requests."""
 
-    def _note(self, ctx: _Ctx, mr: MergeRequest) -> Note:
+    def _note(self, ctx: Ctx, mr: MergeRequest) -> Note:
         note_id = ctx.arg_int("note_id")
         note = next((n for n in mr.notes if n.id == note_id), None)
         if note is None:
-            raise _not_found("Note")
+            raise not_found("Note")
         return note
 
     def _note_json(self, project: Project, mr: MergeRequest, note: Note) -> dict[str, Any]:
@@ -39,8 +39,8 @@ class NotesMixin(GitLabState):
             "commands_changes": {},
         }
 
-    @_route("GET", "projects/:project/merge_requests/:iid/notes")
-    def _list_notes(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/merge_requests/:iid/notes")
+    def _list_notes(self, ctx: Ctx) -> Response:
         mr = self._mr(ctx)
         order_by = ctx.get("order_by", "created_at")
         ascending = ctx.get("sort", "desc") == "asc"
@@ -50,34 +50,34 @@ class NotesMixin(GitLabState):
         )  # fmt: skip
         return self._paginate(ctx, [self._note_json(ctx.proj, mr, note) for note in notes])
 
-    @_route("POST", "projects/:project/merge_requests/:iid/notes")
-    def _create_note(self, ctx: _Ctx) -> _Response:
+    @route("POST", "projects/:project/merge_requests/:iid/notes")
+    def _create_note(self, ctx: Ctx) -> Response:
         mr = self._mr(ctx)
         body = ctx.require("body")
         internal = bool(ctx.flag("internal", False) or ctx.flag("confidential", False))
-        now = _now()
+        now = now_iso()
         note = Note(next(self._counters["note"]), body, ctx.token.user, internal, False, now, now)
         mr.notes.append(note)
-        return _ok(self._note_json(ctx.proj, mr, note), 201)
+        return ok(self._note_json(ctx.proj, mr, note), 201)
 
-    @_route("GET", "projects/:project/merge_requests/:iid/notes/:note_id")
-    def _get_note(self, ctx: _Ctx) -> _Response:
+    @route("GET", "projects/:project/merge_requests/:iid/notes/:note_id")
+    def _get_note(self, ctx: Ctx) -> Response:
         mr = self._mr(ctx)
-        return _ok(self._note_json(ctx.proj, mr, self._note(ctx, mr)))
+        return ok(self._note_json(ctx.proj, mr, self._note(ctx, mr)))
 
-    @_route("PUT", "projects/:project/merge_requests/:iid/notes/:note_id")
-    def _update_note(self, ctx: _Ctx) -> _Response:
+    @route("PUT", "projects/:project/merge_requests/:iid/notes/:note_id")
+    def _update_note(self, ctx: Ctx) -> Response:
         mr = self._mr(ctx)
         note = self._note(ctx, mr)
         if note.system:
-            raise _message(403, "403 Forbidden")
+            raise message_error(403, "403 Forbidden")
         note.body = ctx.require("body")
-        note.updated_at = _now()
-        return _ok(self._note_json(ctx.proj, mr, note))
+        note.updated_at = now_iso()
+        return ok(self._note_json(ctx.proj, mr, note))
 
-    @_route("DELETE", "projects/:project/merge_requests/:iid/notes/:note_id")
-    def _delete_note(self, ctx: _Ctx) -> _Response:
+    @route("DELETE", "projects/:project/merge_requests/:iid/notes/:note_id")
+    def _delete_note(self, ctx: Ctx) -> Response:
         mr = self._mr(ctx)
         note = self._note(ctx, mr)
         mr.notes.remove(note)
-        return _ok(b"", 204)
+        return ok(b"", 204)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from tests.fakes.gitlab.api import _Ctx, _ok, _Response, _route
+from tests.fakes.gitlab.api import Ctx, Response, ok, route
 from tests.fakes.gitlab.state import GitLabState, Project, Token
 
 
@@ -60,17 +60,17 @@ class ProjectsMixin(GitLabState):
             },
         }
 
-    @_route("GET", "version")
-    def _get_version(self, ctx: _Ctx) -> _Response:
-        return _ok({"version": "17.11.0", "revision": "fake0000", "enterprise": False})
+    @route("GET", "version")
+    def _get_version(self, ctx: Ctx) -> Response:
+        return ok({"version": "17.11.0", "revision": "fake0000", "enterprise": False})
 
-    @_route("GET", "user")
-    def _get_user(self, ctx: _Ctx) -> _Response:
+    @route("GET", "user")
+    def _get_user(self, ctx: Ctx) -> Response:
         data = self._user_json(ctx.token.user)
         assert data is not None
         data.update({"email": f"{ctx.token.user.username}@example.com", "bot": True})
-        return _ok(data)
+        return ok(data)
 
-    @_route("GET", "projects/:project")
-    def _get_project(self, ctx: _Ctx) -> _Response:
-        return _ok(self._project_json(ctx.proj, ctx.token))
+    @route("GET", "projects/:project")
+    def _get_project(self, ctx: Ctx) -> Response:
+        return ok(self._project_json(ctx.proj, ctx.token))

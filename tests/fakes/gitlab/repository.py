@@ -6,8 +6,8 @@ import base64
 import hashlib
 from typing import Any
 
-from tests.fakes.gitlab.api import _Ctx, _message, _param_error
-from tests.fakes.gitlab.diffs import _blob_sha
+from tests.fakes.gitlab.api import Ctx, message_error, param_error
+from tests.fakes.gitlab.diffs import blob_sha
 from tests.fakes.gitlab.rules import (
     DF_CONFLICT_MESSAGE,
     HEX_BRANCH_MESSAGE,
@@ -16,7 +16,7 @@ from tests.fakes.gitlab.rules import (
     check_creatable,
     clean_path,
 )
-from tests.fakes.gitlab.state import Commit, GitLabState, Project, User, _now, _to_bytes
+from tests.fakes.gitlab.state import Commit, GitLabState, Project, User, now_iso, to_bytes
 
 
 class RepositoryMixin(GitLabState):
@@ -35,10 +35,10 @@ class RepositoryMixin(GitLabState):
         for part in (project.path, *parents, message, str(seq)):
             digest.update(part.encode() + b"\0")
         for path in sorted(tree):
-            digest.update(path.encode() + b"\0" + _blob_sha(tree[path]).encode())
+            digest.update(path.encode() + b"\0" + blob_sha(tree[path]).encode())
         name = author.name if author else "Administrator"
         email = f"{author.username}@example.com" if author else "admin@example.com"
-        commit = Commit(digest.hexdigest(), parents, tree, message, name, email, _now(), seq)
+        commit = Commit(digest.hexdigest(), parents, tree, message, name, email, now_iso(), seq)
         project.commits[commit.id] = commit
         return commit
 
@@ -57,7 +57,7 @@ class RepositoryMixin(GitLabState):
             before = project.ancestors(old) if old else set()
             added = [c for c in project.commits_between(target, sha) if c.id not in before]
             mr.sha = sha
-            mr.updated_at = _now()
+            mr.updated_at = now_iso()
             count = len(added)
             items = "".join(f"<li>{c.id[:8]} - {c.title}</li>" for c in added)
             body = f"added {count} commit{'s' if count != 1 else ''}\n\n<ul>{items}</ul>"
@@ -68,51 +68,51 @@ class RepositoryMixin(GitLabState):
 
     def _apply_actions(self, tree: dict[str, bytes], actions: Any) -> dict[str, bytes]:
         if not isinstance(actions, list):
-            raise _param_error("actions is invalid")
+            raise param_error("actions is invalid")
         tree = dict(tree)
         for index, action in enumerate(actions):
             if not isinstance(action, dict):
-                raise _param_error(f"actions[{index}] is invalid")
+                raise param_error(f"actions[{index}] is invalid")
             kind = action.get("action")
             if kind not in ("create", "update", "delete", "move", "chmod"):
-                raise _param_error(f"actions[{index}][action] does not have a valid value")
+                raise param_error(f"actions[{index}][action] does not have a valid value")
             if not isinstance(action.get("file_path"), str):
-                raise _param_error(f"actions[{index}][file_path] is missing")
+                raise param_error(f"actions[{index}][file_path] is missing")
             path = clean_path(action["file_path"])
             encoding = action.get("encoding") or "text"
             if encoding not in ("text", "base64"):
-                raise _param_error(f"actions[{index}][encoding] does not have a valid value")
+                raise param_error(f"actions[{index}][encoding] does not have a valid value")
             raw = action.get("content")
             content: bytes | None = None
             if raw is not None:
                 try:
-                    content = base64.b64decode(raw) if encoding == "base64" else _to_bytes(raw)
+                    content = base64.b64decode(raw) if encoding == "base64" else to_bytes(raw)
                 except (ValueError, TypeError):
-                    raise _message(400, "Invalid base64 content") from None
+                    raise message_error(400, "Invalid base64 content") from None
             if kind == "create":
                 check_creatable(tree, path)
                 tree[path] = content or b""
             elif kind == "update":
                 if path not in tree:
-                    raise _message(400, "A file with this name doesn't exist")
+                    raise message_error(400, "A file with this name doesn't exist")
                 tree[path] = content or b""
             elif kind in ("delete", "chmod"):
                 if path not in tree:
-                    raise _message(400, "A file with this name doesn't exist")
+                    raise message_error(400, "A file with this name doesn't exist")
                 if kind == "delete":
                     del tree[path]
             else:  # move
                 if not isinstance(action.get("previous_path"), str):
-                    raise _param_error(f"actions[{index}][previous_path] is missing")
+                    raise param_error(f"actions[{index}][previous_path] is missing")
                 previous = clean_path(action["previous_path"])
                 if previous not in tree:
-                    raise _message(400, "A file with this name doesn't exist")
+                    raise message_error(400, "A file with this name doesn't exist")
                 moved = tree.pop(previous)
                 check_creatable(tree, path)
                 tree[path] = moved if content is None else content
         return tree
 
-    def _commit_actions(self, ctx: _Ctx, author: User) -> Commit:
+    def _commit_actions(self, ctx: Ctx, author: User) -> Commit:
         """The Commits API (and Files API) write path, with GitLab's branch rules."""
         project = ctx.proj
         branch = ctx.require("branch")
@@ -122,7 +122,7 @@ class RepositoryMixin(GitLabState):
         start_sha = ctx.get("start_sha")
         force = bool(ctx.flag("force", False))
         if start_branch and start_sha:
-            raise _param_error("start_branch, start_sha are mutually exclusive")
+            raise param_error("start_branch, start_sha are mutually exclusive")
         empty_repo = not project.branches
         if start_sha:
             different_branch = True
@@ -130,14 +130,14 @@ class RepositoryMixin(GitLabState):
             start_branch = start_branch or branch
             different_branch = start_branch != branch
         if not empty_repo and different_branch and branch in project.branches and not force:
-            raise _message(
+            raise message_error(
                 400,
                 f"A branch called '{branch}' already exists. "
                 "Switch to that branch in order to make changes",
             )
         new_branch = branch not in project.branches
         if new_branch and branch_name_error(branch) == "Branch name is invalid":
-            raise _message(
+            raise message_error(
                 400,
                 f"Something went wrong when we tried to create '{branch}' for you: "
                 "Branch name is invalid",
@@ -146,19 +146,23 @@ class RepositoryMixin(GitLabState):
         if start_sha:
             parent = None if start_sha in project.branches else project.resolve(start_sha)
             if parent is None:
-                raise _message(400, f"Cannot find start_sha '{start_sha}'")
+                raise message_error(400, f"Cannot find start_sha '{start_sha}'")
         elif not empty_repo:
             if start_branch not in project.branches:
-                raise _message(400, "You can only create or edit files when you are on a branch")
+                raise message_error(
+                    400, "You can only create or edit files when you are on a branch"
+                )
             parent = project.branches[start_branch]
         base_tree = project.commits[parent].tree if parent else {}
         tree = self._apply_actions(base_tree, actions)
         if new_branch:
             # Refused only when the ref is written (Gitaly's hook and update-ref).
             if branch_name_error(branch) == HEX_BRANCH_MESSAGE:
-                raise _message(400, HEX_BRANCH_MESSAGE)
+                raise message_error(400, HEX_BRANCH_MESSAGE)
             if branch_conflicts(project.branches, branch):
-                raise _message(400, f"Failed to create branch '{branch}': {DF_CONFLICT_MESSAGE}")
+                raise message_error(
+                    400, f"Failed to create branch '{branch}': {DF_CONFLICT_MESSAGE}"
+                )
         commit = self._new_commit(project, [parent] if parent else [], tree, message, author)
         self._set_branch(project, branch, commit.id)
         return commit

@@ -24,7 +24,7 @@ import posixpath
 import re
 from urllib.parse import unquote_plus
 
-from tests.fakes.gitlab.api import ApiError, _message
+from tests.fakes.gitlab.api import ApiError, message_error
 
 HEX_BRANCH_MESSAGE = "You cannot create a branch with a 40-character hexadecimal branch name."
 DF_CONFLICT_MESSAGE = "Branch name conflicts with existing branch hierarchy."
@@ -77,29 +77,29 @@ def check_url_file_path(path: str, *, allow_absolute: bool = False) -> None:
 def clean_path(path: str) -> str:
     """A repository path as Gitaly accepts it for a write (cleaned), or its 400 error."""
     if path == "":
-        raise _message(400, "You must provide a file path")
+        raise message_error(400, "You must provide a file path")
     if "//" in path:
-        raise _message(400, f"invalid path: '{path}'")
+        raise message_error(400, f"invalid path: '{path}'")
     cleaned = posixpath.normpath(f"{_ROOT}/{path}")
     if cleaned != _ROOT and not cleaned.startswith(_ROOT + "/"):
-        raise _message(400, "Path cannot include directory traversal")
+        raise message_error(400, "Path cannot include directory traversal")
     return cleaned[len(_ROOT) + 1 :] or "."
 
 
 def check_creatable_path(path: str) -> None:
     """Gitaly's extra rules for a path a write creates (after `clean_path`)."""
     if path == "." or path.startswith("..") or path.split("/", 1)[0] == ".git":
-        raise _message(400, f"invalid path: '{path}'")
+        raise message_error(400, f"invalid path: '{path}'")
 
 
 def check_creatable(tree: dict[str, bytes], path: str) -> None:
     """A file can be created at `path`: nothing there, no file where a directory goes."""
     check_creatable_path(path)
     if path in tree:
-        raise _message(400, "A file with this name already exists")
+        raise message_error(400, "A file with this name already exists")
     if any(existing.startswith(path + "/") for existing in tree):
-        raise _message(400, "A directory with this name already exists")
+        raise message_error(400, "A directory with this name already exists")
     parts = path.split("/")
     for depth in range(1, len(parts)):
         if "/".join(parts[:depth]) in tree:
-            raise _message(400, "A file with this name already exists")
+            raise message_error(400, "A file with this name already exists")

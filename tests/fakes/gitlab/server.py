@@ -12,24 +12,24 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 from tests.fakes.gitlab.api import (
-    _INJECTED_BODIES,
-    _ROUTES,
-    _SECRET_HEADERS,
+    INJECTED_BODIES,
+    ROUTES,
+    SECRET_HEADERS,
     ApiError,
+    Ctx,
     LoggedRequest,
-    _Ctx,
-    _match,
-    _message,
-    _not_found,
-    _parse_body,
-    _parse_query,
-    _Response,
+    Response,
+    match_route,
+    message_error,
+    not_found,
+    parse_body,
+    parse_query,
 )
 from tests.fakes.gitlab.branches import BranchesMixin
 from tests.fakes.gitlab.ci import CiMixin
 from tests.fakes.gitlab.commits import CommitsMixin
 from tests.fakes.gitlab.controls import ControlsMixin
-from tests.fakes.gitlab.faults import FaultsMixin, _Rule
+from tests.fakes.gitlab.faults import FaultRule, FaultsMixin
 from tests.fakes.gitlab.files import FilesMixin
 from tests.fakes.gitlab.merge_requests import MergeRequestsMixin
 from tests.fakes.gitlab.mr_lifecycle import MergeRequestLifecycle
@@ -61,7 +61,7 @@ class FakeGitLab(
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__()
         self.requests: list[LoggedRequest] = []
-        self._rules: list[_Rule] = []
+        self._rules: list[FaultRule] = []
         # HTTP/1.1 keep-alive as GitLab's nginx does; python-gitlab reuses connections.
         self._listener = LoopbackListener(
             self._serve,
@@ -116,14 +116,14 @@ class FakeGitLab(
 
     def handle(
         self, method: str, target: str, headers: dict[str, str], body: bytes
-    ) -> _Response | None:
+    ) -> Response | None:
         """Answer one request: (status, body, headers), or None to drop the connection."""
         split = urlsplit(target)
         raw_path = split.path
-        query = _parse_query(split.query)
+        query = parse_query(split.query)
         lowered = {key.lower(): value for key, value in headers.items()}
         logged = {
-            key: ("[redacted]" if key.lower() in _SECRET_HEADERS else value)
+            key: ("[redacted]" if key.lower() in SECRET_HEADERS else value)
             for key, value in headers.items()
         }
         entry = LoggedRequest(method, raw_path, query, None, logged)
@@ -133,7 +133,7 @@ class FakeGitLab(
         if delay:
             time.sleep(delay)
         try:
-            entry.json = _parse_body(lowered.get("content-type", ""), body)
+            entry.json = parse_body(lowered.get("content-type", ""), body)
         except ApiError as err:
             entry.status = err.status
             return err.status, err.body, err.headers
@@ -143,7 +143,7 @@ class FakeGitLab(
                 entry.status = 0
                 return None
             assert fault.status is not None
-            payload = fault.body if fault.body is not None else _INJECTED_BODIES.get(fault.status)
+            payload = fault.body if fault.body is not None else INJECTED_BODIES.get(fault.status)
             entry.status = fault.status
             return fault.status, payload, dict(fault.headers)
         with self._lock:
@@ -161,7 +161,7 @@ class FakeGitLab(
         query: dict[str, Any],
         headers: dict[str, str],
         body: Any,
-    ) -> _Response:
+    ) -> Response:
         if not raw_path.startswith(API_PREFIX):
             raise ApiError(404, {"error": "404 Not Found"})
         segments = [unquote(part) for part in raw_path[len(API_PREFIX) :].split("/")]
@@ -169,8 +169,8 @@ class FakeGitLab(
             segments.pop()
         candidates = [
             (route_method, handler, args)
-            for route_method, pattern, handler in _ROUTES
-            if (args := _match(pattern, segments)) is not None
+            for route_method, pattern, handler in ROUTES
+            if (args := match_route(pattern, segments)) is not None
         ]
         if not candidates:
             raise ApiError(404, {"error": "404 Not Found"})
@@ -187,14 +187,14 @@ class FakeGitLab(
         params = {key: value for key, value in query.items() if key != "private_token"}
         if isinstance(body, dict):
             params.update(body)
-        ctx = _Ctx(method, raw_path, query, params, token, args)
+        ctx = Ctx(method, raw_path, query, params, token, args)
         if "project" in args:
             project = self._find_project(args["project"])
             if project is None or not token.can_see(project):
-                raise _not_found("Project")
+                raise not_found("Project")
             ctx.project = project
             if method not in ("GET", "HEAD") and token.access != "write":
-                raise _message(403, "403 Forbidden")
+                raise message_error(403, "403 Forbidden")
         return handler(self, ctx)
 
     def _authenticate(self, headers: dict[str, str], query: dict[str, Any]) -> Token:
@@ -204,7 +204,7 @@ class FakeGitLab(
             value = authorization[7:].strip()
         token = self.tokens.get(value) if isinstance(value, str) else None
         if token is None:
-            raise _message(401, "401 Unauthorized")
+            raise message_error(401, "401 Unauthorized")
         return token
 
     # ----------------------------------------------------------------- shared JSON
@@ -225,7 +225,7 @@ class FakeGitLab(
             "web_url": f"{self.url}/{user.username}",
         }
 
-    def _paginate(self, ctx: _Ctx, items: list[Any]) -> _Response:
+    def _paginate(self, ctx: Ctx, items: list[Any]) -> Response:
         per_page = ctx.integer("per_page", 20) or 20
         per_page = max(1, min(per_page, 100))
         page = max(1, ctx.integer("page", 1) or 1)

@@ -49,16 +49,18 @@ MERGE_STATUSES = frozenset(
 )
 
 
-def _now() -> str:
+def now_iso() -> str:
+    """Now, as GitLab writes timestamps (UTC, milliseconds, Z)."""
     moment = datetime.now(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def _to_bytes(content: str | bytes) -> bytes:
+def to_bytes(content: str | bytes) -> bytes:
+    """File content as bytes (text is UTF-8)."""
     return content.encode() if isinstance(content, str) else content
 
 
-def _labels(value: Any) -> list[str]:
+def parse_labels(value: Any) -> list[str]:
     """Labels as GitLab accepts them: a comma-separated string or a list of strings."""
     if value is None:
         return []
@@ -72,6 +74,8 @@ def _labels(value: Any) -> list[str]:
 
 @dataclass
 class User:
+    """A GitLab user."""
+
     id: int
     username: str
     name: str
@@ -79,12 +83,15 @@ class User:
 
 @dataclass
 class Token:
+    """A personal access token: its user, the projects it sees, its access."""
+
     value: str
     user: User
     projects: tuple[str, ...] | None  # None: every project
     access: str  # "write" or "read"
 
     def can_see(self, project: Project) -> bool:
+        """Whether the token may see `project` (others answer 404)."""
         if self.projects is None:
             return True
         path = project.path.lower()
@@ -97,6 +104,8 @@ class Token:
 
 @dataclass
 class Commit:
+    """A commit holding its full file tree."""
+
     id: str
     parent_ids: list[str]
     tree: dict[str, bytes]
@@ -108,11 +117,14 @@ class Commit:
 
     @property
     def title(self) -> str:
+        """The first line of the message."""
         return self.message.split("\n", 1)[0]
 
 
 @dataclass
 class Note:
+    """A note on an MR (a comment, or a system note)."""
+
     id: int
     body: str
     author: User
@@ -124,6 +136,8 @@ class Note:
 
 @dataclass
 class MergeRequest:
+    """A merge request and its notes."""
+
     id: int
     iid: int
     title: str
@@ -152,14 +166,18 @@ class MergeRequest:
 
     @property
     def draft(self) -> bool:
+        """Draft status, which GitLab derives from the title alone."""
         return bool(DRAFT_TITLE.match(self.title))
 
     def user_notes(self) -> list[Note]:
+        """The notes people wrote (not system notes)."""
         return [note for note in self.notes if not note.system]
 
 
 @dataclass
 class Job:
+    """A CI job."""
+
     id: int
     pipeline_id: int
     name: str
@@ -179,6 +197,8 @@ class Job:
 
 @dataclass
 class Pipeline:
+    """A CI pipeline; its status comes from its latest jobs."""
+
     id: int
     iid: int
     ref: str
@@ -193,6 +213,8 @@ class Pipeline:
 
 @dataclass
 class Project:
+    """A project: its branches, commits, MRs, pipelines and jobs."""
+
     id: int
     path: str  # path_with_namespace
     default_branch: str
@@ -201,14 +223,16 @@ class Project:
     merge_requests: dict[int, MergeRequest] = field(default_factory=dict)
     pipelines: dict[int, Pipeline] = field(default_factory=dict)
     jobs: dict[int, Job] = field(default_factory=dict)
-    created_at: str = field(default_factory=_now)
+    created_at: str = field(default_factory=now_iso)
 
     @property
     def name(self) -> str:
+        """The last segment of the path."""
         return self.path.rsplit("/", 1)[-1]
 
     @property
     def namespace(self) -> str:
+        """The path without its last segment."""
         return self.path.rsplit("/", 1)[0] if "/" in self.path else ""
 
     def resolve(self, ref: str | None) -> str | None:
@@ -226,18 +250,22 @@ class Project:
         return None
 
     def tree(self, ref: str) -> dict[str, bytes] | None:
+        """The file tree at `ref` (a copy), None when `ref` is unknown."""
         sha = self.resolve(ref)
         return dict(self.commits[sha].tree) if sha else None
 
     def file(self, ref: str, path: str) -> bytes | None:
+        """A file's content at `ref`, None when absent."""
         tree = self.tree(ref)
         return None if tree is None else tree.get(path)
 
     def text(self, ref: str, path: str) -> str | None:
+        """A file's text at `ref`, None when absent."""
         content = self.file(ref, path)
         return None if content is None else content.decode()
 
     def ancestors(self, sha: str) -> set[str]:
+        """Every commit reachable from `sha`, itself included."""
         seen: set[str] = set()
         stack = [sha]
         while stack:
@@ -248,6 +276,7 @@ class Project:
         return seen
 
     def merge_base(self, left: str, right: str) -> str | None:
+        """The newest common ancestor of two commits."""
         common = self.ancestors(left) & self.ancestors(right)
         return max(common, key=lambda sha: self.commits[sha].seq) if common else None
 
@@ -260,6 +289,7 @@ class Project:
         )
 
     def last_commit_touching(self, sha: str, path: str) -> str:
+        """The newest commit up to `sha` that changed `path`."""
         content = self.commits[sha].tree.get(path)
         current = sha
         while True:
