@@ -159,6 +159,8 @@ def test_autonomous_submissions_past_the_cap_are_refused(
 def test_metrics_are_served_without_auth(pooled: tuple[Runtime, TestClient]) -> None:
     runtime, _ = pooled
     with TestClient(create_app(runtime)) as anonymous:
-        response = anonymous.get("/metrics/")
-    assert response.status_code == 200
+        # Exactly /metrics, answered directly: scrapers do not all follow redirects.
+        response = anonymous.get("/metrics", follow_redirects=False)
+    assert response.status_code == 200, response.headers
+    assert response.headers["content-type"].startswith("text/plain")
     assert "wq_events_total" in response.text

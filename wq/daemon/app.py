@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-from prometheus_client import make_asgi_app
 
 import wq
 from wq.daemon.auth import install_auth_handling
@@ -24,7 +23,6 @@ def create_app(runtime: Runtime) -> FastAPI:
     install_auth_handling(app)
     app.include_router(health.router)
     app.include_router(identity.router)
-    app.mount("/metrics", make_asgi_app())
     app.include_router(work_items.router)
     app.include_router(pools.router)
     app.include_router(webhooks.router)

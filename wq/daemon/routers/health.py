@@ -1,9 +1,10 @@
-"""`/healthz`: the daemon is up and its database answers."""
+"""`/healthz`, `/metrics`: probes and Prometheus, without authentication."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from wq.daemon.deps import RuntimeDep
@@ -23,3 +24,13 @@ def read_health(runtime: RuntimeDep) -> JSONResponse:
             status_code=503,
         )
     return JSONResponse({"status": "ok", "database": runtime.engine.dialect.name})
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+)
+def read_metrics() -> Response:
+    """Prometheus metrics of this daemon, at exactly `/metrics` (no redirect)."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
