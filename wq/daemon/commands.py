@@ -34,11 +34,15 @@ def _setup_logging() -> None:
 
 def daemon(config_path: str | None, host: str | None, port: int | None) -> int:
     """Run the daemon until it is told to stop."""
-    from wq.daemon.serve import StartupError, run_daemon
-
     _setup_logging()
     try:
+        # Before the server's imports, so that a bad config is refused at once.
         config = load_config(config_path)
+    except ConfigError as err:
+        return _fail(str(err))
+    from wq.daemon.serve import StartupError, run_daemon
+
+    try:
         run_daemon(config, host=host, port=port)
     except (ConfigError, StartupError) as err:
         return _fail(str(err))
