@@ -2,7 +2,7 @@
 
 Priority order (first actionable wins; absent counts as actionable, deferred does not):
 
-1. `needs_mr`           → ensure_mr: the branch, the commit and the MR exist as submitted
+1. `needs_mr`           → ensure_mr: the branch (one git commit) and the MR are as submitted
 2. `needs_dashboard`    → ensure_dashboard_note: the dashboard link is on the MR
 3. `needs_empty_check`  → check_empty_diff: cancel the MR if its diff became empty
 4. `needs_reconcile`    → reconcile_mr: merge when mergeable, sync drifted fields

@@ -1,5 +1,10 @@
 """The MR executors. Each looks before it acts (`ensure_*`), so running one again
 after a lost lease or a retry changes nothing that is already right on GitLab.
+
+Two kinds of commit meet here. A *git commit* is what `_push` makes on GitLab. A
+*database commit* is the engine's, after an executor returns: until then nothing an
+executor changed on the item is stored, so a crash between a GitLab call and the
+database commit leaves GitLab ahead of the item (an MR it does not know; `_adopt`).
 """
 
 from __future__ import annotations
@@ -10,16 +15,17 @@ import logging
 from datetime import timedelta
 from typing import Any, cast
 
-from gitlab.exceptions import GitlabDeleteError, GitlabGetError
+from gitlab.exceptions import GitlabCreateError, GitlabDeleteError, GitlabGetError
 from sqlalchemy import select
 
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import set_phase
 from wq.engine.models import CANCELLED, COMPLETED
 from wq.engine.registry import ActionContext, Executor, RetryLater
-from wq.types.mr.gitlab import client, is_draft_title, title_for, translated
+from wq.types.mr.gitlab import client, describe, title_for, translated
 from wq.types.mr.models import MrItem
-from wq.types.mr.settings import MANAGED_LABEL, MrSettings
+from wq.types.mr.settings import MrSettings
+from wq.types.mr.sync import sync_fields, take_over_labels, wanted_labels
 
 log = logging.getLogger(__name__)
 SYSTEM = "system"
@@ -63,7 +69,8 @@ def _changes_anything(project: Any, ref: str, actions: list[dict[str, Any]]) -> 
 
 
 def _push(project: Any, item: MrItem) -> None:
-    """Make the source branch the target branch plus the submitted actions."""
+    """Make the source branch the target branch plus the submitted actions: one git
+    commit, force-pushed (GitLab's Commits API)."""
     project.commits.create(
         {
             "branch": item.source_branch,
@@ -73,10 +80,6 @@ def _push(project: Any, item: MrItem) -> None:
             "force": True,
         }
     )
-
-
-def _labels(item: MrItem) -> list[str]:
-    return sorted({*item.labels, MANAGED_LABEL})
 
 
 def _close_empty(ctx: ActionContext, project: Any, mr: Any, item: MrItem) -> None:
@@ -111,44 +114,93 @@ def ensure_mr(ctx: ActionContext) -> None:
     item, settings = _unpack(ctx)
     with translated():
         project = client(settings, item.project).projects.get(item.project)
-        if item.mr_iid is None:
-            found = project.mergerequests.list(
-                source_branch=item.source_branch, state="opened", get_all=False
-            )
-            if found:
-                mr = found[0]  # opened by an earlier attempt whose commit was lost
-            elif not _changes_anything(project, item.target_branch, item.file_actions):
-                item.error = f"cancelled: the changes are already on {item.target_branch}"
-                set_dimension(ctx.session, item, "needs_mr", False)
-                _end(ctx, item, CANCELLED, "empty diff")
-                return
-            else:
-                _push(project, item)
-                mr = project.mergerequests.create(
-                    {
-                        "source_branch": item.source_branch,
-                        "target_branch": item.target_branch,
-                        "title": title_for(item.title, item.draft),
-                        "description": item.description,
-                        "labels": _labels(item),
-                        "remove_source_branch": True,
-                    }
-                )
-            item.mr_iid, item.mr_url = mr.iid, mr.web_url
-        else:
-            mr = project.mergerequests.get(item.mr_iid)
-            if _ended(ctx, item, mr):
-                return
-            _push(project, item)
-            _sync_fields(mr, item)
-            if not project.repository_compare(
-                item.target_branch, item.source_branch, straight=True
-            )["diffs"]:
-                _close_empty(ctx, project, mr, item)
-                return
+        opening = item.mr_iid is None
+        mr = _open_mr(ctx, project, item) if opening else _update_mr(ctx, project, item)
+    if mr is None:  # cancelled or ended: the item is terminal now
+        return
     if _still_current(ctx, item):
         set_dimension(ctx.session, item, "needs_mr", False)
     _schedule_checks(ctx, item, settings)
+
+
+def _open_mr(ctx: ActionContext, project: Any, item: MrItem) -> Any | None:
+    """Open the item's MR, or take over the one already open for its branch."""
+    found = _open_mr_for_branch(project, item)
+    if found is not None:
+        return _adopt(ctx, project, item, found, pushed=False)
+    if not _changes_anything(project, item.target_branch, item.file_actions):
+        item.error = f"cancelled: the changes are already on {item.target_branch}"
+        set_dimension(ctx.session, item, "needs_mr", False)
+        _end(ctx, item, CANCELLED, "empty diff")
+        return None
+    _push(project, item)
+    try:
+        mr = project.mergerequests.create(
+            {
+                "source_branch": item.source_branch,
+                "target_branch": item.target_branch,
+                "title": title_for(item.title, item.draft),
+                "description": item.description,
+                "labels": sorted(wanted_labels(item)),
+                "remove_source_branch": True,
+            }
+        )
+    except GitlabCreateError as err:
+        if err.response_code != 409:
+            raise
+        # "Another open merge request already exists for this source branch": it was
+        # opened since we looked (another replica, a person). Converge on it.
+        found = _open_mr_for_branch(project, item)
+        if found is None:  # closed again meanwhile: the next attempt opens one
+            raise RetryLater(f"{describe(err)}, but no open MR was found for it") from None
+        return _adopt(ctx, project, item, found, pushed=True)
+    item.mr_iid, item.mr_url = mr.iid, mr.web_url
+    item.applied_labels = sorted(wanted_labels(item))
+    return mr
+
+
+def _open_mr_for_branch(project: Any, item: MrItem) -> Any | None:
+    """The open MR from the item's source branch (the one to its target first), if any."""
+    found = project.mergerequests.list(
+        source_branch=item.source_branch, state="opened", get_all=True
+    )
+    exact = [mr for mr in found if mr.target_branch == item.target_branch]
+    return (exact or found or [None])[0]
+
+
+def _adopt(ctx: ActionContext, project: Any, item: MrItem, mr: Any, *, pushed: bool) -> Any:
+    """Take over an open MR the item did not record, and bring it to the item's state.
+
+    It was opened by an attempt whose database commit was lost, or it is an earlier
+    generation's MR reopened by hand: its branch and fields may be anything, so the
+    item's content is pushed and its fields synced as an update does, and the item's
+    `draft` applies (the item never opened an MR of its own).
+    """
+    item.mr_iid, item.mr_url = mr.iid, mr.web_url
+    take_over_labels(item, mr)
+    return _converge(ctx, project, item, mr, pushed=pushed, draft=item.draft)
+
+
+def _update_mr(ctx: ActionContext, project: Any, item: MrItem) -> Any | None:
+    """Force-push the item's content to its MR and sync the MR's fields."""
+    mr = project.mergerequests.get(item.mr_iid)
+    if _ended(ctx, item, mr):
+        return None
+    return _converge(ctx, project, item, mr, pushed=False, draft=None)
+
+
+def _converge(
+    ctx: ActionContext, project: Any, item: MrItem, mr: Any, *, pushed: bool, draft: bool | None
+) -> Any | None:
+    """Push (unless just done), sync the fields, close the MR if its diff is empty."""
+    if not pushed:
+        _push(project, item)
+    sync_fields(mr, item, draft=draft)
+    compare = project.repository_compare(item.target_branch, item.source_branch, straight=True)
+    if not compare["diffs"]:
+        _close_empty(ctx, project, mr, item)
+        return None
+    return mr
 
 
 def _still_current(ctx: ActionContext, item: MrItem) -> bool:
@@ -156,7 +208,7 @@ def _still_current(ctx: ActionContext, item: MrItem) -> bool:
 
     A resubmission may have come in while GitLab was being called; then `needs_mr`
     stays as it set it and the next pass pushes the new content. The query begins the
-    fenced write transaction, so the row is locked against the upsert from here on.
+    fenced database transaction, so the row is locked against the upsert from here on.
     """
     current = ctx.session.execute(
         select(MrItem.content_hash).where(MrItem.id == item.id)
@@ -171,21 +223,6 @@ def _ended(ctx: ActionContext, item: MrItem, mr: Any) -> bool:
         return False
     _end(ctx, item, phase, f"merge request {mr.state} on GitLab")
     return True
-
-
-def _sync_fields(mr: Any, item: MrItem) -> None:
-    """Title, description and labels as submitted; GitLab keeps the Draft/Ready state."""
-    changed = False
-    title = title_for(item.title, is_draft_title(mr.title))
-    if mr.title != title:
-        mr.title, changed = title, True
-    if (mr.description or "") != item.description:
-        mr.description, changed = item.description, True
-    missing = set(_labels(item)) - set(mr.labels)
-    if missing:
-        mr.labels, changed = sorted({*mr.labels, *missing}), True
-    if changed:
-        mr.save()
 
 
 def dashboard_url(settings: MrSettings, item: MrItem) -> str | None:
@@ -243,7 +280,7 @@ def reconcile_mr(ctx: ActionContext) -> None:
             mr = project.mergerequests.get(item.mr_iid)
             if _ended(ctx, item, mr):
                 return
-            _sync_fields(mr, item)
+            sync_fields(mr, item)
             pipeline = getattr(mr, "head_pipeline", None)
             if isinstance(pipeline, dict) and pipeline.get("id"):
                 item.head_pipeline_id = int(pipeline["id"])

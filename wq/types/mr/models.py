@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, Uuid
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, Uuid, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wq.engine.models import JsonDoc, WorkItem
@@ -27,6 +27,11 @@ class MrItem(WorkItem):
     title: Mapped[str] = mapped_column(Text)
     description: Mapped[str] = mapped_column(Text, default="")
     labels: Mapped[list[str]] = mapped_column(JsonDoc)
+    # The labels this service put on the MR and may take off again when the caller no
+    # longer asks for them; a label someone else added is never ours to remove.
+    applied_labels: Mapped[list[str]] = mapped_column(
+        JsonDoc, default=list, server_default=text("'[]'")
+    )
     commit_message: Mapped[str] = mapped_column(Text)
     file_actions: Mapped[list[dict[str, Any]]] = mapped_column(JsonDoc)
     content_hash: Mapped[str] = mapped_column(String(64))

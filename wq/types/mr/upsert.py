@@ -2,7 +2,8 @@
 
 Callers always send the desired state. No active item: a new one is created
 (generation n+1 after a completed or cancelled one). An active item with the same
-content hash is left unchanged; with another hash it is updated and pushed again. A
+content hash and target branch is left unchanged; with another hash or target it is
+updated and pushed again (a new target changes the branch as much as new content). A
 failed item is refreshed and retried. The idempotency key
 `mr:{project}:{source_branch}:{generation}` is unique among non-terminal items, so
 two racing submissions make one item: the loser's insert fails and it upserts again.
@@ -96,6 +97,10 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
             draft=payload.draft,
         )
         _refresh(item, payload, digest)
+        if latest is not None and latest.mr_iid is not None:
+            # Should this generation adopt its predecessor's MR (reopened by hand), the
+            # labels the service applied there are still the service's to remove.
+            item.applied_labels = list(latest.applied_labels)
         result = items.submit(
             session,
             item,
@@ -107,9 +112,13 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
         )
         session.flush()
         return result
-    if latest.phase == ACTIVE and latest.content_hash == digest:
+    if (
+        latest.phase == ACTIVE
+        and latest.content_hash == digest
+        and latest.target_branch == payload.target_branch
+    ):
         return SubmitResult("unchanged", latest)
-    old_hash = latest.content_hash
+    old = {"content_hash": latest.content_hash, "target_branch": latest.target_branch}
     _refresh(latest, payload, digest)
     set_dimension(session, latest, "needs_mr", True)
     if latest.phase == FAILED:
@@ -122,8 +131,8 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
             "updated",
             ctx.actor,
             latest.id,
-            old_state={"content_hash": old_hash},
-            new_state={"content_hash": digest},
+            old_state=old,
+            new_state={"content_hash": digest, "target_branch": payload.target_branch},
             trigger=trigger,
         ),
     )
