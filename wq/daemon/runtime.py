@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -54,6 +55,8 @@ class Runtime:
             queue_url,
             max_messages=events.max_messages,
             wait_seconds=events.wait_seconds,
+            max_message_bytes=events.max_message_bytes,
+            max_future_skew=timedelta(seconds=events.max_future_skew_seconds),
         )
         self.consumer.start()
         return self.consumer

@@ -81,6 +81,10 @@ class EventsConfig(_Section):
     queue_url: str | None = None
     max_messages: Annotated[int, Field(ge=1, le=10, strict=True)] = 10
     wait_seconds: Annotated[int, Field(ge=0, le=20, strict=True)] = 20
+    # A message decoding (decompressing) to more than this is refused, never retried.
+    max_message_bytes: Annotated[int, Field(ge=64 * 1024, strict=True)] = 4 * 1024 * 1024
+    # Events dated further ahead than this are refused (a bogus date would freeze items).
+    max_future_skew_seconds: Annotated[int, Field(ge=0, strict=True)] = 300
 
     def webhook_secret(self) -> str | None:
         """The webhook secret from its environment variable (None: webhook disabled)."""

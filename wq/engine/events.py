@@ -2,8 +2,15 @@
 
 Intake (a webhook, a queue consumer, a test) stores an event and signals; the
 scheduler drains it right away, whatever the item's admission state, so views are
-never stale. Applying an event runs the type's handler under a per-item lock, with the
-out-of-order guard on `last_event_at`; events for terminal items are discarded.
+never stale. Applying an event runs the type's handler under a per-item lock; events
+for terminal items are discarded.
+
+Ordering: an event's time (from the type's resolver) is checked at intake against the
+clock plus a skew, so one bogus far-future timestamp cannot freeze an item. The
+engine's guard on `last_event_at` orders the event kinds a type lists in
+`ordered_events` (all kinds with a time when it lists none); a type orders its other
+streams itself (pipelines by id, jobs by build id) and raises `StaleEvent` for an event
+that its state already supersedes.
 """
 
 from __future__ import annotations
@@ -11,14 +18,14 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
-from wq.engine.envelope import Event
+from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.items import settle
 from wq.engine.metrics import count_event
 from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
@@ -26,6 +33,11 @@ from wq.engine.registry import EventContext, TypeRegistry
 from wq.engine.wakeup import EVENT_STORED, signal
 
 log = logging.getLogger(__name__)
+DEFAULT_MAX_FUTURE_SKEW = timedelta(minutes=5)
+
+
+class StaleEvent(Exception):
+    """Raised by a handler: the item already reflects something newer; discard the event."""
 
 
 @dataclass
@@ -72,14 +84,13 @@ def drain_events(
     item = session.get(WorkItem, item_id, with_for_update=True, populate_existing=True)
     if item is None:
         return result
-    handler = registry.get(item.type).event_handler if item.type in registry else None
+    item_type = registry.get(item.type) if item.type in registry else None
+    handler = item_type.event_handler if item_type is not None else None
+    ordered = item_type.ordered_events if item_type is not None else None
     now = utcnow()
     for pending in events:
-        stale = (
-            pending.event_at is not None
-            and item.last_event_at is not None
-            and pending.event_at < item.last_event_at
-        )
+        clock = pending.event_at if ordered is None or pending.event_type in ordered else None
+        stale = clock is not None and item.last_event_at is not None and clock < item.last_event_at
         if item.phase in TERMINAL_PHASES or stale or handler is None:
             result.discarded += 1
             log.info(
@@ -100,6 +111,10 @@ def drain_events(
                         session, item, pending.event_type, pending.payload, pending.event_at, now
                     )
                 )
+        except StaleEvent as verdict:
+            log.info("discarded event %s for item %s (%s)", pending.event_type, item_id, verdict)
+            result.discarded += 1
+            continue
         except Exception:
             # One bad event must not block the item's other events, nor the scheduler.
             log.exception(
@@ -108,8 +123,8 @@ def drain_events(
             count_event("failed")
             result.discarded += 1
             continue
-        if pending.event_at is not None:
-            item.last_event_at = pending.event_at
+        if clock is not None:
+            item.last_event_at = clock
         result.applied += 1
     session.execute(
         delete(PendingEvent).where(PendingEvent.id.in_([pending.id for pending in events]))
@@ -120,24 +135,42 @@ def drain_events(
     return result
 
 
-def ingest(sessions: sessionmaker[Session], registry: TypeRegistry, event: Event) -> int:
+def ingest(
+    sessions: sessionmaker[Session],
+    registry: TypeRegistry,
+    event: Event,
+    *,
+    max_future_skew: timedelta = DEFAULT_MAX_FUTURE_SKEW,
+) -> int:
     """Store an event for every item it concerns, in one transaction; return how many.
 
-    Every handled type's resolver is asked. The caller acknowledges the event (deletes
-    the queue message, answers the webhook) only after this returns.
+    Every handled type's resolver is asked, with the payload as received (an identifier
+    holding NUL matches nothing). What is stored has NUL in its text replaced, as the
+    database cannot hold it. An event whose time lies further ahead than
+    `max_future_skew` is counted `future` and stored nowhere. The caller acknowledges
+    the event (deletes the queue message, answers the webhook) only after this returns.
     """
     count_event("received")
+    latest = utcnow() + max_future_skew
+    payload = without_nul(event.payload) if contains_nul(event.payload) else event.payload
     with sessions.begin() as session:
         targets: dict[uuid.UUID, datetime | None] = {}
         for name in registry.names:
             resolver = registry.get(name).event_resolver
-            if resolver is not None:
-                ids, event_at = resolver(session, event.event_type, event.payload)
-                targets.update(dict.fromkeys(ids, event_at))
+            if resolver is None:
+                continue
+            ids, event_at = resolver(session, event.event_type, event.payload)
+            if ids and event_at is not None and event_at > latest:
+                count_event("future")
+                log.warning(
+                    "event %s dated %s is further ahead than the allowed skew; ignored",
+                    event.event_type,
+                    event_at.isoformat(),
+                )
+                return 0
+            targets.update(dict.fromkeys(ids, event_at))
         for item_id in sorted(targets):
-            store_event(
-                session, item_id, event.event_type, event.payload, event_at=targets[item_id]
-            )
+            store_event(session, item_id, event.event_type, payload, event_at=targets[item_id])
     count_event("stored" if targets else "unmatched")
     return len(targets)
 

@@ -128,6 +128,9 @@ class ItemType:
     # Why an item of this type may not be retried now (None: it may).
     retry_veto: Callable[[Session, WorkItem], str | None] | None = None
     settings: Any = None
+    # Event kinds the engine orders by `last_event_at` (None: every kind with a time);
+    # the type's handler orders the others itself.
+    ordered_events: frozenset[str] | None = None
 
 
 class UnknownType(LookupError):

@@ -1,148 +1,40 @@
-"""GitLab events for MR items: SQS (through a moto server), the webhook, the handlers."""
+"""GitLab events for MR items: resolution, ordering, handlers and the webhook."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
-import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 from fastapi.testclient import TestClient
-from moto.server import ThreadedMotoServer
 from sqlalchemy import func, select
 
 from tests.conftest import Store, make_config
 from tests.fakes.gitlab import FakeGitLab
 from tests.support.waiting import wait_for
+from tests.types.mr.events_support import (
+    PROJECT,
+    build_event,
+    counted,
+    deliver,
+    item,
+    make_queue,
+    mr_event,
+    new_item,
+    pipeline_event,
+)
 from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_registry, mr_settings, payload
 from wq.daemon.app import create_app
 from wq.daemon.runtime import build_runtime
-from wq.engine.envelope import Event, UndecodableMessage, decode_message
+from wq.engine.config import ConfigError
+from wq.engine.envelope import Event
 from wq.engine.events import drain_events, ingest, store_event
-from wq.engine.models import AuditEntry, PendingEvent, WorkItem, utcnow
-from wq.engine.registry import SubmitContext, TypeRegistry
-from wq.engine.sqs import SqsConsumer
-from wq.types.mr.models import MrItem
-from wq.types.mr.schemas import MrCreate
-from wq.types.mr.upsert import submit_mr
+from wq.engine.models import AuditEntry, PendingEvent
 
-PROJECT = "group/project"
 SECRET_ENV = "WQ_TEST_WEBHOOK_SECRET"
 SECRET = "s3cret-webhook-token"
-
-
-def mr_event(
-    action: str,
-    iid: int = 1,
-    updated_at: str = "2030-01-01 10:00:00 UTC",
-    branch: str = "wq/sync-1",
-) -> dict[str, Any]:
-    return {
-        "object_kind": "merge_request",
-        "project": {"path_with_namespace": PROJECT},
-        "object_attributes": {
-            "id": 900 + iid,
-            "iid": iid,
-            "action": action,
-            "source_branch": branch,
-            "updated_at": updated_at,
-        },
-    }
-
-
-def pipeline_event(status: str, pipeline_id: int = 77, branch: str = "wq/sync-1") -> dict[str, Any]:
-    return {
-        "object_kind": "pipeline",
-        "project": {"path_with_namespace": PROJECT},
-        "object_attributes": {
-            "id": pipeline_id,
-            "ref": branch,
-            "status": status,
-            "finished_at": "2030-01-01 11:00:00 UTC",
-        },
-    }
-
-
-def build_event(build_id: int, branch: str = "wq/sync-1") -> dict[str, Any]:
-    return {
-        "object_kind": "build",
-        "project": {"path_with_namespace": PROJECT},
-        "ref": branch,
-        "build_id": build_id,
-        "build_name": "rpm-build",
-        "build_status": "failed",
-        "build_failure_reason": "runner_system_failure",
-        "build_finished_at": "2030-01-01 11:30:00 UTC",
-        "retries_count": 0,
-        "pipeline_id": 77,
-    }
-
-
-def new_item(
-    store: Store, registry: TypeRegistry, mr_iid: int | None = 1, branch: str = "wq/sync-1"
-) -> uuid.UUID:
-    ctx = SubmitContext(
-        registry=registry, pool=make_config(store.url).pool_for(PROJECT), actor="t", now=utcnow()
-    )
-    with store.sessions.begin() as session:
-        result = submit_mr(
-            session,
-            MrCreate.model_validate(payload(source_branch=branch)),
-            ctx,
-            registry.get("mr").settings,
-        )
-        assert isinstance(result.item, MrItem)
-        result.item.mr_iid = mr_iid
-        return result.item.id
-
-
-def deliver(store: Store, registry: TypeRegistry, document: dict[str, Any]) -> int:
-    stored = ingest(store.sessions, registry, Event(document["object_kind"], document))
-    with store.sessions() as session:
-        ids = session.execute(select(PendingEvent.work_item_id).distinct()).scalars().all()
-    for item_id in ids:
-        with store.sessions.begin() as session:
-            drain_events(session, item_id, registry)
-    return stored
-
-
-def item(store: Store, item_id: uuid.UUID) -> MrItem:
-    with store.sessions() as session:
-        found = session.get(WorkItem, item_id)
-        assert isinstance(found, MrItem)
-        session.expunge_all()
-        return found
-
-
-# ------------------------------------------------------------------ decoding
-
-
-def test_decoding_raw_sns_wrapped_and_gzip_base64_bodies() -> None:
-    event = mr_event("merge")
-    raw = json.dumps(event)
-    packed = base64.b64encode(gzip.compress(raw.encode())).decode()
-    for body in (
-        raw,
-        packed,
-        json.dumps({"Type": "Notification", "MessageId": "m1", "Message": raw}),
-        json.dumps({"Type": "Notification", "MessageId": "m2", "Message": packed}),
-    ):
-        decoded = decode_message(body)
-        assert decoded.event_type == "merge_request" and decoded.payload == event
-    for poison in (
-        "not json at all",
-        "{",
-        json.dumps({"no": "kind"}),
-        "H4sIAAAA",
-        json.dumps({"Type": "Notification"}),
-        "[1, 2]",
-    ):
-        with pytest.raises(UndecodableMessage):
-            decode_message(poison)
 
 
 # ------------------------------------------------------------------ handlers
@@ -181,14 +73,14 @@ def test_out_of_order_duplicate_and_terminal_events_change_nothing(
 ) -> None:
     registry = mr_registry(monkeypatch)
     item_id = new_item(store, registry)
-    deliver(store, registry, mr_event("update", updated_at="2030-01-01 10:00:00 UTC"))
+    deliver(store, registry, mr_event("update", updated_at="2026-01-01 10:00:00 UTC"))
     # Older than the last applied event: rejected; the same time again: accepted.
-    deliver(store, registry, mr_event("merge", updated_at="2030-01-01 09:00:00 UTC"))
+    deliver(store, registry, mr_event("merge", updated_at="2026-01-01 09:00:00 UTC"))
     assert item(store, item_id).phase == "active"
-    deliver(store, registry, mr_event("close", updated_at="2030-01-01 10:00:00 UTC"))
+    deliver(store, registry, mr_event("close", updated_at="2026-01-01 10:00:00 UTC"))
     assert item(store, item_id).phase == "cancelled"
     before = item(store, item_id).updated_at
-    deliver(store, registry, mr_event("merge", updated_at="2030-01-01 12:00:00 UTC"))
+    deliver(store, registry, mr_event("merge", updated_at="2026-01-01 12:00:00 UTC"))
     assert item(store, item_id).phase == "cancelled"  # terminal items ignore events
     assert item(store, item_id).updated_at == before
 
@@ -197,7 +89,8 @@ def test_pipeline_and_failed_jobs(store: Store, monkeypatch: pytest.MonkeyPatch)
     registry = mr_registry(monkeypatch)
     item_id = new_item(store, registry)
     deliver(store, registry, pipeline_event("running"))
-    assert item(store, item_id).head_pipeline_id is None
+    assert item(store, item_id).head_pipeline_id == 77  # a new pipeline is the head at once
+    assert item(store, item_id).status("needs_reconcile") is None  # nothing to check yet
     deliver(store, registry, pipeline_event("failed", 77))
     assert item(store, item_id).head_pipeline_id == 77
     assert item(store, item_id).status("needs_reconcile").status == "true"  # type: ignore[union-attr]
@@ -214,91 +107,6 @@ def test_events_for_no_item_are_acknowledged(store: Store, monkeypatch: pytest.M
     registry = mr_registry(monkeypatch)
     assert deliver(store, registry, mr_event("merge", iid=42, branch="unknown")) == 0
     assert deliver(store, registry, {"object_kind": "push", "project": {}}) == 0
-
-
-# ------------------------------------------------------------------ the SQS consumer
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def sqs(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for var, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        monkeypatch.setenv(var, value)
-    return boto3.client("sqs", endpoint_url=moto_url, region_name="us-east-1")
-
-
-def make_queue(sqs: Any) -> str:
-    return str(sqs.create_queue(QueueName=f"wq-{uuid.uuid4().hex[:8]}")["QueueUrl"])
-
-
-def test_consumer_stores_and_deletes_after_commit_and_keeps_poison(
-    store: Store, monkeypatch: pytest.MonkeyPatch, sqs: Any
-) -> None:
-    registry = mr_registry(monkeypatch)
-    item_id = new_item(store, registry)
-    queue = make_queue(sqs)
-    raw = json.dumps(mr_event("approved"))
-    sns = json.dumps(
-        {
-            "Type": "Notification",
-            "MessageId": "n1",
-            "Message": base64.b64encode(gzip.compress(raw.encode())).decode(),
-        }
-    )
-    for body in (sns, "poison {", json.dumps(mr_event("merge", iid=99, branch="nobody"))):
-        sqs.send_message(QueueUrl=queue, MessageBody=body)
-    consumer = SqsConsumer(store.sessions, registry, queue, wait_seconds=0, client=sqs)
-    deleted = 0
-    for _ in range(5):
-        deleted += consumer.poll_once()
-    assert deleted == 2  # the event and the unmatched one; the poison stays
-    with store.sessions() as session:
-        pending = session.execute(select(PendingEvent.work_item_id)).scalars().all()
-    assert pending == [item_id]
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=queue,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    left = int(attributes["ApproximateNumberOfMessages"]) + int(
-        attributes["ApproximateNumberOfMessagesNotVisible"]
-    )
-    assert left == 1
-
-
-def test_redelivery_after_a_crash_between_commit_and_delete_changes_nothing(
-    store: Store, monkeypatch: pytest.MonkeyPatch, sqs: Any
-) -> None:
-    registry = mr_registry(monkeypatch)
-    item_id = new_item(store, registry)
-    queue = make_queue(sqs)
-    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(mr_event("merge")))
-    crashing = SqsConsumer(store.sessions, registry, queue, wait_seconds=0, client=sqs)
-    message = sqs.receive_message(QueueUrl=queue, VisibilityTimeout=0)["Messages"][0]
-    assert crashing.handle(message)  # stored and committed ... then the process dies
-    deliver(store, registry, mr_event("merge"))  # the stored event is applied meanwhile
-    assert item(store, item_id).phase == "completed"
-    with store.sessions() as session:
-        audits_before = session.execute(select(func.count()).select_from(AuditEntry)).scalar_one()
-    survivor = SqsConsumer(store.sessions, registry, queue, wait_seconds=0, client=sqs)
-    wait_for(lambda: survivor.poll_once() == 1, message="redelivered message handled")
-    with store.sessions.begin() as session:
-        drain_events(session, item_id, registry)
-    assert item(store, item_id).phase == "completed"
-    with store.sessions() as session:
-        audits_after = session.execute(select(func.count()).select_from(AuditEntry)).scalar_one()
-    assert audits_after == audits_before  # a discarded duplicate writes nothing
 
 
 # ------------------------------------------------------------------ the webhook and e2e
@@ -368,7 +176,7 @@ def test_an_mr_merged_on_gitlab_completes_through_sqs_and_frees_its_slot(
     )
     iid = client.get(f"/api/work-items/{item_id}").json()["details"]["mr_iid"]
     gitlab.update_merge_request(PROJECT, iid, state="merged")
-    event = mr_event("merge", iid=iid, updated_at="2030-01-01 10:00:00 UTC")
+    event = mr_event("merge", iid=iid, updated_at="2026-01-01 10:00:00 UTC")
     sqs.send_message(
         QueueUrl=queue,
         MessageBody=json.dumps(
@@ -447,4 +255,222 @@ def test_a_failing_handler_discards_its_event_and_spares_the_others(
     assert (result.applied, result.discarded) == (1, 1)
     assert item(store, item_id).status("needs_reconcile").status == "true"  # type: ignore[union-attr]
     with store.sessions() as session:
+        assert session.execute(select(func.count()).select_from(PendingEvent)).scalar_one() == 0
+
+
+# ------------------------------------------------------------------ exact resolution
+
+MALFORMED_IIDS: list[Any] = ["1", "7", None, 0, -1, 2**31, 2**40, 1.0, True, [1], {"iid": 1}]
+
+
+def _snapshot(store: Store) -> tuple[Any, ...]:
+    with store.sessions() as session:
+        return (
+            session.execute(select(func.count()).select_from(PendingEvent)).scalar_one(),
+            session.execute(select(func.count()).select_from(AuditEntry)).scalar_one(),
+        )
+
+
+def test_malformed_iids_match_nothing_and_change_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    without_mr = new_item(store, registry, None, "wq/sync-1")
+    with_mr = new_item(store, registry, 1, "wq/other")
+    before = _snapshot(store)
+    unmatched = counted("unmatched")
+    documents = [mr_event("merge", iid) for iid in MALFORMED_IIDS]
+    missing = mr_event("merge")
+    del missing["object_attributes"]["iid"]
+    documents.append(missing)
+    for document in documents:
+        assert deliver(store, registry, document) == 0, document["object_attributes"]
+    assert counted("unmatched") - unmatched == len(documents)
+    assert item(store, without_mr).phase == item(store, with_mr).phase == "active"
+    assert _snapshot(store) == before
+
+
+def test_resolution_is_by_iid_else_by_the_branch_the_event_names(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    known = new_item(store, registry, 4, "wq/known")
+    fresh = new_item(store, registry, None, "wq/fresh")
+    # Another branch, no branch, or an MR some item already knows: not the fresh item.
+    assert deliver(store, registry, mr_event("close", 5, branch="wq/elsewhere")) == 0
+    nameless = mr_event("close", 5)
+    del nameless["object_attributes"]["source_branch"]
+    assert deliver(store, registry, nameless) == 0
+    assert deliver(store, registry, mr_event("close", 4, branch="wq/fresh")) == 1
+    assert item(store, known).phase == "cancelled"
+    assert item(store, fresh).phase == "active"
+    # A finished item's MR on the fresh item's branch is still not the fresh item's.
+    assert deliver(store, registry, mr_event("close", 4, branch="wq/fresh")) == 0
+    assert item(store, fresh).phase == "active"
+    # The fresh item's own MR, before the item recorded its iid: the branch decides.
+    assert deliver(store, registry, mr_event("approved", 6, branch="wq/fresh")) == 1
+    assert item(store, fresh).status("needs_reconcile") is not None
+
+
+def test_webhook_shares_the_exact_resolution(
+    daemon: tuple[Any, TestClient, FakeGitLab, str],
+) -> None:
+    _, client, _, _ = daemon
+    created = client.post("/api/work-items/mr", json=payload())
+    assert created.status_code == 201, created.text
+    item_id = created.json()["item"]["id"]
+    wait_for(
+        lambda: client.get(f"/api/work-items/{item_id}").json()["admission"] == "idle",
+        timeout=20,
+        message="MR created",
+    )
+    unmatched = counted("unmatched")
+    good = {"X-Gitlab-Token": SECRET}
+    for iid in MALFORMED_IIDS:
+        answer = client.post("/api/webhooks/gitlab", json=mr_event("merge", iid), headers=good)
+        assert answer.status_code == 202 and answer.json()["stored"] == 0, iid
+    assert counted("unmatched") - unmatched == len(MALFORMED_IIDS)
+    assert client.get(f"/api/work-items/{item_id}").json()["phase"] == "active"
+
+
+# ------------------------------------------------------------------ one clock per stream
+
+
+def _jobs(store: Store, item_id: Any) -> list[int]:
+    row = item(store, item_id).status("needs_ci_retry")
+    return [] if row is None else [job["build_id"] for job in row.detail["jobs"]]
+
+
+def test_a_failed_job_after_its_pipeline_and_a_later_mr_event_is_recorded(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(store, registry)
+    # Delivery order is not GitLab's order: the job finished first (10:30).
+    deliver(store, registry, pipeline_event("failed", 77, finished_at="2026-01-01 11:00:00 UTC"))
+    deliver(store, registry, mr_event("update", updated_at="2026-01-01 12:00:00 UTC"))
+    assert deliver(store, registry, build_event(501, pipeline_id=77)) == 1
+    assert _jobs(store, item_id) == [501]
+    # MR state still keeps its own order.
+    deliver(store, registry, mr_event("close", updated_at="2026-01-01 11:59:00 UTC"))
+    assert item(store, item_id).phase == "active"
+
+
+def test_pipelines_and_jobs_follow_the_head_pipeline(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(store, registry)
+    deliver(store, registry, build_event(600, pipeline_id=80, status="running"))
+    assert item(store, item_id).head_pipeline_id == 80  # build events move the head
+    deliver(store, registry, build_event(601, pipeline_id=80))
+    discarded = counted("discarded")
+    deliver(store, registry, build_event(601, pipeline_id=80))  # a duplicate delivery
+    assert counted("discarded") - discarded == 1
+    deliver(store, registry, build_event(700, pipeline_id=81))  # a new pipeline's failure
+    assert item(store, item_id).head_pipeline_id == 81
+    deliver(store, registry, build_event(602, pipeline_id=80))  # a superseded pipeline's
+    deliver(store, registry, pipeline_event("success", 80))  # a late, older pipeline
+    assert item(store, item_id).head_pipeline_id == 81
+    assert _jobs(store, item_id) == [601, 700]
+
+
+@pytest.mark.parametrize("suffix", ["head", "merge", "train"])
+def test_jobs_and_pipelines_of_merge_request_pipelines_match_by_iid(
+    store: Store, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(store, registry, 3, "wq/mr-three")
+    ref = f"refs/merge-requests/3/{suffix}"
+    assert deliver(store, registry, build_event(900, ref, pipeline_id=90)) == 1
+    assert _jobs(store, item_id) == [900]
+    assert deliver(store, registry, build_event(901, "refs/merge-requests/4/head")) == 0
+    assert deliver(store, registry, build_event(902, "refs/merge-requests/x/head")) == 0
+    mr_pipeline = pipeline_event("failed", 91, branch=ref)
+    mr_pipeline["merge_request"] = {"iid": 3, "source_branch": "wq/mr-three"}
+    assert deliver(store, registry, mr_pipeline) == 1
+    assert item(store, item_id).head_pipeline_id == 91
+    tagged = build_event(903, "wq/mr-three")
+    tagged["tag"] = True
+    assert deliver(store, registry, tagged) == 0
+
+
+def test_a_pipeline_naming_its_mr_reaches_an_item_that_has_not_recorded_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(store, registry, None, "wq/new")
+    event = pipeline_event("failed", 50, branch="refs/merge-requests/8/head")
+    event["merge_request"] = {"iid": 8, "source_branch": "wq/new"}
+    assert deliver(store, registry, event) == 1
+    assert item(store, item_id).head_pipeline_id == 50
+    event["merge_request"] = {"iid": "8", "source_branch": "wq/new"}
+    assert deliver(store, registry, event) == 0
+
+
+# ------------------------------------------------------------------ far-future timestamps
+
+
+def test_a_far_future_timestamp_is_refused_and_cannot_freeze_the_item(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(store, registry)
+    future = counted("future")
+    assert deliver(store, registry, mr_event("update", updated_at="2999-01-01 00:00:00 UTC")) == 0
+    bogus_job = build_event(5, finished_at="2999-01-01T00:00:00Z")
+    assert deliver(store, registry, bogus_job) == 0
+    assert counted("future") - future == 2
+    now = datetime.now(UTC)
+    assert deliver(store, registry, mr_event("close", updated_at=now.isoformat())) == 1
+    assert item(store, item_id).phase == "cancelled"
+    assert _jobs(store, item_id) == []
+
+
+def test_the_allowed_skew_is_configurable(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = mr_registry(monkeypatch)
+    new_item(store, registry)
+    soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    event = mr_event("approved", updated_at=soon)
+    assert ingest(store.sessions, registry, Event("merge_request", event)) == 0
+    two_hours = timedelta(hours=2)
+    stored = ingest(
+        store.sessions, registry, Event("merge_request", event), max_future_skew=two_hours
+    )
+    assert stored == 1
+    assert make_config(store.url).events.max_future_skew_seconds == 300
+    with pytest.raises(ConfigError):
+        make_config(store.url, events={"max_future_skew_seconds": -1})
+
+
+# ------------------------------------------------------------------ hostile webhook bodies
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps({**mr_event("merge"), "note": "a\u0000b"}).encode(),
+        json.dumps(mr_event("merge")).replace('"merge"', '"mer\\u0000ge"').encode(),
+        b'{"object_kind": "merge_request", "x": NaN}',
+        b'{"object_kind": "merge_request", "n": ' + b"9" * 5000 + b"}",
+        b"[" * 100_000,
+        b'{"object_kind": "merge_request", "deep": ' + b"[" * 100 + b"]" * 100 + b"}",
+        b"\xff\xfe not utf-8",
+    ],
+    ids=["nul_free_text", "nul_action", "nan", "huge_int", "deep", "too_deep", "bad_utf8"],
+)
+def test_hostile_webhook_bodies_are_400_and_store_nothing(
+    daemon: tuple[Any, TestClient, FakeGitLab, str], body: bytes
+) -> None:
+    runtime, client, _, _ = daemon
+    created = client.post("/api/work-items/mr", json=payload())
+    assert created.status_code == 201
+    answer = client.post(
+        "/api/webhooks/gitlab",
+        content=body,
+        headers={"X-Gitlab-Token": SECRET, "Content-Type": "application/json"},
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]
+    with runtime.sessions() as session:
         assert session.execute(select(func.count()).select_from(PendingEvent)).scalar_one() == 0

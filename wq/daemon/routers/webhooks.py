@@ -1,13 +1,15 @@
 """`POST /api/webhooks/gitlab`: GitLab events without AWS in between.
 
 GitLab's `X-Gitlab-Token` must equal the configured secret (constant-time compare);
-the event then takes the same path as one from the queue: resolve, store, wake.
+the event then takes the same path as one from the queue: resolve, store, wake. A body
+that is not strict JSON, nests too deeply or holds NUL characters is a 400: GitLab
+shows the reason, and nothing is stored.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Request
@@ -15,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.deps import RuntimeDep
-from wq.engine.envelope import UndecodableMessage, event_from_payload
+from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
 from wq.engine.events import ingest
 
 router = APIRouter(prefix="/api/webhooks", tags=["events"])
@@ -34,11 +36,17 @@ async def receive_gitlab_event(
     if x_gitlab_token is None or not hmac.compare_digest(x_gitlab_token.encode(), secret.encode()):
         raise HTTPException(401, "missing or wrong X-Gitlab-Token")
     try:
-        document = json.loads(await request.body())
+        document = parse_json(await request.body())
+    except UndecodableMessage as err:
+        raise HTTPException(400, f"the body is not usable JSON: {err}") from None
+    if contains_nul(document):
+        raise HTTPException(400, "the payload contains NUL characters")
+    try:
         event = event_from_payload(document)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise HTTPException(400, "the body is not JSON") from None
     except UndecodableMessage as err:
         raise HTTPException(400, f"not a GitLab event: {err}") from None
-    stored = await run_in_threadpool(ingest, runtime.sessions, runtime.registry, event)
+    skew = timedelta(seconds=runtime.config.events.max_future_skew_seconds)
+    stored = await run_in_threadpool(
+        ingest, runtime.sessions, runtime.registry, event, max_future_skew=skew
+    )
     return JSONResponse({"event": event.event_type, "stored": stored}, status_code=202)

@@ -10,7 +10,7 @@ from wq.engine.registry import ItemType, Submission, TypeRegistry
 def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = "") -> None:
     """Register the `mr` type with its settings from `handled_types.mr`."""
     from wq.types.mr.decider import decide
-    from wq.types.mr.events import handle, resolve
+    from wq.types.mr.events import ORDERED_EVENTS, handle, resolve
     from wq.types.mr.executors import EXECUTORS
     from wq.types.mr.models import MrItem
     from wq.types.mr.schemas import submission_schema
@@ -26,6 +26,7 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
             executors=EXECUTORS,
             event_handler=handle,
             event_resolver=resolve,
+            ordered_events=ORDERED_EVENTS,
             submission=Submission(
                 schema=submission_schema(parsed),
                 project_of=lambda payload: payload.project,

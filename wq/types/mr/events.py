@@ -2,22 +2,34 @@
 
 - merge_request: merge → completed, close → cancelled; approved, unapproved, update
   and reopen → `needs_reconcile`.
-- pipeline: success or failure → `needs_reconcile`, and `head_pipeline_id` follows.
-- build (job): a failed job joins the `needs_ci_retry` jobs list (one entry per build id,
-  deferral cleared) for the CI-retry executor.
+- pipeline: success or failure → `needs_reconcile`; a newer pipeline becomes the head.
+- build (job): its pipeline becomes the head when newer; a failed job joins the
+  `needs_ci_retry` jobs list (one entry per build id, deferral cleared).
+
+Resolution is exact: by (project, iid) once an item knows its MR, otherwise by (project,
+source branch) only when the event names that branch. Pipelines and jobs of merge
+request pipelines (`refs/merge-requests/<iid>/head`, `/merge`, `/train`) resolve by the
+iid in their ref. An event with a missing or malformed iid, project or ref matches
+nothing.
+
+Each stream has its own clock: MR state the MR's `updated_at` (the engine's guard on
+`last_event_at`), pipelines their id (ids only grow), jobs their build id (recorded
+once). A job failure is dropped only when it belongs to a pipeline older than the head.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.dimensions import set_dimension
+from wq.engine.events import StaleEvent
 from wq.engine.items import set_phase
 from wq.engine.models import ACTIVE, CANCELLED, COMPLETED
 from wq.engine.registry import EventContext
@@ -28,6 +40,8 @@ RECONCILE_ACTIONS = frozenset(
     {"approved", "unapproved", "approval", "unapproval", "update", "reopen"}
 )
 PHASE_ACTIONS = {"merge": COMPLETED, "close": CANCELLED}
+# The engine orders these by `last_event_at`; pipelines and jobs are ordered here.
+ORDERED_EVENTS = frozenset({"merge_request"})
 JOB_FIELDS = (
     "build_id",
     "build_name",
@@ -36,35 +50,52 @@ JOB_FIELDS = (
     "retries_count",
     "pipeline_id",
 )
+# A bound on the recorded jobs of one item (the oldest builds go first).
+MAX_RECORDED_JOBS = 200
+MR_REF = re.compile(r"refs/merge-requests/([1-9][0-9]{0,9})/(?:head|merge|train)")
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
 
 
 def parse_time(value: Any) -> datetime | None:
-    """GitLab's timestamps: ISO 8601, or `2024-05-01 12:00:00 UTC`."""
-    if not isinstance(value, str) or not value:
+    """GitLab's timestamps: ISO 8601, `2024-05-01 12:00:00 UTC` or `... +0200`."""
+    if not isinstance(value, str) or not value or len(value) > 64:
         return None
     text = value.replace(" UTC", "+00:00").replace("Z", "+00:00")
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        return None
+        try:
+            parsed = datetime.strptime(value, "%Y-%m-%d %H:%M:%S %z")
+        except ValueError:
+            return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _text(value: Any) -> str | None:
-    """A string the database can hold, or None."""
-    return value if isinstance(value, str) and "\x00" not in value else None
-
-
-def _iid(value: Any) -> int | None:
-    """A merge request iid that fits the column, or None."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+def _text(value: Any, limit: int = 255) -> str | None:
+    """A non-empty string the database can hold, or None."""
+    if isinstance(value, str) and value and len(value) <= limit and "\x00" not in value:
         return value
     return None
 
 
+def _number(value: Any, maximum: int) -> int | None:
+    """A positive JSON integer up to `maximum` (never a bool, a float or a string)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= maximum:
+        return value
+    return None
+
+
+def _iid(value: Any) -> int | None:
+    """A merge request iid that fits the column, or None."""
+    return _number(value, MAX_INT32)
+
+
 def _project_path(payload: dict[str, Any]) -> str | None:
     project = payload.get("project")
-    return _text(project.get("path_with_namespace")) if isinstance(project, dict) else None
+    if not isinstance(project, dict):
+        return None
+    return _text(project.get("path_with_namespace"), limit=512)
 
 
 def _attributes(payload: dict[str, Any]) -> dict[str, Any]:
@@ -72,48 +103,79 @@ def _attributes(payload: dict[str, Any]) -> dict[str, Any]:
     return attributes if isinstance(attributes, dict) else {}
 
 
+def _active(project: str) -> Any:
+    return select(MrItem.id).where(MrItem.project == project, MrItem.phase == ACTIVE)
+
+
+def _by_mr(session: Session, project: str, iid: int, branch: str | None) -> list[uuid.UUID]:
+    """The active item of MR `iid`; else, while no item knows that MR, the one on `branch`."""
+    ids = list(session.execute(_active(project).where(MrItem.mr_iid == iid)).scalars())
+    if ids or branch is None:
+        return ids
+    known = session.execute(
+        select(MrItem.id).where(MrItem.project == project, MrItem.mr_iid == iid).limit(1)
+    ).first()
+    if known is not None:  # that MR belongs to another (finished) item
+        return []
+    query = _active(project).where(MrItem.mr_iid.is_(None), MrItem.source_branch == branch)
+    return list(session.execute(query).scalars())
+
+
+def _by_ref(session: Session, project: str, ref: Any) -> list[uuid.UUID]:
+    """The active items a pipeline or job ref names: an MR ref by iid, a branch by name."""
+    branch = _text(ref)
+    if branch is None:
+        return []
+    matched = MR_REF.fullmatch(branch)
+    if matched is not None:
+        iid = _iid(int(matched.group(1)))
+        return [] if iid is None else _by_mr(session, project, iid, None)
+    return list(session.execute(_active(project).where(MrItem.source_branch == branch)).scalars())
+
+
 def resolve(session: Session, kind: str, payload: Any) -> tuple[list[uuid.UUID], datetime | None]:
-    """The MR items an event concerns, and the event's time for the order guard."""
+    """The MR items an event concerns, and the event's own time (its stream's clock)."""
     if not isinstance(payload, dict):
         return [], None
     project = _project_path(payload)
-    attributes = _attributes(payload)
     if project is None:
         return [], None
-    query = select(MrItem.id).where(MrItem.project == project)
+    attributes = _attributes(payload)
     if kind == "merge_request":
-        iid, branch = _iid(attributes.get("iid")), _text(attributes.get("source_branch"))
-        query = query.where(
-            or_(
-                MrItem.mr_iid == iid,
-                (MrItem.mr_iid.is_(None))
-                & (MrItem.source_branch == branch)
-                & (MrItem.phase == ACTIVE),
-            )
-        )
-        event_at = parse_time(attributes.get("updated_at"))
-    elif kind == "pipeline":
-        query = query.where(
-            MrItem.source_branch == _text(attributes.get("ref")), MrItem.phase == ACTIVE
-        )
+        iid = _iid(attributes.get("iid"))
+        if iid is None:
+            return [], None
+        ids = _by_mr(session, project, iid, _text(attributes.get("source_branch")))
+        return ids, parse_time(attributes.get("updated_at"))
+    if kind == "pipeline":
+        if attributes.get("tag") is True:
+            return [], None
         event_at = parse_time(attributes.get("finished_at") or attributes.get("created_at"))
-    elif kind == "build":
-        query = query.where(
-            MrItem.source_branch == _text(payload.get("ref")), MrItem.phase == ACTIVE
-        )
+        merge_request = payload.get("merge_request")
+        if isinstance(merge_request, dict):  # a merge request pipeline names its MR
+            iid = _iid(merge_request.get("iid"))
+            if iid is None:
+                return [], None
+            branch = _text(merge_request.get("source_branch"))
+            return _by_mr(session, project, iid, branch), event_at
+        return _by_ref(session, project, attributes.get("ref")), event_at
+    if kind == "build":
+        if payload.get("tag") is True:
+            return [], None
         event_at = parse_time(
             payload.get("build_finished_at")
             or payload.get("build_started_at")
             or payload.get("build_created_at")
         )
-    else:
-        return [], None
-    return list(session.execute(query).scalars()), event_at
+        return _by_ref(session, project, payload.get("ref")), event_at
+    return [], None
 
 
 def _trigger(kind: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
     attributes = _attributes(payload)
-    event_id = attributes.get("id") or payload.get("build_id")
+    event_id = _number(attributes.get("id"), MAX_INT64) or _number(
+        payload.get("build_id"), MAX_INT64
+    )
     return {"source": "event", "event": kind, "event_id": event_id, **extra}
 
 
@@ -131,42 +193,77 @@ def _needs(ctx: EventContext, dimension: str, trigger: dict[str, Any], **fields:
     )
 
 
+def _scalar(value: Any) -> Any:
+    """A job field as recorded: JSON scalars only (a nested value is dropped)."""
+    return value if isinstance(value, (str, int, float, bool)) or value is None else None
+
+
+def _merge_request(ctx: EventContext, item: MrItem, payload: dict[str, Any]) -> None:
+    action = _attributes(payload).get("action")
+    if not isinstance(action, str):
+        return
+    trigger = _trigger(ctx.event_type, payload, action=action)
+    if action in PHASE_ACTIONS:
+        set_phase(ctx.session, item, PHASE_ACTIONS[action], actor=SYSTEM, trigger=trigger)
+    elif action in RECONCILE_ACTIONS:
+        _needs(ctx, "needs_reconcile", trigger)
+
+
+def _pipeline(ctx: EventContext, item: MrItem, payload: dict[str, Any]) -> None:
+    attributes = _attributes(payload)
+    pipeline_id = _number(attributes.get("id"), MAX_INT64)
+    if pipeline_id is None:
+        return
+    head = item.head_pipeline_id
+    if head is not None and pipeline_id < head:
+        raise StaleEvent(f"pipeline {pipeline_id} is older than the head pipeline {head}")
+    item.head_pipeline_id = pipeline_id
+    status = attributes.get("status")
+    if status in ("success", "failed"):
+        _needs(ctx, "needs_reconcile", _trigger(ctx.event_type, payload, status=status))
+
+
+def _build(ctx: EventContext, item: MrItem, payload: dict[str, Any]) -> None:
+    build_id = _number(payload.get("build_id"), MAX_INT64)
+    pipeline = payload.get("pipeline")
+    pipeline_id = _number(payload.get("pipeline_id"), MAX_INT64) or (
+        _number(pipeline.get("id"), MAX_INT64) if isinstance(pipeline, dict) else None
+    )
+    if build_id is None or pipeline_id is None:
+        return
+    head = item.head_pipeline_id
+    if head is not None and pipeline_id < head:
+        raise StaleEvent(
+            f"job {build_id} belongs to pipeline {pipeline_id}, older than the head {head}"
+        )
+    row = item.status("needs_ci_retry")
+    jobs = list((row.detail or {}).get("jobs", [])) if row is not None else []
+    failed = payload.get("build_status") == "failed"
+    if failed and any(job.get("build_id") == build_id for job in jobs):
+        raise StaleEvent(f"job {build_id} is already recorded")
+    item.head_pipeline_id = pipeline_id  # build events follow the head pipeline too
+    if not failed:
+        return
+    job = {name: _scalar(payload.get(name)) for name in JOB_FIELDS}
+    job["build_id"], job["pipeline_id"] = build_id, pipeline_id
+    jobs.append(job)
+    jobs.sort(key=lambda entry: entry.get("build_id") or 0)
+    _needs(
+        ctx,
+        "needs_ci_retry",
+        _trigger(ctx.event_type, payload),
+        detail={"jobs": jobs[-MAX_RECORDED_JOBS:]},
+        pending_until=None,
+    )
+
+
 def handle(ctx: EventContext) -> None:
     """Apply one GitLab event to one MR item."""
     item = cast(MrItem, ctx.item)
     payload = ctx.payload if isinstance(ctx.payload, dict) else {}
-    attributes = _attributes(payload)
     if ctx.event_type == "merge_request":
-        action = attributes.get("action")
-        trigger = _trigger(ctx.event_type, payload, action=action)
-        if action in PHASE_ACTIONS:
-            set_phase(ctx.session, item, PHASE_ACTIONS[action], actor=SYSTEM, trigger=trigger)
-        elif action in RECONCILE_ACTIONS:
-            _needs(ctx, "needs_reconcile", trigger)
+        _merge_request(ctx, item, payload)
     elif ctx.event_type == "pipeline":
-        status = attributes.get("status")
-        if status in ("success", "failed"):
-            pipeline_id = attributes.get("id")
-            if (
-                isinstance(pipeline_id, int)
-                and not isinstance(pipeline_id, bool)
-                and (0 < pipeline_id < 2**63)
-            ):
-                item.head_pipeline_id = pipeline_id
-            _needs(ctx, "needs_reconcile", _trigger(ctx.event_type, payload, status=status))
-    elif ctx.event_type == "build" and payload.get("build_status") == "failed":
-        row = item.status("needs_ci_retry")
-        jobs = list((row.detail or {}).get("jobs", [])) if row is not None else []
-        if all(job.get("build_id") != payload.get("build_id") for job in jobs):
-            job = {name: payload.get(name) for name in JOB_FIELDS}
-            pipeline = payload.get("pipeline")
-            if job["pipeline_id"] is None and isinstance(pipeline, dict):
-                job["pipeline_id"] = pipeline.get("id")
-            jobs.append(job)
-        _needs(
-            ctx,
-            "needs_ci_retry",
-            _trigger(ctx.event_type, payload),
-            detail={"jobs": jobs},
-            pending_until=None,
-        )
+        _pipeline(ctx, item, payload)
+    elif ctx.event_type == "build":
+        _build(ctx, item, payload)

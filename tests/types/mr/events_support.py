@@ -1,0 +1,152 @@
+"""Helpers for the event tests: GitLab payloads, items, delivery and counters."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import select
+
+from tests.conftest import Store, make_config
+from tests.types.mr.helpers import payload
+from wq.engine.envelope import Event
+from wq.engine.events import drain_events, ingest
+from wq.engine.metrics import EVENTS
+from wq.engine.models import PendingEvent, WorkItem, utcnow
+from wq.engine.registry import SubmitContext, TypeRegistry
+from wq.types.mr.models import MrItem
+from wq.types.mr.schemas import MrCreate
+from wq.types.mr.upsert import submit_mr
+
+PROJECT = "group/project"
+
+
+def make_queue(sqs: Any, **attributes: str) -> str:
+    """A fresh queue (with the given attributes) and its URL."""
+    name = f"wq-{uuid.uuid4().hex[:8]}"
+    return str(sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"])
+
+
+def queue_depth(sqs: Any, queue: str) -> int:
+    """Messages still in a queue, visible or not."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(
+        attributes["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def mr_event(
+    action: str,
+    iid: Any = 1,
+    updated_at: str = "2026-01-01 10:00:00 UTC",
+    branch: str = "wq/sync-1",
+) -> dict[str, Any]:
+    """A GitLab merge_request event."""
+    return {
+        "object_kind": "merge_request",
+        "project": {"path_with_namespace": PROJECT},
+        "object_attributes": {
+            "id": 900 + iid if isinstance(iid, int) else 900,
+            "iid": iid,
+            "action": action,
+            "source_branch": branch,
+            "updated_at": updated_at,
+        },
+    }
+
+
+def pipeline_event(
+    status: str,
+    pipeline_id: int = 77,
+    branch: str = "wq/sync-1",
+    finished_at: str = "2026-01-01 11:00:00 UTC",
+) -> dict[str, Any]:
+    """A GitLab pipeline event of a branch pipeline."""
+    return {
+        "object_kind": "pipeline",
+        "project": {"path_with_namespace": PROJECT},
+        "object_attributes": {
+            "id": pipeline_id,
+            "ref": branch,
+            "tag": False,
+            "status": status,
+            "finished_at": finished_at,
+        },
+        "merge_request": None,
+    }
+
+
+def build_event(
+    build_id: int,
+    branch: str = "wq/sync-1",
+    *,
+    pipeline_id: int = 77,
+    status: str = "failed",
+    finished_at: str = "2026-01-01 10:30:00 UTC",
+) -> dict[str, Any]:
+    """A GitLab job ("build") event."""
+    return {
+        "object_kind": "build",
+        "project": {"path_with_namespace": PROJECT},
+        "ref": branch,
+        "tag": False,
+        "build_id": build_id,
+        "build_name": "rpm-build",
+        "build_status": status,
+        "build_failure_reason": "runner_system_failure",
+        "build_finished_at": finished_at,
+        "retries_count": 0,
+        "pipeline_id": pipeline_id,
+    }
+
+
+def new_item(
+    store: Store, registry: TypeRegistry, mr_iid: int | None = 1, branch: str = "wq/sync-1"
+) -> uuid.UUID:
+    """An active MR item on `branch` that knows MR `mr_iid` (None: no MR yet)."""
+    ctx = SubmitContext(
+        registry=registry, pool=make_config(store.url).pool_for(PROJECT), actor="t", now=utcnow()
+    )
+    with store.sessions.begin() as session:
+        result = submit_mr(
+            session,
+            MrCreate.model_validate(payload(source_branch=branch)),
+            ctx,
+            registry.get("mr").settings,
+        )
+        assert isinstance(result.item, MrItem)
+        result.item.mr_iid = mr_iid
+        return result.item.id
+
+
+def apply_pending(store: Store, registry: TypeRegistry) -> None:
+    """Apply every stored event (what the scheduler does)."""
+    with store.sessions() as session:
+        ids = session.execute(select(PendingEvent.work_item_id).distinct()).scalars().all()
+    for item_id in ids:
+        with store.sessions.begin() as session:
+            drain_events(session, item_id, registry)
+
+
+def deliver(store: Store, registry: TypeRegistry, document: dict[str, Any]) -> int:
+    """Ingest one event and apply it; return for how many items it was stored."""
+    stored = ingest(store.sessions, registry, Event(document["object_kind"], document))
+    apply_pending(store, registry)
+    return stored
+
+
+def item(store: Store, item_id: uuid.UUID) -> MrItem:
+    """A detached copy of an item as stored now."""
+    with store.sessions() as session:
+        found = session.get(WorkItem, item_id)
+        assert isinstance(found, MrItem)
+        session.expunge_all()
+        return found
+
+
+def counted(outcome: str) -> float:
+    """The current value of `wq_events_total{outcome=...}`."""
+    return EVENTS.labels(outcome=outcome)._value.get()
