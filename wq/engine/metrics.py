@@ -6,7 +6,7 @@ from prometheus_client import Counter
 
 EVENTS = Counter(
     "wq_events_total",
-    "Events by outcome: received, stored, unmatched, undecodable, applied, discarded.",
+    "Events by outcome (see the README: received, stored, unmatched, applied, ...).",
     ["outcome"],
 )
 
