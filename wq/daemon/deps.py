@@ -9,13 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from wq.daemon.auth import (
-    AuthenticationFailed,
-    AuthenticationUnavailable,
-    Principal,
-    denied,
-    unauthenticated,
-)
+from wq.daemon.auth import Principal, authenticate_request, authorize
 from wq.daemon.runtime import Runtime
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
@@ -50,44 +44,29 @@ ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 
 
 def get_principal(
-    runtime: RuntimeDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The authenticated caller; 401 without a valid Bearer token, 503 when unverifiable.
 
-    Failures are audited (see `wq.daemon.auth.audit`).
+    Failures are audited (see `wq.daemon.auth.audit`). The `_bearer` parameter only
+    declares the scheme in OpenAPI: the header is read by `authenticate_request`.
     """
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise unauthenticated("a Bearer token is required")
-    try:
-        return runtime.authenticator.authenticate(credentials.credentials)
-    except AuthenticationFailed as err:
-        raise unauthenticated(str(err)) from None
-    except AuthenticationUnavailable as err:
-        raise unauthenticated(str(err), unavailable=True) from None
+    return authenticate_request(request)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def forbid_unless(principal: Principal, permission: str, item_type: str | None = None) -> None:
-    """403 naming the missing permission unless the caller has it (audited)."""
-    if not principal.allows(permission, item_type):
-        scope = f"on type {item_type!r}" if item_type else "on any type"
-        raise denied(
-            principal.identity,
-            principal.tier,
-            permission,
-            item_type,
-            f"{principal.identity} lacks the {permission!r} permission {scope}",
-        )
-
-
 def require(permission: str, item_type: str | None = None) -> Callable[..., Principal]:
-    """A dependency: the caller, who must hold `permission` (for `item_type`, if given)."""
+    """A dependency: the caller, who must hold `permission` (for `item_type`, if given).
 
-    def check(principal: PrincipalDep) -> Principal:
-        forbid_unless(principal, permission, item_type)
+    The decision is logged; on a state-changing route the allow is audited in the
+    request's session, so it commits with the change (the handler's `SessionDep`).
+    """
+
+    def check(request: Request, principal: PrincipalDep, session: SessionDep) -> Principal:
+        authorize(request, principal, permission, item_type, session=session)
         return principal
 
     return check

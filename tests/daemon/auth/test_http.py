@@ -208,14 +208,16 @@ def make_refusals(setup: Setup) -> list[str]:
 
 
 REFUSAL_METADATA = [
-    {"method": "GET", "path": "/api/work-items", "status": 401},
-    {"method": "GET", "path": "/api/pools", "status": 401},
-    {"method": "GET", "path": "/api/whoami", "status": 401},
+    {"method": "GET", "path": "/api/work-items", "route": "/api/work-items", "status": 401},
+    {"method": "GET", "path": "/api/pools", "route": "/api/pools", "status": 401},
+    {"method": "GET", "path": "/api/whoami", "route": "/api/whoami", "status": 401},
     {
         "method": "GET",
         "path": "/api/queue",
+        "route": "/api/queue",
         "status": 403,
         "tier": "ocp-user",
+        "identity": "nobody",
         "permission": "read",
     },
 ]
@@ -251,7 +253,7 @@ def test_refusals_are_audited_without_the_token(
         },
         {
             "event_type": "auth_denied",
-            "actor": "nobody",
+            "actor": "ocp:nobody",
             "work_item_id": None,
             "trigger": {
                 "source": "api",

@@ -5,11 +5,21 @@ daemon's local token (`core.LocalTokenTier`), JWTs from the issuers the rules na
 (`jwt_tier`, keys from `oidc`), OpenShift `users/~` (`openshift_tier`). `rules`
 turns the caller's groups or claims into a `Principal` with permissions per item
 type; `config` validates the `authorization:` section and `setup` builds the tiers
-from it; `audit` answers and records refusals. Code outside this package imports
-from here.
+from it. `guard` authenticates a request from its headers and authorizes it;
+`audit` logs every decision, records refusals and state-changing allows, and
+answers refusals. Code outside this package imports from here.
 """
 
-from wq.daemon.auth.audit import Refusal, denied, install_auth_handling, unauthenticated
+from wq.daemon.auth.audit import (
+    Refusal,
+    allowed,
+    answer_refusal,
+    denied,
+    install_auth_handling,
+    log_decision,
+    unauthenticated,
+    webhook_refused,
+)
 from wq.daemon.auth.config import parse_authorization
 from wq.daemon.auth.core import (
     ALL_TYPES,
@@ -19,6 +29,12 @@ from wq.daemon.auth.core import (
     Authenticator,
     LocalTokenTier,
     Principal,
+)
+from wq.daemon.auth.guard import (
+    authenticate_request,
+    authorize,
+    authorize_item,
+    authorize_lookup,
 )
 from wq.daemon.auth.setup import build_authenticator
 
@@ -31,9 +47,17 @@ __all__ = [
     "LocalTokenTier",
     "Principal",
     "Refusal",
+    "allowed",
+    "answer_refusal",
+    "authenticate_request",
+    "authorize",
+    "authorize_item",
+    "authorize_lookup",
     "build_authenticator",
     "denied",
     "install_auth_handling",
+    "log_decision",
     "parse_authorization",
     "unauthenticated",
+    "webhook_refused",
 ]

@@ -1,34 +1,52 @@
-"""Refused requests: audited, then answered as JSON errors; `X-Forwarded-*` ignored on /api/.
+"""The audit of auth decisions; refusals answered as JSON; `X-Forwarded-*` ignored on /api/.
 
-Every authentication failure (401, or 503 when a token cannot be checked) and every
-authorization denial (403) is raised as a `Refusal`; its handler writes an audit
-row (`auth_failed` / `auth_denied`: the actor, the reason, the method and path,
-never the token) in its own transaction and answers `{"error": message}`. An audit
-that cannot be written is logged and does not change the answer.
+Every decision is one INFO line on the `wq.auth` logger, a JSON object with the
+decision (`allow`/`deny`), the tier, the bare identity, the actor (the identity
+qualified by its tier, see `Principal.actor`), the route template, the permission
+and item type, never the token. Besides the line:
+
+- an authentication failure (401, or 503 when a token cannot be checked) or an
+  authorization denial (403, or 404 where a 403 would reveal that an item exists)
+  is raised as a `Refusal`; its handler writes an audit row (`auth_failed` /
+  `auth_denied`) in its own transaction, then answers `{"error": message}`;
+- an allowed state-changing call adds an `auth_allowed` row to the request's own
+  transaction, so that it commits with the change it allowed.
+
+An audit row that cannot be written is logged and does not change the answer.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from wq.daemon.auth.core import ACTOR_MAX, Principal
 from wq.engine.audit import AuditRecord, audit
 
 log = logging.getLogger(__name__)
+decisions_log = logging.getLogger("wq.auth")
 
 AUTH_FAILED = "auth_failed"
 AUTH_DENIED = "auth_denied"
+AUTH_ALLOWED = "auth_allowed"
 ANONYMOUS = "anonymous"
-ACTOR_MAX = 255
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class Refusal(HTTPException):
-    """An authentication failure or authorization denial, audited when answered."""
+    """An authentication failure or authorization denial, audited when answered.
+
+    `details` go to the audit row's metadata and the decision line: the tier, the
+    bare identity, the permission, the item type and id, as far as they are known.
+    """
 
     def __init__(
         self,
@@ -53,38 +71,124 @@ def unauthenticated(message: str, *, unavailable: bool = False) -> Refusal:
     return Refusal(401, message, event_type=AUTH_FAILED, headers={"WWW-Authenticate": "Bearer"})
 
 
-def denied(
-    identity: str, tier: str, permission: str, item_type: str | None, message: str
-) -> Refusal:
-    """403 for a caller who lacks a permission."""
+def webhook_refused(message: str, *, source: str = "gitlab") -> Refusal:
+    """401 for a webhook delivery whose shared secret is missing or wrong."""
     return Refusal(
-        403,
-        message,
-        event_type=AUTH_DENIED,
-        actor=identity,
-        details={"tier": tier, "permission": permission, "item_type": item_type},
+        401, message, event_type=AUTH_FAILED, actor=f"webhook:{source}", details={"tier": "webhook"}
     )
 
 
+def denied(
+    principal: Principal,
+    permission: str,
+    item_type: str | None,
+    message: str,
+    *,
+    status: int = 403,
+    item_id: uuid.UUID | None = None,
+) -> Refusal:
+    """A caller who lacks a permission: 403, or `status` (404 where 403 would tell too much)."""
+    return Refusal(
+        status,
+        message,
+        event_type=AUTH_DENIED,
+        actor=principal.actor,
+        details={
+            **_who(principal),
+            "permission": permission,
+            "item_type": item_type,
+            "item_id": None if item_id is None else str(item_id),
+        },
+    )
+
+
+def _who(principal: Principal) -> dict[str, Any]:
+    return {"tier": principal.tier, "identity": principal.identity[:ACTOR_MAX]}
+
+
+def route_of(request: Request) -> str:
+    """The route template the request matched (`/api/work-items/{item_id}`), else its path."""
+    route = request.scope.get("route")
+    template = getattr(route, "path", None)
+    return template if isinstance(template, str) else request.url.path
+
+
+def log_decision(request: Request, decision: str, actor: str, details: dict[str, Any]) -> None:
+    """The INFO line of one auth decision (JSON, so that no value can forge a field)."""
+    if decisions_log.isEnabledFor(logging.INFO):
+        line = {
+            "decision": decision,
+            "actor": actor,
+            "method": request.method,
+            "route": route_of(request),
+            **details,
+        }
+        decisions_log.info(
+            "auth %s", json.dumps({k: v for k, v in line.items() if v is not None}, sort_keys=True)
+        )
+
+
+def allowed(
+    request: Request,
+    principal: Principal,
+    permission: str | None,
+    item_type: str | None = None,
+    *,
+    session: Session | None = None,
+    item_id: uuid.UUID | None = None,
+) -> None:
+    """Log an allow; for a state-changing call, audit it in the request's transaction."""
+    details = {
+        **_who(principal),
+        "permission": permission,
+        "item_type": item_type,
+        "item_id": None if item_id is None else str(item_id),
+    }
+    log_decision(request, "allow", principal.actor, details)
+    if session is not None and request.method not in SAFE_METHODS:
+        audit(
+            session,
+            AuditRecord(
+                AUTH_ALLOWED,
+                principal.actor,
+                item_id,
+                trigger={"source": "api"},
+                metadata={"method": request.method, "route": route_of(request), **details},
+            ),
+        )
+
+
 def _record(request: Request, refusal: Refusal) -> None:
-    runtime = request.app.state.runtime
+    details = {"status": refusal.status_code, **refusal.details}
+    log_decision(request, "deny", refusal.actor, {**details, "reason": str(refusal.detail)})
+    item_id = refusal.details.get("item_id")
     record = AuditRecord(
         refusal.event_type,
         refusal.actor[:ACTOR_MAX],
+        None if item_id is None else uuid.UUID(item_id),
         trigger={"source": "api", "reason": str(refusal.detail)},
         metadata={
             "method": request.method,
             "path": request.url.path,
-            "status": refusal.status_code,
-            **refusal.details,
+            "route": route_of(request),
+            **details,
         },
     )
+    runtime = request.app.state.runtime
     try:
         with runtime.sessions() as session:
             audit(session, record)
             session.commit()
     except Exception as err:
         log.warning("cannot audit a refused %s %s: %s", request.method, request.url.path, err)
+
+
+async def answer_refusal(request: Request, refusal: Refusal) -> JSONResponse:
+    """Audit a refusal (off the event loop) and answer it as `{"error": message}`."""
+    await run_in_threadpool(_record, request, refusal)
+    return JSONResponse(
+        {"error": str(refusal.detail)}, status_code=refusal.status_code, headers=refusal.headers
+    )
 
 
 class IgnoreForwardedHeaders:
@@ -116,12 +220,5 @@ def _is_api(path: str) -> bool:
 
 def install_auth_handling(app: FastAPI) -> None:
     """Audit and answer refusals; ignore forwarded headers on /api/."""
-
-    @app.exception_handler(Refusal)
-    async def refused(request: Request, exc: Refusal) -> JSONResponse:
-        await run_in_threadpool(_record, request, exc)
-        return JSONResponse(
-            {"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
-        )
-
+    app.add_exception_handler(Refusal, answer_refusal)  # type: ignore[arg-type]
     app.add_middleware(IgnoreForwardedHeaders)

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 PERMISSIONS = ("read", "retry", "submit")
 ALL_TYPES = "*"
+LOCAL_TIER = "local"
+ACTOR_MAX = 255  # the audit_log.actor column
 # Real tokens (service-account and CI JWTs, OpenShift tokens) are well under this; a
 # longer one is refused before any tier spends a lookup or a signature check on it.
 MAX_TOKEN_LENGTH = 8192
@@ -38,6 +40,23 @@ class Principal:
     issuer: str | None = None
     claims: Mapping[str, Any] = field(default_factory=dict)
     rules: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def actor(self) -> str:
+        """Who acted, for the audit trail: the identity qualified by its tier.
+
+        `local` for the local token, `ocp:<user>` for OpenShift users and
+        `jwt:<issuer>#<sub>` for JWTs, so that no caller can pass for the engine
+        (`system`) or for another tier by choosing its name. Bounded like the column.
+        """
+        if self.tier == LOCAL_TIER:
+            return LOCAL_TIER
+        if self.issuer is not None:
+            subject = self.claims.get("sub")
+            actor = f"jwt:{self.issuer}#{subject if isinstance(subject, str) else ''}"
+        else:
+            actor = f"ocp:{self.identity}"
+        return actor[:ACTOR_MAX]
 
     def types_with(self, permission: str) -> set[str] | None:
         """The item types the permission is granted on; None means every type."""
@@ -83,7 +102,7 @@ class Tier(Protocol):
 class LocalTokenTier:
     """The embedded daemon's random local-only token, granted every permission."""
 
-    name = "local"
+    name = LOCAL_TIER
 
     def __init__(self, token: str | None = None) -> None:
         self.token = token or secrets.token_urlsafe(32)
@@ -92,7 +111,7 @@ class LocalTokenTier:
         """Accept exactly the local token (constant-time comparison)."""
         if hmac.compare_digest(token.encode(), self.token.encode()):
             return Principal(
-                identity="local",
+                identity=LOCAL_TIER,
                 tier=self.name,
                 permissions={ALL_TYPES: frozenset(PERMISSIONS)},
             )

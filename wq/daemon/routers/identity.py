@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from wq.daemon.auth import unauthenticated
+from wq.daemon.auth import allowed, log_decision, unauthenticated
 from wq.daemon.deps import PrincipalDep, RuntimeDep
 
 router = APIRouter(tags=["identity"])
@@ -52,12 +52,13 @@ class TokenPublic(BaseModel):
 
 
 @router.get("/api/whoami", response_model=WhoamiPublic, response_model_exclude_none=True)
-def read_whoami(principal: PrincipalDep, runtime: RuntimeDep) -> WhoamiPublic:
+def read_whoami(request: Request, principal: PrincipalDep, runtime: RuntimeDep) -> WhoamiPublic:
     """The caller's identity, groups or claims, permissions per item type and matching rules.
 
     Needs a valid token but no permission: a caller with no matching rule sees empty
     permissions here, and 403 everywhere else.
     """
+    allowed(request, principal, None)
     jwt = principal.issuer is not None
     return WhoamiPublic(
         authentication=AuthenticationPublic(
@@ -80,6 +81,7 @@ def read_whoami(principal: PrincipalDep, runtime: RuntimeDep) -> WhoamiPublic:
     responses={401: {"description": "not reached through the OAuth proxy"}},
 )
 def create_token(
+    request: Request,
     x_forwarded_access_token: Annotated[str | None, Header()] = None,
 ) -> JSONResponse:
     """The access token the OAuth proxy forwards for the caller's session."""
@@ -88,6 +90,8 @@ def create_token(
         raise unauthenticated(
             "no X-Forwarded-Access-Token: sign in through the OAuth proxy, which fronts this path"
         )
+    # Only the proxy's word for now; the token is checked when it is used on /api/.
+    log_decision(request, "allow", "oauth-proxy", {"tier": "oauth-proxy"})
     return JSONResponse(
         TokenPublic(access_token=token).model_dump(),
         headers={"Cache-Control": "no-store", "Pragma": "no-cache"},

@@ -43,7 +43,7 @@ def _endpoint(item_type: ItemType) -> Any:
         context = SubmitContext(
             registry=runtime.registry,
             pool=runtime.config.pool_for(project),
-            actor=principal.identity,
+            actor=principal.actor,
             now=utcnow(),
         )
         result = submission.handle(session, payload, context)

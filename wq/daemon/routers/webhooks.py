@@ -16,6 +16,7 @@ from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from wq.daemon.auth import log_decision, webhook_refused
 from wq.daemon.deps import RuntimeDep
 from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
 from wq.engine.events import ingest
@@ -34,7 +35,8 @@ async def receive_gitlab_event(
     if secret is None:
         raise HTTPException(404, "the GitLab webhook is not enabled on this daemon")
     if x_gitlab_token is None or not hmac.compare_digest(x_gitlab_token.encode(), secret.encode()):
-        raise HTTPException(401, "missing or wrong X-Gitlab-Token")
+        raise webhook_refused("missing or wrong X-Gitlab-Token")  # audited
+    log_decision(request, "allow", "webhook:gitlab", {"tier": "webhook"})
     try:
         document = parse_json(await request.body())
     except UndecodableMessage as err:

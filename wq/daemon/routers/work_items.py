@@ -8,19 +8,12 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
+from pydantic import BaseModel
 from sqlalchemy import and_, or_, select
 
-from wq.daemon.auth import Principal
-from wq.daemon.deps import (
-    NO_NUL,
-    PrincipalDep,
-    ReadSessionDep,
-    RuntimeDep,
-    SessionDep,
-    forbid_unless,
-    require,
-)
+from wq.daemon.auth import authorize, authorize_item, authorize_lookup
+from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
 from wq.daemon.schemas import WorkItemPage, WorkItemPublic
 from wq.engine import items as item_service
 from wq.engine.models import WorkItem, utcnow
@@ -48,8 +41,16 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise HTTPException(422, "cursor: not a cursor this API returned") from None
 
 
+class WorkItemRef(BaseModel):
+    """What a caller without `read` on an item's type learns of it: its id and phase."""
+
+    id: uuid.UUID
+    phase: str
+
+
 @router.get("", response_model=WorkItemPage)
 def read_items(
+    request: Request,
     session: ReadSessionDep,
     principal: PrincipalDep,
     type: Annotated[str | None, Query(pattern=NO_NUL, description="only this type")] = None,
@@ -60,7 +61,7 @@ def read_items(
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> WorkItemPage:
     """List work items, newest first, with filters and cursor pagination."""
-    forbid_unless(principal, "read", type)
+    authorize(request, principal, "read", type)
     query = select(WorkItem)
     for column, value in (
         (WorkItem.type, type),
@@ -93,30 +94,39 @@ def read_items(
 
 @router.get("/{item_id}", response_model=WorkItemPublic)
 def read_item(
-    item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
+    request: Request, item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
 ) -> WorkItemPublic:
-    """One work item with its details and dimensions."""
+    """One work item with its details and dimensions (404 for a type the caller may not read)."""
+    authorize_lookup(principal, "read")
     item = session.get(WorkItem, item_id)
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
-    forbid_unless(principal, "read", item.type)
+    authorize_item(request, principal, "read", item.id, item.type)
     return WorkItemPublic.of(item)
 
 
-@router.post("/{item_id}/retry", response_model=WorkItemPublic)
+@router.post(
+    "/{item_id}/retry",
+    response_model=WorkItemPublic | WorkItemRef,
+    responses={200: {"description": "the item; only its id and phase without `read` on its type"}},
+)
 def retry_item(
+    request: Request,
     item_id: uuid.UUID,
     session: SessionDep,
     runtime: RuntimeDep,
-    principal: Annotated[Principal, Depends(require("retry"))],
-) -> WorkItemPublic:
+    principal: PrincipalDep,
+) -> WorkItemPublic | WorkItemRef:
     """Bring a failed or cancelled item back to active (attempts reset, audited)."""
+    authorize_lookup(principal, "retry")
     item = session.get(WorkItem, item_id)
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
-    forbid_unless(principal, "retry", item.type)
+    authorize_item(request, principal, "retry", item.id, item.type, session=session)
     item = item_service.retry(
-        session, item_id, registry=runtime.registry, now=utcnow(), actor=principal.identity
+        session, item_id, registry=runtime.registry, now=utcnow(), actor=principal.actor
     )
     session.commit()
+    if not principal.allows("read", item.type):
+        return WorkItemRef(id=item.id, phase=item.phase)
     return WorkItemPublic.of(item)

@@ -1,0 +1,103 @@
+"""The checks a request goes through: who is calling, and may it do this.
+
+Plain functions of a Starlette `Request`, so that the FastAPI dependencies in
+`wq.daemon.deps` and middleware (which must authenticate before a body is read)
+call the same code. Every failure raises a `Refusal` (audited when answered, see
+`wq.daemon.auth.audit`); every allow is logged.
+
+Item lookups never tell a caller more than its permissions allow: the permission is
+checked on some type before an id is looked up (`authorize_lookup`), and an item of
+a type the caller may not read answers exactly like an unknown id (404).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.orm import Session
+from starlette.requests import Request
+
+from wq.daemon.auth.audit import allowed, denied, unauthenticated
+from wq.daemon.auth.core import AuthenticationFailed, AuthenticationUnavailable, Principal
+
+_STATE_KEY = "wq_principal"
+
+
+def authenticate_request(request: Request) -> Principal:
+    """The caller of a request, from its `Authorization: Bearer` header alone.
+
+    Reads no body; the result is kept on the request's state, so calling it again
+    for the same request (a middleware, then a dependency) authenticates once.
+    401 without a valid token, 503 when the token cannot be checked now.
+    """
+    cached = getattr(request.state, _STATE_KEY, None)
+    if isinstance(cached, Principal):
+        return cached
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise unauthenticated("a Bearer token is required")
+    try:
+        principal: Principal = request.app.state.runtime.authenticator.authenticate(token)
+    except AuthenticationFailed as err:
+        raise unauthenticated(str(err)) from None
+    except AuthenticationUnavailable as err:
+        raise unauthenticated(str(err), unavailable=True) from None
+    setattr(request.state, _STATE_KEY, principal)
+    return principal
+
+
+def _lacks(principal: Principal, permission: str, item_type: str | None) -> str:
+    scope = f"on type {item_type!r}" if item_type else "on any type"
+    return f"{principal.identity} lacks the {permission!r} permission {scope}"
+
+
+def authorize(
+    request: Request,
+    principal: Principal,
+    permission: str,
+    item_type: str | None = None,
+    *,
+    session: Session | None = None,
+) -> None:
+    """403 naming the missing permission unless the caller holds it (for the type, if given).
+
+    An allowed state-changing call is audited in `session`'s transaction when given.
+    """
+    if not principal.allows(permission, item_type):
+        raise denied(principal, permission, item_type, _lacks(principal, permission, item_type))
+    allowed(request, principal, permission, item_type, session=session)
+
+
+def authorize_lookup(principal: Principal, permission: str) -> None:
+    """Before an item is looked up: 403 unless the permission is held on some type.
+
+    A caller who may not use the permission at all learns nothing about which ids
+    exist. The allow itself is logged by `authorize_item`, once the type is known.
+    """
+    if not principal.allows(permission):
+        raise denied(principal, permission, None, _lacks(principal, permission, None))
+
+
+def authorize_item(
+    request: Request,
+    principal: Principal,
+    permission: str,
+    item_id: uuid.UUID,
+    item_type: str,
+    *,
+    session: Session | None = None,
+) -> None:
+    """The permission on one existing item; refused as 404 when the caller may not read it.
+
+    A caller who may read the item's type is told what it lacks (403); to anyone
+    else the item does not exist, exactly as an unknown id (the denial is audited).
+    """
+    if principal.allows(permission, item_type):
+        allowed(request, principal, permission, item_type, session=session, item_id=item_id)
+        return
+    if principal.allows("read", item_type):
+        message, status = _lacks(principal, permission, item_type), 403
+    else:
+        message, status = f"work item {item_id} not found", 404
+    raise denied(principal, permission, item_type, message, status=status, item_id=item_id)
