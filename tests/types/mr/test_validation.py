@@ -80,14 +80,14 @@ BAD_BRANCHES = [
 ]
 # (overrides, the field the message must name)
 REFUSED: list[tuple[dict[str, Any], str]] = [
-    *[(_files(_update(path)), "file_actions.0.file_path") for path in BAD_PATHS],
+    *[(_files(_update(path)), "file_actions.0.update.file_path") for path in BAD_PATHS],
     (
         _files({"action": "move", "file_path": "b", "previous_path": "../x"}),
-        "file_actions.0.previous_path",
+        "file_actions.0.move.previous_path",
     ),
     (
         _files({"action": "move", "file_path": "b", "previous_path": ".git/HEAD"}),
-        "file_actions.0.previous_path",
+        "file_actions.0.move.previous_path",
     ),
     *[({"source_branch": name}, "source_branch") for name in BAD_BRANCHES],
     *[({"target_branch": name}, "target_branch") for name in BAD_BRANCHES],
@@ -108,7 +108,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
         )
     ],
     ({"labels": ["a\x00b"]}, "labels.0"),
-    (_files(_update("a\x00b")), "file_actions.0.file_path"),
+    (_files(_update("a\x00b")), "file_actions.0.update.file_path"),
     (_files({"action": "update", "file_path": "a", "content": "x\x00y"}), "content"),
     # longer than their columns (or GitLab's limits)
     ({"package": "p" * 256}, "package"),
@@ -200,5 +200,11 @@ def test_the_limits_are_in_the_openapi_document(api: tuple[Runtime, TestClient])
     assert mr["project"]["maxLength"] + mr["source_branch"]["maxLength"] + 15 <= 512
     assert mr["description"]["pattern"] == "^[^\\x00]*$"
     assert mr["draft"]["type"] == "boolean"
-    action = schemas["FileAction"]["properties"]
+    action = schemas["UpdateAction"]["properties"]
     assert action["file_path"]["maxLength"] == 4096 and ".." in action["file_path"]["description"]
+    # What each action needs is in the schema, not only in the server's checks.
+    assert "content" in schemas["CreateAction"]["required"]
+    assert "content" not in schemas["DeleteAction"]["properties"]
+    assert "previous_path" in schemas["MoveAction"]["required"]
+    assert "previous_path" not in schemas["UpdateAction"]["properties"]
+    assert mr["file_actions"]["items"]["discriminator"]["propertyName"] == "action"

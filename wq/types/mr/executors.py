@@ -82,6 +82,12 @@ def _push(project: Any, item: MrItem) -> None:
     )
 
 
+def _diff_is_empty(project: Any, item: MrItem) -> bool:
+    """Whether the source branch changes nothing against the target branch."""
+    compare = project.repository_compare(item.target_branch, item.source_branch, straight=True)
+    return not cast(dict[str, Any], compare)["diffs"]
+
+
 def _close_empty(ctx: ActionContext, project: Any, mr: Any, item: MrItem) -> None:
     mr.notes.create({"body": EMPTY_NOTE.format(target=item.target_branch)})
     mr.state_event = "close"
@@ -196,8 +202,7 @@ def _converge(
     if not pushed:
         _push(project, item)
     sync_fields(mr, item, draft=draft)
-    compare = project.repository_compare(item.target_branch, item.source_branch, straight=True)
-    if not compare["diffs"]:
+    if _diff_is_empty(project, item):
         _close_empty(ctx, project, mr, item)
         return None
     return mr
@@ -258,10 +263,7 @@ def check_empty_diff(ctx: ActionContext) -> None:
         try:
             with translated():
                 project = client(settings, item.project).projects.get(item.project)
-                compare = project.repository_compare(
-                    item.target_branch, item.source_branch, straight=True
-                )
-                if not compare["diffs"]:
+                if _diff_is_empty(project, item):
                     mr = project.mergerequests.get(item.mr_iid)
                     if not _ended(ctx, item, mr):
                         _close_empty(ctx, project, mr, item)

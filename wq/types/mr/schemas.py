@@ -23,7 +23,6 @@ from pydantic import (
     Field,
     StrictBool,
     create_model,
-    field_validator,
     model_validator,
 )
 
@@ -116,58 +115,88 @@ Project = Annotated[
 ]
 
 
-class FileAction(BaseModel):
-    """One change to one file, as GitLab's Commits API takes it."""
+def _no_nul_in_content(content: str) -> str:
+    if "\x00" in content:
+        raise ValueError("must not contain NUL (\\u0000); send binary content as base64")
+    return content
+
+
+Content = Annotated[
+    str,
+    Field(
+        description="the file's new content; text must not contain NUL: send binary "
+        "content base64-encoded (encoding: base64)",
+        json_schema_extra={"pattern": NO_NUL},
+    ),
+    AfterValidator(_no_nul_in_content),
+]
+
+
+class _FileActionBase(BaseModel):
+    """What every file action has: the path, and how its content is encoded."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    action: Literal["create", "update", "delete", "move"]
     file_path: RepoPath
-    content: str | None = Field(
-        default=None,
-        description="the new content (create and update; optional for move); text "
-        "content must not contain NUL: send binary content base64-encoded",
-    )
     encoding: Literal["text", "base64"] = "text"
-    previous_path: RepoPath | None = Field(
-        default=None, description="the path the file moves from (move only)"
-    )
-
-    @field_validator("content")
-    @classmethod
-    def _no_nul_in_text(cls, content: str | None) -> str | None:
-        if content is not None and "\x00" in content:
-            raise ValueError("must not contain NUL (\\u0000); send binary content as base64")
-        return content
 
     @model_validator(mode="after")
-    def _consistent(self) -> FileAction:
-        if self.action in ("create", "update") and self.content is None:
-            raise ValueError(f"{self.action} needs content")
-        if self.action == "delete" and self.content is not None:
-            raise ValueError("delete takes no content")
-        if self.action == "move" and not self.previous_path:
-            raise ValueError("move needs previous_path")
-        if self.action != "move" and self.previous_path is not None:
-            raise ValueError("previous_path is only for move")
-        if self.encoding == "base64" and self.content is not None:
+    def _decodable(self) -> _FileActionBase:
+        content = getattr(self, "content", None)
+        if self.encoding == "base64" and content is not None:
             try:
-                base64.b64decode(self.content, validate=True)
+                base64.b64decode(content, validate=True)
             except (binascii.Error, ValueError):
                 raise ValueError("content is not valid base64") from None
         return self
 
     def size(self) -> int:
         """The number of bytes the file will have (0 without content)."""
-        if self.content is None:
+        content: str | None = getattr(self, "content", None)
+        if content is None:
             return 0
         if self.encoding == "base64":
-            return len(self.content) * 3 // 4 - self.content[-2:].count("=")
-        return len(self.content.encode())
+            return len(content) * 3 // 4 - content[-2:].count("=")
+        return len(content.encode())
 
     def gitlab(self) -> dict[str, Any]:
         """The action as the Commits API wants it."""
         return self.model_dump(exclude_none=True)
+
+
+class CreateAction(_FileActionBase):
+    """Create a file that does not exist yet."""
+
+    action: Literal["create"]
+    content: Content
+
+
+class UpdateAction(_FileActionBase):
+    """Replace the content of an existing file."""
+
+    action: Literal["update"]
+    content: Content
+
+
+class DeleteAction(_FileActionBase):
+    """Delete a file (no content)."""
+
+    action: Literal["delete"]
+
+
+class MoveAction(_FileActionBase):
+    """Move a file from `previous_path`, optionally with new content."""
+
+    action: Literal["move"]
+    previous_path: Annotated[RepoPath, Field(description="the path the file moves from")]
+    content: Content | None = None
+
+
+# One change to one file, as GitLab's Commits API takes it; `action` says which, and
+# the schema says what each one needs (so the OpenAPI document states the rules).
+FileAction = Annotated[
+    CreateAction | UpdateAction | DeleteAction | MoveAction, Field(discriminator="action")
+]
 
 
 class MrCreate(BaseModel):
