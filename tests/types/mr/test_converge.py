@@ -146,3 +146,19 @@ def test_a_new_target_branch_retargets_the_mr(harness: Harness, gitlab: FakeGitL
     assert project.text(BRANCH, "RELEASE") == "1.0\n"  # rebuilt on the new target
     assert project.text(BRANCH, "sources") == "v2\n"
     assert gitlab.merge_request(PROJECT, iid).state == "opened"
+
+
+def test_an_adopted_mr_to_another_target_is_retargeted(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    gitlab.push(PROJECT, "release", {"RELEASE": "1.0\n"}, start="main")
+    gitlab.push(PROJECT, BRANCH, {"sources": "stale\n"}, start="release")
+    iid = open_by_hand(gitlab, target_branch="release", labels=MANAGED)
+
+    _, item_id = harness.submit()  # wants main
+    item = harness.settled(item_id)
+    assert (item.phase, item.mr_iid, item.attempts) == ("active", iid, 0)
+    assert gitlab.merge_request(PROJECT, iid).target_branch == "main"
+    project = gitlab.project(PROJECT)
+    assert project.text(BRANCH, "RELEASE") is None  # rebuilt on main
+    assert project.text(BRANCH, "sources") == "v2\n"

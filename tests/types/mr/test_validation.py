@@ -140,6 +140,10 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
 ACCEPTED: list[dict[str, Any]] = [
     _files(_update(".gitignore"), _update(".github/workflows/ci.yml"), _update("a/b.c/d")),
     _files({"action": "move", "file_path": "new/name", "previous_path": "old/name"}),
+    _files(
+        {"action": "update", "file_path": "a", "content": "x", "previous_path": None},
+        {"action": "delete", "file_path": "README.md", "content": None, "previous_path": None},
+    ),
     {"source_branch": "feature/x.y-z_1", "target_branch": "release/1.0"},
     {"source_branch": "wq/ünïcode", "labels": ["managed-by::other", "a b"]},
     {"source_branch": "b" * 255, "project": "group/" + "p" * 234},
@@ -204,7 +208,7 @@ def test_the_limits_are_in_the_openapi_document(api: tuple[Runtime, TestClient])
     assert action["file_path"]["maxLength"] == 4096 and ".." in action["file_path"]["description"]
     # What each action needs is in the schema, not only in the server's checks.
     assert "content" in schemas["CreateAction"]["required"]
-    assert "content" not in schemas["DeleteAction"]["properties"]
+    assert schemas["DeleteAction"]["properties"]["content"]["type"] == "null"
     assert "previous_path" in schemas["MoveAction"]["required"]
-    assert "previous_path" not in schemas["UpdateAction"]["properties"]
+    assert schemas["UpdateAction"]["properties"]["previous_path"]["type"] == "null"
     assert mr["file_actions"]["items"]["discriminator"]["propertyName"] == "action"

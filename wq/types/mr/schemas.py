@@ -169,6 +169,7 @@ class CreateAction(_FileActionBase):
 
     action: Literal["create"]
     content: Content
+    previous_path: None = None  # only a move has one; null is accepted for absent
 
 
 class UpdateAction(_FileActionBase):
@@ -176,12 +177,15 @@ class UpdateAction(_FileActionBase):
 
     action: Literal["update"]
     content: Content
+    previous_path: None = None
 
 
 class DeleteAction(_FileActionBase):
     """Delete a file (no content)."""
 
     action: Literal["delete"]
+    content: None = None
+    previous_path: None = None
 
 
 class MoveAction(_FileActionBase):
