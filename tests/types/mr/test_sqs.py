@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import signal
 import threading
 import time
 import uuid
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
 
 from tests.conftest import Store
+from tests.daemon.test_daemon_process import Daemon, clean_env, run_wq, start_daemon
 from tests.support.bombs import poison_bodies, sns
 from tests.support.waiting import wait_for
 from tests.types.mr.events_support import (
@@ -257,3 +262,54 @@ def test_nul_in_free_text_is_sanitised_not_lost(
     assert stored["object_attributes"]["description"] == "broken\ufffdtext"
     apply_pending(store, registry)
     assert item(store, item_id).phase == "cancelled"
+
+
+def test_sigterm_stops_an_idle_daemon_without_waiting_out_the_long_poll(
+    tmp_path: Path, sqs: Any, moto_url: str
+) -> None:
+    queue = make_queue(sqs)
+    config = tmp_path / "wq.yml"
+    config.write_text(
+        f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
+        f"events: {{queue_url: '{queue}', wait_seconds: 20}}\n"
+        "processing: {shutdown_grace_seconds: 5}\n",
+        encoding="utf-8",
+    )
+    env = clean_env(
+        tmp_path,
+        WQ_CONFIG=str(config),
+        AWS_ENDPOINT_URL=moto_url,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    migrated = run_wq("db", "migrate", env=env, cwd=tmp_path)
+    assert migrated.returncode == 0, migrated.stderr
+    started: list[Daemon] = []
+    try:
+        daemon = start_daemon(started, tmp_path, env)
+        daemon.wait_healthy()
+        # One message consumed proves the consumer runs; it then sits in a 20 s poll.
+        sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(mr_event("merge")))
+        wait_for(lambda: queue_depth(sqs, queue) == 0, timeout=30, message="consumed")
+        begun = time.monotonic()
+        code = daemon.terminate(signal.SIGTERM, 30)
+        elapsed = time.monotonic() - begun
+    finally:
+        for leftover in started:
+            if leftover.proc.poll() is None:
+                leftover.proc.kill()
+                leftover.proc.wait(timeout=10)
+    assert code == 0, daemon.log()
+    log = daemon.log()
+    # The shutdown itself (consumer, processing, database) takes well under the poll.
+    stamps = {
+        name: datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        for name, pattern in (("begin", r"shutting down"), ("end", r"wq.daemon: stopped"))
+        if (found := re.search(r"^(\S+ \S+) INFO .*" + pattern, log, re.MULTILINE))
+    }
+    assert (stamps["end"] - stamps["begin"]).total_seconds() < 2.0, log
+    # The whole process, interpreter teardown included (slow on a loaded machine), still
+    # ends long before the 20 s poll would have.
+    assert elapsed < 12.0, f"SIGTERM took {elapsed:.1f}s\n{log}"
+    assert "Traceback" not in log
