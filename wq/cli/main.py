@@ -1,7 +1,9 @@
-"""The `wq` command: assembles the command groups.
+"""The `wq` command: assembles the command groups, one module each.
 
-Operator commands talk HTTP only. The deployer commands (`daemon`, `db`, `config`)
-import the engine lazily, inside the command, so `wq --help` stays fast.
+Operator commands (`status`, `submit`, `whoami`, ...) talk HTTP through `wq.client`
+and never import the engine; deployer commands (`daemon`, `db`, `config`) import it
+lazily. Heavy modules (httpx, rich tables, yaml) load inside the commands that use
+them, so `wq --help` and `wq status --help` start fast.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Annotated
 import typer
 
 import wq
+from wq.cli import admission, deployer, identity, items, submit
 
 app = typer.Typer(
     name="wq",
@@ -18,15 +21,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
-config_app = typer.Typer(help="Configuration files.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
-app.add_typer(config_app, name="config")
-
-ConfigOption = Annotated[
-    str | None,
-    typer.Option("--config", "-c", help="Config file (default: $WQ_CONFIG, /etc/wq/config.yml)"),
-]
 
 
 def _version(value: bool) -> None:
@@ -44,40 +38,11 @@ def root(
     """wq: a work-queue engine and the tools to operate it."""
 
 
-@app.command()
-def daemon(
-    config: ConfigOption = None,
-    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default 8080)")] = None,
-) -> None:
-    """Run the engine: HTTP API, processing, admission and sweep."""
-    from wq.daemon import commands
-
-    raise typer.Exit(commands.daemon(config, host, port))
-
-
-@db_app.command("migrate")
-def db_migrate(config: ConfigOption = None) -> None:
-    """Upgrade the database schema to the newest revision."""
-    from wq.daemon import commands
-
-    raise typer.Exit(commands.db_migrate(config))
-
-
-@db_app.command("current")
-def db_current(config: ConfigOption = None) -> None:
-    """Show the database's schema revision."""
-    from wq.daemon import commands
-
-    raise typer.Exit(commands.db_current(config))
-
-
-@config_app.command("check")
-def config_check(path: Annotated[str, typer.Argument(help="The config file to validate")]) -> None:
-    """Validate a config file without starting anything."""
-    from wq.daemon import commands
-
-    raise typer.Exit(commands.config_check(path))
+submit.register(app)
+items.register(app)
+admission.register(app)
+identity.register(app)
+deployer.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,167 @@
+"""`wq whoami`, `wq status`, `wq pools`, `wq queue` against a real daemon, every output mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, cli_env, invoke
+from tests.support.waiting import wait_for
+from wq.client.api import ApiClient
+from wq.client.credentials import Credentials
+
+
+def env(daemon: RunningDaemon, cache_home: Path, token: str | None = None) -> dict[str, str | None]:
+    return cli_env(cache_home, WQ_URL=daemon.url, WQ_TOKEN=token or daemon.admin)
+
+
+# --------------------------------------------------------------------------- whoami
+
+
+def test_whoami_prints_only_the_identity(daemon: RunningDaemon, cache_home: Path) -> None:
+    result = invoke(["whoami"], env(daemon, cache_home))
+    assert result.code == 0, result
+    assert result.stdout == "ada\n"
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("args", [["--json"], ["-o", "json"], ["-o", "yaml"]])
+def test_whoami_machine_formats_are_the_servers_document(
+    daemon: RunningDaemon, cache_home: Path, args: list[str]
+) -> None:
+    result = invoke(["whoami", *args], env(daemon, cache_home))
+    assert result.code == 0, result
+    document = yaml.safe_load(result.stdout) if "yaml" in args else json.loads(result.stdout)
+    with daemon.api() as http:
+        assert document == http.get("/api/whoami").json()
+    assert document["authentication"]["identity"] == "ada"
+    assert document["authorization"]["effective_permissions"]["mr"] == ["read", "retry", "submit"]
+
+
+def test_whoami_wide_shows_tier_and_permissions(daemon: RunningDaemon, cache_home: Path) -> None:
+    result = invoke(["whoami", "-o", "wide"], env(daemon, cache_home, daemon.reader))
+    assert result.code == 0, result
+    assert "rita" in result.stdout and "ocp-user" in result.stdout
+    assert "mr: read" in result.stdout and "readers" in result.stdout
+
+
+# --------------------------------------------------------------------------- status
+
+
+def test_status_of_one_item_in_every_mode(daemon: RunningDaemon, cache_home: Path) -> None:
+    item = daemon.submit()
+    with daemon.api() as http:
+        wait_for(
+            lambda: http.get(f"/api/work-items/{item['id']}").json()["details"]["mr_url"],
+            timeout=30,
+            message="the MR to exist",
+        )
+        server = http.get(f"/api/work-items/{item['id']}").json()
+
+    as_json = invoke(["status", "--id", item["id"], "--json"], env(daemon, cache_home))
+    assert as_json.code == 0, as_json
+    document = as_json.json()
+    assert document.pop("queue_position") is None  # not queued
+    assert {**document, "updated_at": None} == {**server, "updated_at": None}
+
+    as_yaml = invoke(["status", "--id", item["id"], "-o", "yaml"], env(daemon, cache_home))
+    assert yaml.safe_load(as_yaml.stdout)["id"] == item["id"]
+
+    table = invoke(["status", "--id", item["id"]], env(daemon, cache_home))
+    assert table.code == 0, table
+    for expected in (
+        item["id"],
+        PROJECT,
+        "active",
+        "Dimensions",
+        "mr_url",
+        server["details"]["mr_url"],
+    ):
+        assert expected in table.stdout, table
+    wide = invoke(["status", "--id", item["id"], "-o", "wide"], env(daemon, cache_home))
+    assert "IDEMPOTENCY KEY" in wide.stdout and server["idempotency_key"] in wide.stdout
+
+
+def test_status_shows_the_position_in_the_projects_queue(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    first = daemon.submit(project=BLOCKED)
+    second = daemon.submit(project=BLOCKED)
+    result = invoke(["status", "--id", second["id"], "--json"], env(daemon, cache_home))
+    assert result.code == 0, result
+    position = result.json()["queue_position"]
+    with daemon.api() as http:
+        queue = http.get("/api/queue", params={"project": BLOCKED}).json()
+    ids = [entry["id"] for entry in queue]
+    assert position["position"] == ids.index(second["id"]) + 1 > ids.index(first["id"]) + 1
+    table = invoke(["status", "--id", second["id"]], env(daemon, cache_home))
+    assert f"{position['position']} in the normal lane of {BLOCKED}" in table.stdout
+
+
+def test_status_lists_with_filters_and_follows_the_cursor(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    project = f"{BLOCKED}/list-{daemon.dialect}"
+    created = [daemon.submit(project=project)["id"] for _ in range(5)]
+    result = invoke(["status", "--project", project, "--json"], env(daemon, cache_home))
+    assert result.code == 0, result
+    assert [entry["id"] for entry in result.json()] == created[::-1]  # newest first
+    limited = invoke(
+        ["status", "--project", project, "--limit", "3", "--json"], env(daemon, cache_home)
+    )
+    assert [entry["id"] for entry in limited.json()] == created[::-1][:3]
+    nothing = invoke(
+        ["status", "--project", project, "--phase", "failed", "--json"], env(daemon, cache_home)
+    )
+    queued = invoke(
+        ["status", "--project", project, "--admission", "queued", "--json"], env(daemon, cache_home)
+    )
+    assert len(queued.json()) == 5
+    assert nothing.json() == []
+    table = invoke(["status", "--project", project, "--type", "mr"], env(daemon, cache_home))
+    assert table.code == 0, table
+    assert all(item_id in table.stdout for item_id in created)
+    empty = invoke(["status", "--project", "group/none"], env(daemon, cache_home))
+    assert "no items" in empty.stdout
+
+
+def test_the_client_follows_the_cursor_across_pages(daemon: RunningDaemon) -> None:
+    project = f"{BLOCKED}/pages-{daemon.dialect}"
+    created = [daemon.submit(project=project)["id"] for _ in range(5)]
+    credentials = Credentials(daemon.url, environ={"WQ_TOKEN": daemon.admin})
+    with ApiClient(daemon.url, credentials=credentials) as api:
+        assert api.items_page(limit=2, project=project)["next_cursor"]
+        everything = [e["id"] for e in api.iter_items(limit=None, page_size=2, project=project)]
+        three = [e["id"] for e in api.iter_items(limit=3, page_size=2, project=project)]
+    assert everything == created[::-1]
+    assert three == created[::-1][:3]
+
+
+# --------------------------------------------------------------------------- pools, queue
+
+
+def test_pools_and_queue(daemon: RunningDaemon, cache_home: Path) -> None:
+    queued = daemon.submit(project=BLOCKED)
+    pools = invoke(["pools", "--json"], env(daemon, cache_home))
+    assert pools.code == 0, pools
+    blocked = next(pool for pool in pools.json() if pool["project"] == BLOCKED)
+    assert blocked["capacity"] == 0 and blocked["normal"]["queued"] >= 1
+    one = invoke(["pools", "--project", BLOCKED, "-o", "yaml"], env(daemon, cache_home))
+    assert yaml.safe_load(one.stdout)[0]["project"] == BLOCKED
+    table = invoke(["pools"], env(daemon, cache_home))
+    assert BLOCKED in table.stdout and "0/0" in table.stdout
+    wide = invoke(["pools", "-o", "wide"], env(daemon, cache_home))
+    assert "AUTONOMOUS" in wide.stdout
+
+    queue = invoke(["queue", "--project", BLOCKED, "--json"], env(daemon, cache_home))
+    assert queue.code == 0, queue
+    entries = queue.json()
+    assert entries[-1]["id"] == queued["id"]
+    assert [entry["position"] for entry in entries] == list(range(1, len(entries) + 1))
+    table = invoke(["queue", "--project", BLOCKED], env(daemon, cache_home))
+    assert queued["id"] in table.stdout and "normal" in table.stdout
+    empty = invoke(["queue", "--project", PROJECT], env(daemon, cache_home))
+    assert "nothing queued" in empty.stdout

@@ -1,0 +1,114 @@
+"""`wq submit` and `wq submit mr` against a real daemon and a fake GitLab."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, cli_env, invoke
+
+
+def env(daemon: RunningDaemon, cache_home: Path) -> dict[str, str | None]:
+    return cli_env(cache_home, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+
+
+def mr_args(branch: str, *extra: str, project: str = PROJECT) -> list[str]:
+    return [
+        "submit", "mr", "--project", project, "--source-branch", branch,
+        "--title", "Sync sources", "--commit-message", "Sync sources from upstream",
+        *extra,
+    ]  # fmt: skip
+
+
+def test_submit_lists_the_types(daemon: RunningDaemon, cache_home: Path) -> None:
+    result = invoke(["submit", "--json"], cli_env(cache_home, WQ_URL=daemon.url))
+    assert result.code == 0, result
+    assert [entry["type"] for entry in result.json()] == ["mr"]
+    table = invoke(["submit"], cli_env(cache_home, WQ_URL=daemon.url))
+    assert "mr" in table.stdout and "POST /api/work-items/mr" in table.stdout
+
+
+def test_submit_mr_with_every_file_flag_and_wait(
+    daemon: RunningDaemon, cache_home: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "sources.spec"
+    spec.write_text("Version: 2\n", encoding="utf-8")
+    blob = tmp_path / "logo.bin"
+    blob.write_bytes(bytes(range(256)))  # not UTF-8: goes as base64
+    branch = f"wq/cli-{uuid.uuid4().hex[:8]}"
+    args = mr_args(
+        branch,
+        "--file", f"{spec}:sources",
+        "--create", f"{blob}:logo.bin",
+        "--delete", "old.txt",
+        "--move", "a.txt:b.txt",
+        "--label", "sync", "--label", "kernel",
+        "--package", "kernel", "--change-kind", "sync", "--source", "cli-test",
+        "--description", "From the CLI", "--draft", "--wait", "--json",
+    )  # fmt: skip
+    result = invoke(args, env(daemon, cache_home))
+    assert result.code == 0, result
+    document = result.json()
+    assert document["action"] == "created"
+    details = document["item"]["details"]
+    assert details["mr_url"] and details["draft"] is True
+    assert details["labels"] == ["sync", "kernel"] and details["package"] == "kernel"
+
+    project = daemon.gitlab.project(PROJECT)
+    assert project.file(branch, "sources") == b"Version: 2\n"
+    assert project.file(branch, "logo.bin") == bytes(range(256))
+    assert project.file(branch, "old.txt") is None
+    assert project.file(branch, "b.txt") == b"moved\n" and project.file(branch, "a.txt") is None
+    mr = daemon.gitlab.merge_request(PROJECT, details["mr_iid"])
+    assert mr.draft and "sync" in mr.labels
+
+    # The same content again is unchanged; new content is an update.
+    again = invoke(args[:-2], env(daemon, cache_home))  # without --wait --json
+    assert again.code == 0, again
+    assert again.stdout.startswith(f"unchanged mr item {document['item']['id']}")
+    spec.write_text("Version: 3\n", encoding="utf-8")
+    updated = invoke([*args[:-2], "-o", "yaml"], env(daemon, cache_home))
+    assert updated.code == 0 and "action: updated" in updated.stdout, updated
+
+
+def test_submit_mr_wait_prints_the_merge_request(
+    daemon: RunningDaemon, cache_home: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "sources"
+    spec.write_text("v9\n", encoding="utf-8")
+    result = invoke(
+        mr_args(f"wq/cli-{uuid.uuid4().hex[:8]}", "--file", f"{spec}:sources", "--wait"),
+        env(daemon, cache_home),
+    )
+    assert result.code == 0, result
+    first, last = result.stdout.splitlines()[0], result.stdout.splitlines()[-1]
+    assert first.startswith("created mr item ")
+    assert last.startswith("merge request: ") and "/merge_requests/" in last
+
+
+def test_submit_mr_usage_errors(daemon: RunningDaemon, cache_home: Path, tmp_path: Path) -> None:
+    branch = "wq/never"
+    for args in (
+        mr_args(branch),  # no file action
+        mr_args(branch, "--file", "no-colon"),
+        mr_args(branch, "--file", f"{tmp_path / 'missing'}:x"),
+        ["submit", "mr", "--project", PROJECT, "--file", "a:b"],  # required flags missing
+        mr_args(branch, "--delete", "x", "--target-branch", branch),  # the server says no
+    ):
+        result = invoke(args, env(daemon, cache_home))
+        assert result.code == 2, result
+        assert result.stdout == "" and result.stderr and "Traceback" not in result.stderr
+    with daemon.api() as http:
+        page = http.get("/api/work-items", params={"project": PROJECT, "limit": 500}).json()
+    assert all(item["details"]["source_branch"] != branch for item in page["items"])
+
+
+def test_submit_mr_wait_gives_up_after_the_timeout(daemon: RunningDaemon, cache_home: Path) -> None:
+    args = mr_args(
+        f"wq/cli-{uuid.uuid4().hex[:8]}", "--delete", "x", "--wait", "--wait-timeout", "1",
+        project=BLOCKED,
+    )  # fmt: skip
+    result = invoke(args, env(daemon, cache_home))
+    assert result.code == 1, result
+    assert "still waiting after 1s" in result.stderr
+    assert result.stdout.startswith("created mr item ")

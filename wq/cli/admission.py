@@ -1,0 +1,137 @@
+"""`wq pools` (per-project capacity and usage) and `wq queue` (a project's FIFO)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from wq.cli.common import (
+    IntervalOption,
+    JsonOption,
+    NoAuthOption,
+    Output,
+    OutputOption,
+    UrlOption,
+    WatchOption,
+    client,
+    errors,
+    output_mode,
+    usage_error,
+)
+from wq.cli.live import check_watchable, watch
+from wq.cli.output import age, emit, table, text
+
+
+def _usage(lane: dict[str, Any]) -> str:
+    return f"{lane['in_flight']}/{lane['capacity']}"
+
+
+def pools_view(pools: list[dict[str, Any]], wide: bool) -> Any:
+    """Pools as a table: in-flight/capacity and queued per lane."""
+    columns = ["PROJECT", "NORMAL", "QUEUED", "ALERT", "ALERT QUEUED", "OLDEST QUEUED"]
+    if wide:
+        columns += ["AUTONOMOUS QUEUED", "OLDEST QUEUED AT"]
+    view = table(*columns)
+    for pool in pools:
+        row = [
+            pool["project"],
+            _usage(pool["normal"]),
+            str(pool["normal"]["queued"]),
+            _usage(pool["alert"]),
+            str(pool["alert"]["queued"]),
+            age(pool.get("oldest_queued_age_seconds")),
+        ]
+        if wide:
+            row += [
+                f"{pool['queued_autonomous']}/{pool['queued_autonomous_cap']}",
+                text(pool.get("oldest_queued_at")),
+            ]
+        view.add_row(*row)
+    if not pools:
+        view.caption = "no project has queued or in-flight work"
+    return view
+
+
+def queue_view(entries: list[dict[str, Any]], wide: bool) -> Any:
+    """A project's queue in admission order."""
+    columns = ["POSITION", "LANE", "ID", "TYPE", "WAITING"]
+    if wide:
+        columns += ["SEQ", "AUTONOMOUS", "QUEUED AT"]
+    view = table(*columns)
+    for entry in entries:
+        row = [
+            str(entry["position"]),
+            entry["lane"],
+            entry["id"],
+            entry["type"],
+            age(entry.get("queued_at")),
+        ]
+        if wide:
+            row += [str(entry["seq"]), text(entry["autonomous"]), text(entry.get("queued_at"))]
+        view.add_row(*row)
+    if not entries:
+        view.caption = "nothing queued"
+    return view
+
+
+def pools(
+    project: Annotated[
+        str | None, typer.Option(help="Only this project (shown even when idle).")
+    ] = None,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    watch_flag: WatchOption = False,
+    interval: IntervalOption = 2.0,
+    url: UrlOption = None,
+    no_auth: NoAuthOption = False,
+) -> None:
+    """Per-project pools: in-flight against capacity and the queue per lane."""
+    mode = output_mode(output, json_flag)
+    if watch_flag:
+        check_watchable(mode)
+    with errors(), client(url, no_auth) as api:
+
+        def fetch() -> list[dict[str, Any]]:
+            return [api.pool(project)] if project else api.pools()
+
+        if watch_flag:
+            watch(lambda: pools_view(fetch(), mode is Output.wide), interval=interval)
+        else:
+            emit(fetch(), mode, pools_view)
+
+
+def queue(
+    project: Annotated[str, typer.Option(help="The project whose queue to show.")] = "",
+    lane: Annotated[str | None, typer.Option(help="Only this lane (alert or normal).")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Show at most this many.")] = 100,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    watch_flag: WatchOption = False,
+    interval: IntervalOption = 2.0,
+    url: UrlOption = None,
+    no_auth: NoAuthOption = False,
+) -> None:
+    """A project's queued items in admission order (alert lane first)."""
+    if not project:
+        usage_error("name the project: wq queue --project GROUP/PROJECT")
+    if lane is not None and lane not in ("alert", "normal"):
+        usage_error(f"--lane: {lane!r} is not one of alert, normal")
+    mode = output_mode(output, json_flag)
+    if watch_flag:
+        check_watchable(mode)
+    with errors(), client(url, no_auth) as api:
+
+        def fetch() -> list[dict[str, Any]]:
+            return api.queue(project, lane=lane, limit=limit)
+
+        if watch_flag:
+            watch(lambda: queue_view(fetch(), mode is Output.wide), interval=interval)
+        else:
+            emit(fetch(), mode, queue_view)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the admission commands."""
+    app.command("pools")(pools)
+    app.command("queue")(queue)

@@ -1,0 +1,95 @@
+"""What every client command shares: option aliases, the API client, error handling.
+
+Nothing here imports httpx or rich at import time: `wq --help` must stay fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from wq.client.api import ApiClient
+
+
+class Output(enum.StrEnum):
+    """Output modes: human tables (`table`, `wide`) or complete machine documents."""
+
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="Server URL (default: $WQ_URL, $WORKQUEUE_SERVICE_URL, http://127.0.0.1:8080).",
+        show_default=False,
+    ),
+]
+NoAuthOption = Annotated[
+    bool,
+    typer.Option("--no-auth", help="Send no credentials (no env token, cache or login)."),
+]
+OutputOption = Annotated[
+    Output,
+    typer.Option("--output", "-o", help="Output format.", case_sensitive=False),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Short for -o json.")]
+WatchOption = Annotated[
+    bool, typer.Option("--watch", "-w", help="Redraw in place until Ctrl-C (tables only).")
+]
+IntervalOption = Annotated[
+    float, typer.Option("--interval", min=0.2, help="Seconds between redraws with --watch.")
+]
+
+
+def output_mode(output: Output, json_flag: bool) -> Output:
+    """`--json` wins over `-o`."""
+    return Output.json if json_flag else output
+
+
+def client(url: str | None, no_auth: bool) -> ApiClient:
+    """The API client for one command."""
+    from wq.client.api import ApiClient
+
+    return ApiClient(url, no_auth=no_auth)
+
+
+def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
+    """Print one error line (and a hint) on stderr and exit with `code`."""
+    sys.stderr.write(f"wq: error: {message}\n")
+    if hint:
+        sys.stderr.write(f"hint: {hint}\n")
+    raise typer.Exit(code)
+
+
+def usage_error(message: str) -> NoReturn:
+    """A usage error found after parsing (exit 2)."""
+    fail(message, 2, hint="see --help")
+
+
+@contextlib.contextmanager
+def errors() -> Iterator[None]:
+    """Turn expected failures into one stderr line and the right exit code."""
+    from wq.client.errors import ClientError
+
+    try:
+        yield
+    except ClientError as err:
+        fail(err.message, err.exit_code, err.hint)
+    except KeyboardInterrupt:
+        sys.stderr.write("wq: interrupted\n")
+        raise typer.Exit(130) from None
+    except BrokenPipeError:
+        # `wq status | head`: the reader left; nothing more to say.
+        with contextlib.suppress(OSError):
+            sys.stdout.close()
+        raise typer.Exit(0) from None

@@ -1,0 +1,60 @@
+"""The deployer commands: `wq daemon`, `wq db ...`, `wq config check`.
+
+They import the engine lazily, inside the command, so `wq --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
+config_app = typer.Typer(help="Configuration files.", no_args_is_help=True)
+
+ConfigOption = Annotated[
+    str | None,
+    typer.Option("--config", "-c", help="Config file (default: $WQ_CONFIG, /etc/wq/config.yml)"),
+]
+
+
+def daemon(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8080)")] = None,
+) -> None:
+    """Run the engine: HTTP API, processing, admission and sweep."""
+    from wq.daemon import commands
+
+    raise typer.Exit(commands.daemon(config, host, port))
+
+
+@db_app.command("migrate")
+def db_migrate(config: ConfigOption = None) -> None:
+    """Upgrade the database schema to the newest revision."""
+    from wq.daemon import commands
+
+    raise typer.Exit(commands.db_migrate(config))
+
+
+@db_app.command("current")
+def db_current(config: ConfigOption = None) -> None:
+    """Show the database's schema revision."""
+    from wq.daemon import commands
+
+    raise typer.Exit(commands.db_current(config))
+
+
+@config_app.command("check")
+def config_check(path: Annotated[str, typer.Argument(help="The config file to validate")]) -> None:
+    """Validate a config file without starting anything."""
+    from wq.daemon import commands
+
+    raise typer.Exit(commands.config_check(path))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the deployer commands."""
+    app.command("daemon")(daemon)
+    app.add_typer(db_app, name="db")
+    app.add_typer(config_app, name="config")

@@ -1,0 +1,96 @@
+"""`wq whoami`, `wq login`, `wq logout`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+from wq.cli.common import (
+    JsonOption,
+    NoAuthOption,
+    Output,
+    OutputOption,
+    UrlOption,
+    client,
+    errors,
+    output_mode,
+)
+from wq.cli.output import emit, table, text
+
+
+def identity_of(document: dict[str, Any]) -> str:
+    """The caller's name in a whoami document."""
+    return str(document.get("authentication", {}).get("identity", ""))
+
+
+def _whoami_view(document: dict[str, Any], wide: bool) -> Any:
+    if not wide:
+        from rich.text import Text
+
+        return Text(identity_of(document))
+    authentication = document.get("authentication", {})
+    permissions = document.get("authorization", {}).get("effective_permissions", {})
+    view = table("IDENTITY", "TIER", "GROUPS", "PERMISSIONS")
+    view.add_row(
+        identity_of(document),
+        text(authentication.get("tier")),
+        ", ".join(authentication.get("groups") or []) or "-",
+        "; ".join(f"{kind}: {', '.join(perms)}" for kind, perms in permissions.items()) or "none",
+    )
+    return view
+
+
+def whoami(
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    url: UrlOption = None,
+    no_auth: NoAuthOption = False,
+) -> None:
+    """Who the server thinks you are (-o json: the full identity and permissions)."""
+    with errors(), client(url, no_auth) as api:
+        document = api.whoami()
+        emit(document, output_mode(output, json_flag), _whoami_view)
+
+
+def login(
+    url: UrlOption = None,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+) -> None:
+    """Log in with your Kerberos ticket and cache the token for this server."""
+    from wq.client.settings import env_token
+
+    with errors(), client(url, False) as api:
+        api.credentials.login()
+        document = api.whoami()
+        mode = output_mode(output, json_flag)
+        if mode in (Output.json, Output.yaml):
+            emit(document, mode, _whoami_view)
+        else:
+            typer.echo(f"Logged in to {api.url} as {identity_of(document)}")
+        found = env_token()
+        if found is not None:
+            sys.stderr.write(f"note: {found[0]} is set and is used instead of this login\n")
+
+
+def logout(url: UrlOption = None) -> None:
+    """Remove the cached token for this server."""
+    from wq.client.settings import resolve_url
+    from wq.client.token_cache import TokenCache
+
+    server = resolve_url(url)
+    cache = TokenCache()
+    if cache.load(server) is None and not cache.path_for(server).exists():
+        typer.echo(f"Not logged in to {server}")
+        return
+    cache.forget(server)
+    typer.echo(f"Logged out of {server}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the identity commands."""
+    app.command("whoami")(whoami)
+    app.command("login")(login)
+    app.command("logout")(logout)

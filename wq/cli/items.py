@@ -1,0 +1,235 @@
+"""`wq status` (one item or a list) and `wq retry`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from wq.cli.common import (
+    IntervalOption,
+    JsonOption,
+    NoAuthOption,
+    Output,
+    OutputOption,
+    UrlOption,
+    WatchOption,
+    client,
+    errors,
+    fail,
+    output_mode,
+    usage_error,
+)
+from wq.cli.live import check_watchable, watch
+from wq.cli.output import age, emit, table, text
+
+PHASES = ("active", "completed", "failed", "cancelled")
+ADMISSIONS = ("queued", "admitted", "idle", "done")
+
+
+def _check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> None:
+    if value is not None and value not in choices:
+        usage_error(f"{name}: {value!r} is not one of {', '.join(choices)}")
+
+
+def _summary(item: dict[str, Any]) -> str:
+    """The most telling detail of an item for a list row."""
+    details = item.get("details") or {}
+    for key in ("mr_url", "source_branch", "kind"):
+        if details.get(key):
+            return str(details[key])
+    return "-"
+
+
+def list_view(items: list[dict[str, Any]], wide: bool) -> Any:
+    """The item list as a table."""
+    columns = ["ID", "TYPE", "PROJECT", "PHASE", "ADMISSION", "ATTEMPTS", "UPDATED"]
+    if wide:
+        columns += ["LANE", "SEQ", "DETAIL", "ERROR"]
+    view = table(*columns)
+    for item in items:
+        row = [
+            item["id"],
+            item["type"],
+            item["project"],
+            item["phase"],
+            item["admission"],
+            str(item["attempts"]),
+            age(item.get("updated_at")),
+        ]
+        if wide:
+            row += [item["lane"], text(item.get("seq")), _summary(item), text(item.get("error"))]
+        view.add_row(*row)
+    if not items:
+        view.caption = "no items"
+    return view
+
+
+def _position(item: dict[str, Any]) -> str:
+    entry = item.get("queue_position")
+    if item.get("admission") != "queued":
+        return "-"
+    if entry is None:
+        return "queued (beyond the first 1000)"
+    return f"{entry['position']} in the {entry['lane']} lane of {item['project']}"
+
+
+def item_view(item: dict[str, Any], wide: bool) -> Any:
+    """One item: fields, details, dimensions and the last error."""
+    from rich.console import Group
+
+    fields = [
+        ("ID", item["id"]),
+        ("TYPE", item["type"]),
+        ("PROJECT", item["project"]),
+        ("PHASE", item["phase"]),
+        ("ADMISSION", item["admission"]),
+        ("QUEUE POSITION", _position(item)),
+        ("ATTEMPTS", item["attempts"]),
+        ("LAST ERROR", item.get("error")),
+        ("CREATED", f"{item['created_at']} ({age(item['created_at'])} ago)"),
+        ("UPDATED", f"{item['updated_at']} ({age(item['updated_at'])} ago)"),
+    ]
+    if wide:
+        fields += [
+            (key.upper().replace("_", " "), item.get(key))
+            for key in (
+                "lane",
+                "seq",
+                "autonomous",
+                "dedup_key",
+                "idempotency_key",
+                "queued_at",
+                "admitted_at",
+                "run_after",
+                "leased_until",
+                "lease_owner",
+                "last_event_at",
+            )
+        ]
+    summary = table("FIELD", "VALUE")
+    summary.show_header = False
+    for name, value in fields:
+        summary.add_row(name, text(value))
+    details = table("DETAIL", "VALUE", title="Details")
+    for key, value in (item.get("details") or {}).items():
+        if wide or value not in (None, "", [], {}):
+            details.add_row(key, text(value))
+    dimensions = table(
+        "DIMENSION", "VARIANT", "STATUS", "PENDING UNTIL", "DETAIL", title="Dimensions"
+    )
+    for row in item.get("dimensions") or []:
+        dimensions.add_row(
+            row["dimension"],
+            row["variant"] or "-",
+            row["status"],
+            text(row.get("pending_until")),
+            text(row.get("detail")),
+        )
+    if not item.get("dimensions"):
+        dimensions.caption = "none"
+    return Group(summary, details, dimensions)
+
+
+def _with_position(api: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """The item plus `queue_position`: its queue entry while queued, else null."""
+    return {**item, "queue_position": api.queue_position(item)}
+
+
+def status(
+    item_id: Annotated[
+        str | None, typer.Option("--id", help="Show one item in detail.", show_default=False)
+    ] = None,
+    phase: Annotated[
+        str | None, typer.Option(help=f"Only this phase ({', '.join(PHASES)}).")
+    ] = None,
+    item_type: Annotated[str | None, typer.Option("--type", help="Only this type.")] = None,
+    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    admission: Annotated[
+        str | None, typer.Option(help=f"Only this admission state ({', '.join(ADMISSIONS)}).")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(min=0, help="Show at most this many items (0: all); follows pages.")
+    ] = 100,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    watch_flag: WatchOption = False,
+    interval: IntervalOption = 2.0,
+    url: UrlOption = None,
+    no_auth: NoAuthOption = False,
+) -> None:
+    """Show one work item (--id) or list items, newest first."""
+    _check_choice("--phase", phase, PHASES)
+    _check_choice("--admission", admission, ADMISSIONS)
+    mode = output_mode(output, json_flag)
+    if watch_flag:
+        check_watchable(mode)
+    if item_id is not None and any(v is not None for v in (phase, item_type, project, admission)):
+        usage_error("--id shows one item; the list filters do not apply to it")
+    filters: dict[str, Any] = {
+        "phase": phase,
+        "type": item_type,
+        "project": project,
+        "admission": admission,
+    }
+    with errors(), client(url, no_auth) as api:
+        if item_id is not None:
+
+            def fetch() -> Any:
+                return _with_position(api, api.item(item_id))
+
+            renderer: Any = item_view
+        else:
+
+            def fetch() -> Any:
+                return list(api.iter_items(limit=limit or None, **filters))
+
+            renderer = list_view
+        if watch_flag:
+            watch(lambda: renderer(fetch(), mode is Output.wide), interval=interval)
+        else:
+            emit(fetch(), mode, renderer)
+
+
+def retry(
+    ids: Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)] = None,
+    id_options: Annotated[
+        list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
+    ] = None,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    url: UrlOption = None,
+    no_auth: NoAuthOption = False,
+) -> None:
+    """Bring failed or cancelled items back to active (attempts reset)."""
+    wanted = [*(id_options or []), *(ids or [])]
+    if not wanted:
+        usage_error("name at least one item: wq retry --id ID")
+    mode = output_mode(output, json_flag)
+    from wq.client.errors import ClientError
+
+    retried: list[dict[str, Any]] = []
+    first_error: ClientError | None = None
+    with errors(), client(url, no_auth) as api:
+        for item_id in wanted:
+            try:
+                retried.append(api.retry(item_id))
+            except ClientError as err:
+                if err.exit_code == 4 and err.status is None:
+                    raise  # no credentials at all: the same for every id
+                sys.stderr.write(f"wq: error: {item_id}: {err.message}\n")
+                first_error = first_error or err
+    if mode in (Output.json, Output.yaml):
+        emit(retried, mode, list_view)
+    else:
+        for item in retried:
+            typer.echo(f"retried {item['id']}: {item['phase']}, {item['admission']}")
+    if first_error is not None:
+        fail(f"{len(wanted) - len(retried)} of {len(wanted)} retries failed", first_error.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the item commands."""
+    app.command("status")(status)
+    app.command("retry")(retry)

@@ -1,0 +1,136 @@
+"""`wq submit`: lists the types the server accepts; `wq submit TYPE ...` submits one.
+
+Each type is a module with a `register(submit_app)` function (`submit_mr.py`); a new
+type adds its module to `TYPE_MODULES`. They share `report()` for the outcome, the
+machine formats and `--wait`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from wq.cli.common import (
+    JsonOption,
+    NoAuthOption,
+    Output,
+    OutputOption,
+    UrlOption,
+    client,
+    errors,
+    fail,
+    output_mode,
+)
+from wq.cli.output import dump, emit, table
+
+TYPE_MODULES = ("wq.cli.submit_mr",)
+
+submit_app = typer.Typer(
+    help="Submit a work item (without a type: list the types the server accepts).",
+    invoke_without_command=True,
+)
+
+WaitOption = Annotated[bool, typer.Option("--wait", help="Follow the item until it is done.")]
+WaitTimeoutOption = Annotated[
+    float, typer.Option("--wait-timeout", min=1, help="Give up waiting after this many seconds.")
+]
+WAIT_INTERVAL = 1.0
+
+Done = Callable[[dict[str, Any]], str | None]
+"""Whether a followed item is done: a line saying so, or None to keep waiting."""
+
+
+def _types_view(types: list[dict[str, Any]], wide: bool) -> Any:
+    view = table("TYPE", "ENDPOINT", *(["SUMMARY"] if wide else []))
+    for entry in types:
+        view.add_row(entry["type"], f"POST {entry['path']}", *([entry["summary"]] if wide else []))
+    if not types:
+        view.caption = "this server accepts no submissions"
+    return view
+
+
+@submit_app.callback()
+def submit(
+    ctx: typer.Context,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    url: UrlOption = None,
+) -> None:
+    """Submit a work item (without a type: list the types the server accepts)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with errors(), client(url, True) as api:
+        emit(api.submission_types(), output_mode(output, json_flag), _types_view)
+
+
+def _item_line(action: str, item: dict[str, Any]) -> str:
+    return (
+        f"{action} {item['type']} item {item['id']}: project {item['project']}, "
+        f"{item['phase']}, {item['admission']}"
+    )
+
+
+def report(
+    api: Any,
+    result: dict[str, Any],
+    mode: Output,
+    *,
+    wait: bool,
+    wait_timeout: float,
+    done: Done,
+) -> None:
+    """Print a submission's outcome; with `wait`, follow the item until `done` says so.
+
+    Machine formats print one document, `{"action", "item"}`, the item as last seen.
+    A followed item that fails or is cancelled exits 1; a wait that times out exits 1.
+    """
+    action, item = result["action"], result["item"]
+    machine = mode in (Output.json, Output.yaml)
+    if not machine:
+        typer.echo(_item_line(action, item))
+    if not wait:
+        if machine:
+            emit(result, mode, _types_view)
+        return
+    deadline = time.monotonic() + wait_timeout
+    outcome = done(item)
+    while outcome is None and item["phase"] == "active":
+        if time.monotonic() > deadline:
+            if machine:
+                typer.echo(dump({"action": action, "item": item}, mode), nl=False)
+            fail(f"still waiting after {wait_timeout:g}s: item {item['id']} is {item['phase']}", 1)
+        time.sleep(WAIT_INTERVAL)
+        item = api.item(item["id"])
+        outcome = done(item)
+    if machine:
+        typer.echo(dump({"action": action, "item": item}, mode), nl=False)
+    if outcome is None:
+        fail(f"item {item['id']} ended {item['phase']}: {item.get('error') or 'no error'}", 1)
+    if not machine:
+        typer.echo(outcome)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `wq submit` and its per-type commands."""
+    for name in TYPE_MODULES:
+        importlib.import_module(name).register(submit_app)
+    app.add_typer(submit_app, name="submit")
+
+
+__all__ = [
+    "JsonOption",
+    "NoAuthOption",
+    "OutputOption",
+    "UrlOption",
+    "WaitOption",
+    "WaitTimeoutOption",
+    "client",
+    "errors",
+    "output_mode",
+    "report",
+    "submit_app",
+]
