@@ -54,11 +54,12 @@ def test_whoami_wide_shows_tier_and_permissions(daemon: RunningDaemon, cache_hom
 def test_status_of_one_item_in_every_mode(daemon: RunningDaemon, cache_home: Path) -> None:
     item = daemon.submit()
     with daemon.api() as http:
-        wait_for(
-            lambda: http.get(f"/api/work-items/{item['id']}").json()["details"]["mr_url"],
-            timeout=30,
-            message="the MR to exist",
-        )
+
+        def settled() -> bool:
+            current = http.get(f"/api/work-items/{item['id']}").json()
+            return bool(current["details"]["mr_url"]) and current["admission"] == "idle"
+
+        wait_for(settled, timeout=30, message="the MR to exist and the item to go idle")
         server = http.get(f"/api/work-items/{item['id']}").json()
 
     as_json = invoke(["status", "--id", item["id"], "--json"], env(daemon, cache_home))
