@@ -22,6 +22,7 @@ from tests.support.chain import STEPS, new_chain_item
 from wq.daemon.app import create_app
 from wq.daemon.auth import Authenticator, Principal
 from wq.daemon.runtime import Runtime
+from wq.engine import schema
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import set_phase, submit
 from wq.engine.models import AuditEntry, WorkItem
@@ -163,10 +164,34 @@ def page_through(client: TestClient, **params: Any) -> list[list[str]]:
 # --------------------------------------------------------------------------- public routes
 
 
-def test_healthz_answers_without_auth(anon: TestClient, store: Store) -> None:
+def test_probes_answer_without_auth(anon: TestClient, store: Store) -> None:
     response = anon.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": store.dialect}
+    assert response.json() == {"status": "ok"}
+    ready = anon.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json() == {
+        "status": "ok",
+        "database": store.dialect,
+        "schema_revision": schema.cached_head_revision(),
+    }
+
+
+def test_readyz_refuses_an_outdated_schema(anon: TestClient, store: Store) -> None:
+    head = schema.cached_head_revision()
+    update = text(f"UPDATE {schema.VERSION_TABLE} SET version_num = :revision")
+    with store.engine.begin() as conn:
+        conn.execute(update, {"revision": "0001"})
+    try:
+        ready = anon.get("/readyz")
+        assert ready.status_code == 503
+        assert "wq db migrate" in ready.json()["error"]
+        # Liveness does not depend on the database.
+        assert anon.get("/healthz").status_code == 200
+    finally:
+        # The PostgreSQL database is shared by the whole run.
+        with store.engine.begin() as conn:
+            conn.execute(update, {"revision": head})
 
 
 def test_openapi_docs_and_redoc_need_no_auth(anon: TestClient) -> None:

@@ -123,7 +123,7 @@ class Daemon:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def wait_healthy(self, deadline_seconds: float = STARTUP_DEADLINE) -> dict[str, str]:
-        """Poll /healthz until it answers 200; fail early if the process exits."""
+        """Poll /readyz until it answers 200 (the body without the schema revision)."""
         deadline = time.monotonic() + deadline_seconds
         last_error = "no attempt"
         url = self.url
@@ -133,12 +133,13 @@ class Daemon:
                 if code is not None:
                     pytest.fail(f"daemon exited with {code} before it was healthy:\n{self.log()}")
                 try:
-                    response = client.get(f"{url}/healthz")
+                    response = client.get(f"{url}/readyz")
                 except httpx.TransportError as err:
                     last_error = repr(err)
                 else:
                     if response.status_code == 200:
                         body: dict[str, str] = response.json()
+                        assert body.pop("schema_revision")
                         return body
                     last_error = f"{response.status_code} {response.text}"
                 time.sleep(0.05)

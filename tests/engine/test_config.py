@@ -17,6 +17,9 @@ def test_defaults_match_the_design() -> None:
     pool = config.pool_for("any/project")
     assert (pool.capacity, pool.alert_capacity, pool.queued_autonomous_cap) == (10, 1, 6)
     assert config.server.host == "127.0.0.1"
+    # A hung database is answered 503 within seconds, not waited on forever.
+    assert config.database.connect_timeout_seconds == 5
+    assert config.database.statement_timeout_seconds == 10
 
 
 @pytest.mark.parametrize(
@@ -56,6 +59,8 @@ def test_pool_lookup_exact_then_longest_prefix(project: str, expected: int) -> N
         ({"processing": {"workers": 0}}, "processing.workers"),
         ({"server": {"port": 70000}}, "server.port"),
         ({"bogus": 1}, "bogus"),
+        ({"database": {"statement_timeout_seconds": 0}}, "database.statement_timeout_seconds"),
+        ({"database": {"connect_timeout": 5}}, "database.connect_timeout"),
     ],
 )
 def test_invalid_values_name_the_key(data: dict[str, object], key: str) -> None:

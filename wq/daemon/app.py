@@ -7,6 +7,7 @@ from fastapi import FastAPI
 import wq
 from wq.daemon.auth import install_auth_handling
 from wq.daemon.errors import install_error_handlers
+from wq.daemon.outage import OutageLog
 from wq.daemon.routers import health, identity, pools, submissions, webhooks, work_items
 from wq.daemon.runtime import Runtime
 
@@ -19,7 +20,8 @@ def create_app(runtime: Runtime) -> FastAPI:
         description="The wq work-queue engine: work items, admission pools, processing.",
     )
     app.state.runtime = runtime
-    install_error_handlers(app)
+    app.state.outage = OutageLog()
+    install_error_handlers(app, app.state.outage)
     install_auth_handling(app)
     app.include_router(health.router)
     app.include_router(identity.router)

@@ -52,10 +52,14 @@ def daemon(config_path: str | None, host: str | None, port: int | None) -> int:
 def _database(config_path: str | None) -> Engine:
     """The configured database alone: migrating needs no types, tokens or auth tiers."""
     from wq.engine.config import default_database_url
-    from wq.engine.db import make_engine
+    from wq.engine.db import Timeouts, make_engine
 
     config = load_config(config_path)
-    return make_engine(config.database_url or default_database_url(), pool_size=1)
+    # Migrations may run long statements: only the connection attempt is bounded.
+    timeouts = Timeouts(config.database.connect_timeout_seconds, statement_seconds=None)
+    return make_engine(
+        config.database_url or default_database_url(), pool_size=1, timeouts=timeouts
+    )
 
 
 def db_migrate(config_path: str | None) -> int:

@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from wq.daemon.outage import RETRY_AFTER_SECONDS, UNAVAILABLE_ERRORS, OutageLog, OutageWatch
 from wq.engine.items import ItemConflict, ItemNotFound
 from wq.engine.registry import SubmissionRejected
 
@@ -21,8 +22,26 @@ def _error(
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def unavailable() -> JSONResponse:
+    """503 for a database that cannot be used right now."""
+    return _error(
+        503,
+        "the database is unavailable; try again shortly",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
     """Turn every error into `{"error": message}` with the right status code."""
+
+    async def database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        # Not a bug: one log line per outage (OutageLog), no traceback per request.
+        outage.failed(exc)
+        return unavailable()
+
+    for error in UNAVAILABLE_ERRORS:
+        app.add_exception_handler(error, database_unavailable)
+    app.add_middleware(OutageWatch, outage=outage)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.daemon.auth import Authenticator, LocalTokenTier, build_authenticator
 from wq.engine.config import Config, ConfigError, default_database_url
-from wq.engine.db import make_engine, make_sessionmaker, read_only
+from wq.engine.db import DEFAULT_TIMEOUTS, Timeouts, make_engine, make_sessionmaker, read_only
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import TypeRegistry
 from wq.engine.sqs import SqsConsumer, queue_url_from_env
@@ -34,6 +34,7 @@ class Runtime:
     manager: ProcessingManager | None = None
     webhook_secret: str | None = None
     consumer: SqsConsumer | None = None
+    timeouts: Timeouts = DEFAULT_TIMEOUTS
 
     def start_processing(self) -> ProcessingManager:
         """Create and start the processing manager (scheduler, workers, sweep)."""
@@ -89,7 +90,11 @@ def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runti
     )
     url = config.database_url or default_database_url()
     workers = config.processing.workers
-    engine = make_engine(url, pool_size=workers + 5)
+    timeouts = Timeouts(
+        connect_seconds=config.database.connect_timeout_seconds,
+        statement_seconds=config.database.statement_timeout_seconds,
+    )
+    engine = make_engine(url, pool_size=workers + 5, timeouts=timeouts)
     wakeup = Wakeup()
     sessions = make_sessionmaker(engine)
     sessions.configure(info={WAKEUP_KEY: wakeup})
@@ -104,4 +109,5 @@ def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runti
         wakeup=wakeup,
         local_tier=local_tier,
         webhook_secret=config.events.webhook_secret(),
+        timeouts=timeouts,
     )

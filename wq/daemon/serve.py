@@ -99,7 +99,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
         manager = runtime.start_processing()
         listener = None
         if runtime.engine.dialect.name == "postgresql":
-            listener = NotifyListener(runtime.engine, runtime.wakeup)
+            listener = NotifyListener(runtime.engine, runtime.wakeup, runtime.timeouts)
             listener.start()
         consumer = runtime.start_consumer()
         if consumer is not None:

@@ -39,6 +39,13 @@ class ServerConfig(_Section):
     port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
 
 
+class DatabaseConfig(_Section):
+    """How long to wait for PostgreSQL before answering 503 (the URL is `database_url`)."""
+
+    connect_timeout_seconds: PositiveFloat = 5.0
+    statement_timeout_seconds: PositiveFloat = 10.0
+
+
 class ProcessingConfig(_Section):
     """The processing manager: worker pool, leases, retries, sweep."""
 
@@ -95,6 +102,7 @@ class Config(_Section):
     """The whole daemon configuration."""
 
     database_url: str | None = None
+    database: DatabaseConfig = DatabaseConfig()
     server: ServerConfig = ServerConfig()
     processing: ProcessingConfig = ProcessingConfig()
     pools: dict[str, PoolConfig] = Field(default_factory=dict)

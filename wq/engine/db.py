@@ -4,19 +4,99 @@ SQLite runs in WAL mode with a busy timeout; write transactions start with
 `BEGIN IMMEDIATE` so two writers queue on the lock instead of failing on upgrade.
 Sessions bound through `read_only()` start a plain deferred transaction, which in WAL
 mode never waits for a writer.
+
+PostgreSQL connections have a connect timeout, a server-side statement timeout, and a
+client-side bound on every wait for the server: a server whose processes are stopped
+still accepts TCP and acknowledges packets, so only the client can notice that it no
+longer answers. Such a connection is closed, and the pool replaces it.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from psycopg.abc import RV, PQGen
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 READ_ONLY_OPTION = "wq_read_only"
+# How much longer than the statement timeout the client waits for an answer: the
+# server's own timeout normally fires first and leaves the connection usable.
+ANSWER_MARGIN_SECONDS = 2.0
+_POLL_INTERVAL = 0.1
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long to wait for a PostgreSQL server (None: no bound)."""
+
+    connect_seconds: float | None = 5.0
+    statement_seconds: float | None = 10.0
+
+    @property
+    def answer_seconds(self) -> float | None:
+        """The client-side bound on one wait for the server."""
+        if self.statement_seconds is None:
+            return None
+        return self.statement_seconds + ANSWER_MARGIN_SECONDS
+
+    def connect_args(self) -> dict[str, Any]:
+        """libpq parameters: the connect timeout and the server's statement timeout."""
+        args: dict[str, Any] = {}
+        if self.connect_seconds is not None:
+            # libpq takes whole seconds (and treats 1 as 2).
+            args["connect_timeout"] = max(2, math.ceil(self.connect_seconds))
+        if self.statement_seconds is not None:
+            args["options"] = f"-c statement_timeout={math.ceil(self.statement_seconds * 1000)}"
+        return args
+
+
+DEFAULT_TIMEOUTS = Timeouts()
+# Migrations may run long statements: only the connection attempt is bounded.
+MIGRATION_TIMEOUTS = Timeouts(statement_seconds=None)
+
+
+class DatabaseNotAnswering(psycopg.OperationalError):
+    """The server accepted the connection but did not answer in time; it was closed."""
+
+
+class TimedConnection(psycopg.Connection[Any]):
+    """A psycopg connection that gives up waiting for a server that does not answer.
+
+    Waits that name their own timeout (LISTEN's `notifies`) keep it.
+    """
+
+    answer_timeout: float | None = None
+
+    def wait(
+        self, gen: PQGen[RV], interval: float = _POLL_INTERVAL, timeout: float | None = None
+    ) -> RV:
+        """Drive `gen`, bounded by `answer_timeout` unless the caller gave a timeout."""
+        if timeout is not None or self.answer_timeout is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, self.answer_timeout)
+        except psycopg.errors._WaitTimeout:
+            # The statement's fate is unknown and the protocol is mid-exchange: the
+            # connection cannot be reused.
+            self.close()
+            raise DatabaseNotAnswering(
+                f"the database did not answer within {self.answer_timeout:g}s"
+            ) from None
+
+
+def connect_postgres(dsn: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, **kwargs: Any) -> Any:
+    """A psycopg connection with the connect, statement and answer timeouts."""
+    params = {**timeouts.connect_args(), **kwargs}
+    conn = TimedConnection.connect(dsn, **params)
+    conn.answer_timeout = timeouts.answer_seconds
+    return conn
 
 
 def normalize_url(url: str) -> str:
@@ -52,8 +132,11 @@ def _configure_sqlite(engine: Engine) -> None:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def make_engine(url: str, *, pool_size: int = 20) -> Engine:
-    """Create an engine for a database URL, creating the SQLite directory if needed."""
+def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> Engine:
+    """Create an engine for a database URL, creating the SQLite directory if needed.
+
+    `timeouts` apply to PostgreSQL (SQLite waits for its lock with a busy timeout).
+    """
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -67,12 +150,22 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
+        # A request waiting for a pooled connection gives up like one waiting for
+        # the server (the default is 30 s).
+        pool_timeout=timeouts.answer_seconds or 30.0,
     )
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        dsn = cargs[0] if cargs else ""
+        return connect_postgres(dsn, timeouts, **cparams)
+
+    return engine
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

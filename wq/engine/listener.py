@@ -8,6 +8,7 @@ import threading
 import psycopg
 from sqlalchemy import Engine
 
+from wq.engine.db import DEFAULT_TIMEOUTS, Timeouts, connect_postgres
 from wq.engine.store import NOTIFY_CHANNEL, ORIGIN
 from wq.engine.wakeup import Wakeup
 
@@ -17,8 +18,12 @@ log = logging.getLogger(__name__)
 class NotifyListener:
     """A thread holding one autocommit connection that listens on the wq channel."""
 
-    def __init__(self, engine: Engine, wakeup: Wakeup) -> None:
+    def __init__(
+        self, engine: Engine, wakeup: Wakeup, timeouts: Timeouts = DEFAULT_TIMEOUTS
+    ) -> None:
         url = engine.url.set(drivername="postgresql")
+        # Bounded connect and LISTEN, so that a hung server cannot hold this thread.
+        self._timeouts = timeouts
         self._dsn = url.render_as_string(hide_password=False)
         self._wakeup = wakeup
         self._stopping = threading.Event()
@@ -37,7 +42,7 @@ class NotifyListener:
         backoff = 0.5
         while not self._stopping.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                with connect_postgres(self._dsn, self._timeouts, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     backoff = 0.5
                     # Anything may have happened while we were not listening.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-from wq.engine.db import make_engine
+from wq.engine.db import MIGRATION_TIMEOUTS, make_engine
 
 VERSION_TABLE = "wq_alembic_version"
 FIX_COMMAND = "wq db migrate"
@@ -31,7 +32,7 @@ def migrations_dir() -> Path:
 
 def make_engine_for_migrations(url: str) -> Engine:
     """An engine for running Alembic outside wq (the `alembic` command)."""
-    return make_engine(url, pool_size=1)
+    return make_engine(url, pool_size=1, timeouts=MIGRATION_TIMEOUTS)
 
 
 def alembic_config(engine: Engine) -> AlembicConfig:
@@ -55,6 +56,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 def head_revision(engine: Engine) -> str | None:
     """The newest revision the installed migrations know."""
     return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+
+
+@functools.cache
+def cached_head_revision() -> str | None:
+    """The newest revision of the installed migrations (read once per process)."""
+    script = AlembicConfig()
+    script.set_main_option("script_location", str(migrations_dir()))
+    return ScriptDirectory.from_config(script).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:

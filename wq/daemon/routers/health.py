@@ -1,29 +1,81 @@
-"""`/healthz`, `/metrics`: probes and Prometheus, without authentication."""
+"""Probes and metrics, without authentication.
+
+`/healthz` says the process answers (a liveness probe: restarting the daemon would
+not bring a database back); `/readyz` says it can serve the API (a readiness probe:
+database reachable, schema at the revision this version needs); `/metrics` is
+Prometheus' text format at exactly that path.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
+from pydantic import BaseModel
 
 from wq.daemon.deps import RuntimeDep
+from wq.daemon.outage import RETRY_AFTER_SECONDS, OutageLog, is_unavailable
+from wq.engine import schema
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-def read_health(runtime: RuntimeDep) -> JSONResponse:
-    """Health of the daemon and its database (503 when the database is unreachable)."""
+class Liveness(BaseModel):
+    """The process answers."""
+
+    status: str
+
+
+class Readiness(BaseModel):
+    """Whether the daemon can serve the API, and why not."""
+
+    status: str
+    database: str
+    schema_revision: str | None = None
+    error: str | None = None
+
+
+@router.get("/healthz", response_model=Liveness)
+def read_health() -> Liveness:
+    """Liveness: the process is up and serving HTTP (never looks at the database)."""
+    return Liveness(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "database unreachable or outdated"}},
+)
+def read_readiness(runtime: RuntimeDep, request: Request) -> JSONResponse:
+    """Readiness: the database answers and its schema is current (503 otherwise)."""
+    outage: OutageLog = request.app.state.outage
+    dialect = runtime.engine.dialect.name
     try:
-        with runtime.read_sessions() as session:
-            session.execute(text("SELECT 1"))
+        current = schema.current_revision(runtime.engine)
     except Exception as err:
+        if not is_unavailable(err):
+            raise
+        outage.failed(err)
+        body = Readiness(status="unavailable", database=dialect, error="database unreachable")
         return JSONResponse(
-            {"status": "unhealthy", "database": "unreachable", "error": type(err).__name__},
+            body.model_dump(),
             status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
-    return JSONResponse({"status": "ok", "database": runtime.engine.dialect.name})
+    head = schema.cached_head_revision()
+    if current != head:
+        body = Readiness(
+            status="unavailable",
+            database=dialect,
+            schema_revision=current,
+            error=f"schema at {current or 'nothing'}, needs {head}: run `{schema.FIX_COMMAND}`",
+        )
+        return JSONResponse(body.model_dump(), status_code=503)
+    return JSONResponse(
+        Readiness(status="ok", database=dialect, schema_revision=current).model_dump(
+            exclude_none=True
+        )
+    )
 
 
 @router.get(

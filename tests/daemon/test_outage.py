@@ -1,0 +1,107 @@
+"""A database that cannot be reached: 503 with Retry-After, one log line per outage.
+
+The runtime points at a PostgreSQL port where nothing listens, so every connection
+attempt really fails (no mocks); the daemon itself stays up: `/healthz` answers 200.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import make_config
+from tests.support.chain import Behaviour, chain_registry
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
+
+# Port 1 on loopback: nothing listens, the connection is refused at once.
+UNREACHABLE_URL = "postgresql://postgres@127.0.0.1:1/wq"
+
+ITEM = str(uuid.uuid4())
+DATABASE_ROUTES = [
+    ("GET", "/api/work-items", None),
+    ("GET", f"/api/work-items/{ITEM}", None),
+    ("POST", f"/api/work-items/{ITEM}/retry", None),
+    ("POST", "/api/work-items/chain", {"project": "group/app"}),
+    ("GET", "/api/pools", None),
+    ("GET", "/api/pools/group/app", None),
+    ("GET", "/api/queue?project=group/app", None),
+]
+
+
+@pytest.fixture
+def down() -> Iterator[tuple[Runtime, TestClient]]:
+    runtime = build_runtime(make_config(UNREACHABLE_URL), registry=chain_registry(Behaviour()))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False, headers=headers) as client:
+        yield runtime, client
+    runtime.engine.dispose()
+
+
+def test_every_database_route_answers_503_with_retry_after(
+    down: tuple[Runtime, TestClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, client = down
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        for method, path, body in DATABASE_ROUTES:
+            response = client.request(method, path, json=body)
+            assert response.status_code == 503, (method, path, response.text)
+            assert int(response.headers["Retry-After"]) > 0
+            assert "database" in response.json()["error"]
+    # One line for the whole outage, and no traceback for any request.
+    outage_lines = [r for r in caplog.records if "database unavailable" in r.getMessage()]
+    assert len(outage_lines) == 1, [r.getMessage() for r in outage_lines]
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_probes_split_liveness_from_readiness(down: tuple[Runtime, TestClient]) -> None:
+    _, client = down
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["error"] == "database unreachable"
+    assert int(ready.headers["Retry-After"]) > 0
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers (a hung PostgreSQL)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+def test_a_database_that_never_answers_gives_503_within_the_timeout(
+    silent_server: int,
+) -> None:
+    config = make_config(
+        f"postgresql://postgres@127.0.0.1:{silent_server}/wq",
+        database={"connect_timeout_seconds": 2, "statement_timeout_seconds": 2},
+    )
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    try:
+        with TestClient(
+            create_app(runtime), raise_server_exceptions=False, headers=headers
+        ) as client:
+            started = time.monotonic()
+            response = client.get("/api/work-items")
+            elapsed = time.monotonic() - started
+            assert response.status_code == 503, response.text
+            # The bound the issue asks for: a few seconds, not forever (generous: the
+            # test machine is shared).
+            assert elapsed < 15, elapsed
+            assert client.get("/readyz").status_code == 503
+    finally:
+        runtime.engine.dispose()
