@@ -46,7 +46,10 @@ class MrItem(WorkItem):
         "polymorphic_identity": "mr",
         "polymorphic_load": "selectin",
     }
-    __table_args__ = (Index("ix_mr_details_branch", "source_branch"),)
+    __table_args__ = (
+        Index("ix_mr_details_branch", "source_branch"),
+        Index("ix_mr_details_mr_iid", "mr_iid"),  # events resolve by (project, iid)
+    )
 
     def details_dict(self) -> dict[str, Any]:
         """The `details` the API shows."""
