@@ -113,15 +113,28 @@ def test_with_a_redrive_policy_poison_goes_to_the_dead_letter_queue_counted_once
     assert item(store, item_id).status("needs_reconcile") is not None  # the valid one
 
 
+def _dead_letter_queue(sqs: Any) -> tuple[str, dict[str, str]]:
+    """A dead-letter queue, and the attributes that make a queue redrive into it."""
+    dead = make_queue(sqs)
+    arn = sqs.get_queue_attributes(QueueUrl=dead, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "5"})
+    return dead, {"RedrivePolicy": policy}
+
+
+@pytest.mark.parametrize("redrive", [False, True], ids=["no_redrive", "redrive"])
 def test_a_database_failure_keeps_the_batch_for_redelivery(
     store: Store,
     monkeypatch: pytest.MonkeyPatch,
     sqs: Any,
     caplog: pytest.LogCaptureFixture,
+    redrive: bool,
 ) -> None:
     registry = mr_registry(monkeypatch)
     item_id = new_item(store, registry)
-    queue = make_queue(sqs, VisibilityTimeout="0")
+    dead, attributes = _dead_letter_queue(sqs) if redrive else ("", {})
+    queue = make_queue(sqs, VisibilityTimeout="0", **attributes)
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(mr_event("approved")))
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(mr_event("merge")))
     consumer = SqsConsumer(store.sessions, registry, queue, wait_seconds=0, client=sqs)
@@ -141,6 +154,9 @@ def test_a_database_failure_keeps_the_batch_for_redelivery(
             conn.execute(text("ALTER TABLE pending_events_away RENAME TO pending_events"))
     assert counted("transient") - transient == 2  # the first stops the rest of its batch
     assert queue_depth(sqs, queue) == 2  # nothing was deleted
+    assert consumer.redrive_policy is redrive
+    if redrive:
+        assert queue_depth(sqs, dead) == 0  # kept on the queue, not dead-lettered
     assert not [r for r in caplog.records if r.exc_info]  # a warning, not a traceback
     # The database is back: the kept event is stored and deleted.
     survivor = SqsConsumer(store.sessions, registry, queue, wait_seconds=0, client=sqs)
