@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 QUEUE_URL_ENV_VARS = ("WQ_EVENTS_QUEUE_URL", "WORKQUEUE_SERVICE_EVENTS_QUEUE_URL")
 # How often the queue's redrive policy is looked at again (operators may add one).
 REDRIVE_CHECK_SECONDS = 600.0
+REDRIVE_RETRY_SECONDS = 60.0  # after the policy could not be read (e.g. not allowed)
 MAX_BACKOFF_SECONDS = 60.0
 # Errors that say the database cannot be reached or used right now, not that this
 # event is bad: the message is kept for redelivery. A missing table is a deployment
@@ -156,8 +157,10 @@ class SqsConsumer:
     def _check_redrive(self) -> None:
         """Look up the queue's redrive policy (again after a while)."""
         now = time.monotonic()
-        if self._redrive is not None and now - self._redrive_checked < REDRIVE_CHECK_SECONDS:
+        interval = REDRIVE_CHECK_SECONDS if self._redrive is not None else REDRIVE_RETRY_SECONDS
+        if self._redrive_checked and now - self._redrive_checked < interval:
             return
+        self._redrive_checked = now
         try:
             attributes = self.client.get_queue_attributes(
                 QueueUrl=self.queue_url, AttributeNames=["RedrivePolicy"]
@@ -174,7 +177,7 @@ class SqsConsumer:
                 if redrive
                 else "no redrive policy; undeliverable messages are deleted",
             )
-        self._redrive, self._redrive_checked = redrive, now
+        self._redrive = redrive
 
     def poll_once(self) -> int:
         """Receive one batch and handle it; return how many messages were deleted."""
