@@ -93,6 +93,7 @@ def api(
             {"groups": ["chain-readers"], "permissions": ["read"], "item_types": ["chain"]},
             {"groups": ["chain-ops"], "permissions": ["read", "retry"], "item_types": ["chain"]},
             {"groups": ["retriers"], "permissions": ["retry"]},
+            {"groups": ["mr-retriers"], "permissions": ["retry"], "item_types": ["mr"]},
             # JWT subjects that look like the engine's and the local token's names
             {
                 "issuer": issuer,
@@ -114,6 +115,7 @@ def api(
             "reader": fake_openshift.add_user("reader", ["chain-readers"]),
             "ops": fake_openshift.add_user("ops", ["chain-ops"]),
             "retrier": fake_openshift.add_user("retrier", ["retriers"]),
+            "mr-ops": fake_openshift.add_user("mr-ops", ["chain-readers", "mr-retriers"]),
             "nobody": fake_openshift.add_user("nobody", ["system:authenticated"]),
             "local": runtime.local_tier.token,
         }
@@ -193,6 +195,16 @@ def test_a_caller_who_may_read_the_type_is_told_what_it_lacks(api: Api) -> None:
     assert response.json() == {"error": "reader lacks the 'retry' permission on any type"}
     response = api.call("POST", f"/api/work-items/{item}/retry", "jwt-deployer")
     assert response.status_code == 403
+    # Retry on another type only: refused on the item's type, after the lookup.
+    response = api.call("POST", f"/api/work-items/{item}/retry", "mr-ops")
+    assert response.status_code == 403
+    assert response.json() == {"error": "mr-ops lacks the 'retry' permission on type 'chain'"}
+    last = auth_rows(api.store)[-1]
+    assert (last.event_type, last.work_item_id, last.extra["item_type"]) == (
+        "auth_denied",
+        item,
+        "chain",
+    )
 
 
 def test_a_retry_only_caller_learns_only_id_and_phase(api: Api) -> None:
