@@ -49,3 +49,37 @@ def test_forget_only_removes_the_given_token(tmp_path: Path) -> None:
 def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_dir() == tmp_path / "wq" / "tokens"
+
+
+def test_a_replaced_token_is_never_seen_half_written(tmp_path: Path) -> None:
+    # One writer replaces the token over and over while a reader loads it: every read
+    # sees one whole token (the rename is atomic), never an empty or partial file.
+    import threading
+
+    cache = TokenCache(tmp_path)
+    tokens = [f"token-{n}-" + "x" * 4000 for n in range(200)]
+    cache.store("http://h:1", tokens[0])
+    done = threading.Event()
+    seen: list[str | None] = []
+
+    def read() -> None:
+        while not done.is_set():
+            entry = cache.load("http://h:1")
+            seen.append(None if entry is None else entry.token)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for token in tokens:
+        cache.store("http://h:1", token)
+    done.set()
+    reader.join()
+    assert seen and all(token in tokens for token in seen)
+    assert [p.name for p in tmp_path.iterdir()] == [cache.path_for("http://h:1").name]
+
+
+def test_the_directory_is_made_private_even_when_it_existed(tmp_path: Path) -> None:
+    directory = tmp_path / "tokens"
+    directory.mkdir(mode=0o755)
+    directory.chmod(0o755)
+    TokenCache(directory).store("http://h:1", "t")
+    assert mode(directory) == 0o700

@@ -9,8 +9,10 @@ from typing import Annotated
 
 import typer
 
-db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
-config_app = typer.Typer(help="Configuration files.", no_args_is_help=True)
+db_app = typer.Typer(
+    help="Database schema migrations.", no_args_is_help=True, rich_markup_mode=None
+)
+config_app = typer.Typer(help="Configuration files.", no_args_is_help=True, rich_markup_mode=None)
 
 ConfigOption = Annotated[
     str | None,

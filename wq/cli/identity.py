@@ -26,10 +26,6 @@ def identity_of(document: dict[str, Any]) -> str:
 
 
 def _whoami_view(document: dict[str, Any], wide: bool) -> Any:
-    if not wide:
-        from rich.text import Text
-
-        return Text(identity_of(document))
     authentication = document.get("authentication", {})
     permissions = document.get("authorization", {}).get("effective_permissions", {})
     view = table("IDENTITY", "TIER", "GROUPS", "PERMISSIONS")
@@ -49,9 +45,13 @@ def whoami(
     no_auth: NoAuthOption = False,
 ) -> None:
     """Who the server thinks you are (-o json: the full identity and permissions)."""
+    mode = output_mode(output, json_flag)
     with errors(), client(url, no_auth) as api:
         document = api.whoami()
-        emit(document, output_mode(output, json_flag), _whoami_view)
+        if mode is Output.table:
+            typer.echo(identity_of(document))  # the name alone; no need to load rich
+            return
+        emit(document, mode, _whoami_view)
 
 
 def login(

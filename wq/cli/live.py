@@ -1,8 +1,10 @@
 """`--watch`: redraw a view in place with rich Live until Ctrl-C.
 
-A server that is briefly unreachable or failing shows its error in the view and the
-next poll tries again; authentication, permission and not-found errors end the watch
-with their exit code, since waiting will not fix them.
+When stdout is not an interactive terminal (a pipe, a log file) each frame is printed
+after the previous one instead, as `kubectl get --watch` does. A server that is briefly
+unreachable or failing shows its error in the view and the next poll tries again;
+authentication, permission and not-found errors end the watch with their exit code,
+since waiting will not fix them.
 """
 
 from __future__ import annotations
@@ -33,17 +35,27 @@ def watch(view: Callable[[], Any], *, interval: float) -> None:
     from wq.client.errors import ServerError, ServerUnreachable
 
     out = console()
+
+    def frame() -> Any:
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
+        try:
+            body = view()
+            header = Text(f"every {interval:g}s, {stamp} UTC (Ctrl-C to stop)", "dim")
+        except (ServerUnreachable, ServerError) as err:
+            body = Text(f"error: {err.message}", "red")
+            header = Text(f"retrying every {interval:g}s, {stamp} UTC", "dim")
+        return Group(header, body)
+
     try:
+        if not out.is_interactive:
+            while True:
+                out.print(frame())
+                out.print()
+                out.file.flush()
+                time.sleep(interval)
         with Live(console=out, auto_refresh=False, transient=False) as live:
             while True:
-                stamp = datetime.now(UTC).strftime("%H:%M:%S")
-                try:
-                    body = view()
-                    header = Text(f"every {interval:g}s, {stamp} UTC (Ctrl-C to stop)", "dim")
-                except (ServerUnreachable, ServerError) as err:
-                    body = Text(f"error: {err.message}", "red")
-                    header = Text(f"retrying every {interval:g}s, {stamp} UTC", "dim")
-                live.update(Group(header, body), refresh=True)
+                live.update(frame(), refresh=True)
                 time.sleep(interval)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None

@@ -20,6 +20,8 @@ app = typer.Typer(
     help="wq: a work-queue engine and the tools to operate it.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help: rich's help formatter alone costs more start-up than httpx.
+    rich_markup_mode=None,
 )
 
 

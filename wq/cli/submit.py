@@ -32,6 +32,7 @@ TYPE_MODULES = ("wq.cli.submit_mr",)
 submit_app = typer.Typer(
     help="Submit a work item (without a type: list the types the server accepts).",
     invoke_without_command=True,
+    rich_markup_mode=None,
 )
 
 WaitOption = Annotated[bool, typer.Option("--wait", help="Follow the item until it is done.")]

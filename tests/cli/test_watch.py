@@ -1,0 +1,62 @@
+"""`--watch`: a real `wq` process redraws until Ctrl-C (SIGINT), then exits 0.
+
+`pools` runs as on a terminal (rich Live redraws in place with cursor controls); the
+others write to a file as in a pipe, where each frame follows the last.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.cli.daemon import BLOCKED, RunningDaemon, base_env
+from tests.support.waiting import wait_for
+
+
+def shows(path: Path, text: str) -> Callable[[], bool]:
+    return lambda: text.encode() in path.read_bytes()
+
+
+@pytest.mark.parametrize("command", ["pools", "queue", "status"])
+def test_watch_redraws_until_ctrl_c(daemon: RunningDaemon, tmp_path: Path, command: str) -> None:
+    first = daemon.submit(project=BLOCKED)
+    args = {
+        "pools": ["pools"],
+        "queue": ["queue", "--project", BLOCKED],
+        "status": ["status", "--project", BLOCKED, "-o", "wide"],
+    }[command]
+    env = base_env(tmp_path, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin, COLUMNS="200")
+    terminal = command == "pools"
+    if terminal:
+        env.update(TTY_COMPATIBLE="1", TTY_INTERACTIVE="1")
+    out = tmp_path / "watch.out"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wq", *args, "--watch", "--interval", "0.3"],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+        )
+    try:
+        wait_for(shows(out, BLOCKED if terminal else first["id"]), timeout=60, message="a frame")
+        if terminal:
+            wait_for(shows(out, "\x1b[2K"), timeout=60, message="an in-place redraw")
+        else:
+            # A later frame shows an item submitted after the watch began.
+            second = daemon.submit(project=BLOCKED)
+            wait_for(shows(out, second["id"]), timeout=60, message="a redraw")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, stderr
+    assert b"Traceback" not in stderr
+    frames = out.read_bytes().count(b"Ctrl-C to stop")
+    assert frames >= (1 if terminal else 2)
