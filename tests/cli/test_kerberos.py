@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 
 from tests.cli.daemon import RunningDaemon, base_env, run, running_daemon
 from tests.fakes.spnego_proxy import SpnegoProxy
+from tests.support.waiting import wait_for
 from wq.client.token_cache import TokenCache
 
 SERVICE = "HTTP/127.0.0.1"
@@ -110,7 +112,9 @@ def proxy(
         yield running
 
 
-def kerberos_env(realm: Any, root: Path, *, ticket: bool = True, **extra: str) -> dict[str, str]:
+def kerberos_env(
+    realm: Any, root: Path, *, ticket: bool = True, lifetime: str | None = None, **extra: str
+) -> dict[str, str]:
     """A process environment in the realm; with a fresh ticket for `user`, or none."""
     ccache = root / ("ccache" if ticket else "no-ticket")
     env = base_env(
@@ -120,7 +124,8 @@ def kerberos_env(realm: Any, root: Path, *, ticket: bool = True, **extra: str) -
         **extra,
     )
     if ticket:
-        realm.kinit(realm.user_princ, realm.password("user"), env={**realm.env, **env})
+        flags = ["-l", lifetime] if lifetime else None
+        realm.kinit(realm.user_princ, realm.password("user"), flags=flags, env={**realm.env, **env})
     return env
 
 
@@ -183,6 +188,20 @@ def test_without_a_ticket_login_and_whoami_exit_4(
         assert result.code == 4, result
         assert result.stdout == "" and "Traceback" not in result.stderr
         assert "no Kerberos ticket" in result.stderr and "kinit" in result.stderr
+    assert proxy.principals == [] and cached(tmp_path, proxy.url) is None
+
+
+def test_an_expired_ticket_is_exit_4(realm: Any, proxy: SpnegoProxy, tmp_path: Path) -> None:
+    env = kerberos_env(realm, tmp_path, lifetime="2s")
+
+    def expired() -> bool:
+        klist = subprocess.run(["klist", "-s"], env=env, check=False, timeout=30)
+        return klist.returncode != 0
+
+    wait_for(expired, timeout=60, interval=0.5, message="the 2 s ticket to expire")
+    result = run(["login", "--url", proxy.url], env, tmp_path)
+    assert result.code == 4, result
+    assert "your Kerberos ticket has expired" in result.stderr and "kinit" in result.stderr
     assert proxy.principals == [] and cached(tmp_path, proxy.url) is None
 
 
