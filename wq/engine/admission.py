@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
@@ -100,6 +100,8 @@ def admit_project(
                 WorkItem.project == project,
                 WorkItem.lane == lane,
                 WorkItem.admission == inline(QUEUED),
+                # An item whose run could not start waits out its backoff in line.
+                or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
             )
             .order_by(WorkItem.seq)
             .limit(free)

@@ -32,7 +32,7 @@ from wq.engine.models import (
 )
 from wq.engine.registry import SubmitResult, TypeRegistry
 from wq.engine.store import inline
-from wq.engine.wakeup import PROJECT_QUEUED, signal
+from wq.engine.wakeup import ITEMS_ADMITTED, PROJECT_QUEUED, signal
 
 
 class ItemNotFound(LookupError):
@@ -280,3 +280,42 @@ def retry(
     )
     settle(session, item, registry, now, actor=actor, trigger=trigger)
     return item
+
+
+def cancel(
+    session: Session,
+    item_id: uuid.UUID,
+    *,
+    registry: TypeRegistry,
+    now: datetime,
+    actor: str,
+) -> tuple[str, WorkItem]:
+    """Cancel an active item: at once, or by asking its type to stop what it runs.
+
+    Returns ("cancelled", item), or ("requested", item) when an admitted item's type
+    stops external work first and its worker ends the item (soon: it is due now).
+    """
+    item = session.get(WorkItem, item_id, with_for_update=True, populate_existing=True)
+    if item is None:
+        raise ItemNotFound(str(item_id))
+    if item.phase in TERMINAL_PHASES:
+        raise ItemConflict(f"work item {item_id} is already {item.phase}")
+    trigger = {"source": "api", "action": "cancel"}
+    hook = registry.get(item.type).cancel_requested if item.type in registry else None
+    if hook is not None and item.admission == ADMITTED and hook(session, item, now):
+        item.run_after = now
+        audit(
+            session,
+            AuditRecord(
+                "cancel_requested",
+                actor,
+                item.id,
+                old_state=snapshot(item),
+                new_state=snapshot(item),
+                trigger=trigger,
+            ),
+        )
+        signal(session, ITEMS_ADMITTED)
+        return "requested", item
+    set_phase(session, item, CANCELLED, actor=actor, trigger=trigger)
+    return "cancelled", item

@@ -32,17 +32,19 @@ from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.fence import LeaseLost, fenced_executor
 from wq.engine.items import release_slot, set_phase, snapshot
-from wq.engine.models import FAILED, TERMINAL_PHASES, WorkItem, utcnow
+from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem, utcnow
 from wq.engine.registry import (
     ActionContext,
     Decision,
     PermanentFailure,
+    Requeue,
     RetryLater,
+    Ticker,
     TypeRegistry,
     Wait,
 )
 from wq.engine.sweep import sweep_once
-from wq.engine.wakeup import WAKEUP_KEY, Wakeup
+from wq.engine.wakeup import PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,13 @@ class ProcessingManager:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        for type_name in self.registry.names:
+            for ticker in self.registry.get(type_name).tickers:
+                thread = threading.Thread(
+                    target=self._ticker_loop, args=(ticker,), name=f"wq-{ticker.name}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop claiming, let running actions finish up to `grace`, release held leases."""
@@ -218,6 +227,15 @@ class ProcessingManager:
             except Exception:
                 log.exception("sweep failed")
             if self._stopping.wait(self.settings.sweep_interval_seconds):
+                return
+
+    def _ticker_loop(self, ticker: Ticker) -> None:
+        while not self._stopping.is_set():
+            try:
+                ticker.run(self.sessions, self.clock())
+            except Exception:
+                log.exception("periodic %s failed", ticker.name)
+            if self._stopping.wait(ticker.interval_seconds):
                 return
 
     # ----------------------------------------------------------------- workers
@@ -352,7 +370,7 @@ class ProcessingManager:
         self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str
     ) -> None:
         now = self.clock()
-        known = isinstance(err, RetryLater | PermanentFailure)
+        known = isinstance(err, RetryLater | PermanentFailure | Requeue)
         message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
         log.warning("work item %s: %s", item_id, message)
         with self.sessions.begin() as session:
@@ -365,7 +383,10 @@ class ProcessingManager:
             item.attempts += 1
             item.error = message
             trigger = {"source": "worker", "action": action, "error": message}
-            if isinstance(err, PermanentFailure) or item.attempts >= self.settings.max_attempts:
+            requeue = isinstance(err, Requeue)
+            if not requeue and (
+                isinstance(err, PermanentFailure) or item.attempts >= self.settings.max_attempts
+            ):
                 reason = (
                     "permanent failure"
                     if isinstance(err, PermanentFailure)
@@ -376,15 +397,20 @@ class ProcessingManager:
             delay = backoff_delay(
                 item.attempts, self.settings.backoff_base_seconds, self.settings.backoff_max_seconds
             )
-            if isinstance(err, RetryLater) and err.retry_after:
+            if isinstance(err, RetryLater | Requeue) and err.retry_after:
                 delay = max(delay, err.retry_after)
             item.run_after = now + timedelta(seconds=delay)
             item.lease_owner = item.lease_token = None
             item.leased_until = None
+            if requeue:
+                # Back in line at its old place (same seq); its slot is free meanwhile,
+                # and the dispatcher admits it again once run_after has passed.
+                item.admission = QUEUED
+                signal(session, PROJECT_QUEUED, item.project)
             audit(
                 session,
                 AuditRecord(
-                    "action_failed",
+                    "requeued" if requeue else "action_failed",
                     actor,
                     item_id,
                     old_state=old,

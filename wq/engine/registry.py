@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.config import PoolConfig
 from wq.engine.models import WorkItem
@@ -79,6 +79,18 @@ class RetryLater(Exception):
         self.retry_after = retry_after
 
 
+class Requeue(Exception):
+    """The action could not even begin (a run that failed to start): give the slot back.
+
+    The item goes back to `queued` at its old place in line and is not admitted again
+    before `retry_after` seconds (or the engine's backoff) have passed.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class SubmissionRejected(ValueError):
     """A submission that is well-formed but cannot be accepted (a 422 with this message)."""
 
@@ -115,6 +127,18 @@ class Submission:
 
 
 @dataclass(frozen=True)
+class Ticker:
+    """Periodic work a type brings (schedules, clean-up): `run(sessions, now)` every interval.
+
+    Runs on every replica; `run` must be safe against other replicas doing the same.
+    """
+
+    name: str
+    interval_seconds: float
+    run: Callable[[sessionmaker[Session], datetime], None]
+
+
+@dataclass(frozen=True)
 class ItemType:
     """Everything the engine needs to drive items of one type."""
 
@@ -127,6 +151,10 @@ class ItemType:
     submission: Submission | None = None
     # Why an item of this type may not be retried now (None: it may).
     retry_veto: Callable[[Session, WorkItem], str | None] | None = None
+    # Asked when an admitted item is cancelled: True when the type must stop external
+    # work first (its worker then ends the item), False to cancel it at once.
+    cancel_requested: Callable[[Session, WorkItem, datetime], bool] | None = None
+    tickers: tuple[Ticker, ...] = ()
     settings: Any = None
     # Event kinds the engine orders by `last_event_at` (None: every kind with a time);
     # the type's handler orders the others itself.

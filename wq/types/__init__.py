@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 # Type name -> package. A new type is a new package here plus a migration.
-KNOWN_TYPES: dict[str, str] = {"mr": "wq.types.mr"}
+KNOWN_TYPES: dict[str, str] = {"mr": "wq.types.mr", "task": "wq.types.task"}
 
 
 def load_all_models() -> None:

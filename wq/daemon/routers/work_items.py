@@ -1,4 +1,4 @@
-"""The generic work-item API: list, read, retry."""
+"""The generic work-item API: list, read, retry, cancel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import and_, or_, select
 
@@ -130,3 +130,39 @@ def retry_item(
     if not principal.allows("read", item.type):
         return WorkItemRef(id=item.id, phase=item.phase)
     return WorkItemPublic.of(item)
+
+
+class CancelPublic(BaseModel):
+    """What a cancel did: `cancelled` now, or `requested` (the run is being stopped)."""
+
+    action: str
+    item: WorkItemPublic | WorkItemRef
+
+
+@router.post(
+    "/{item_id}/cancel",
+    response_model=CancelPublic,
+    responses={202: {"model": CancelPublic, "description": "the run is being stopped"}},
+)
+def cancel_item(
+    request: Request,
+    item_id: uuid.UUID,
+    response: Response,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    principal: PrincipalDep,
+) -> CancelPublic:
+    """Cancel an active item (202 while the work it runs is being stopped; `retry` permission)."""
+    authorize_lookup(principal, "retry")
+    item = session.get(WorkItem, item_id)
+    if item is None:
+        raise item_service.ItemNotFound(str(item_id))
+    authorize_item(request, principal, "retry", item.id, item.type, session=session)
+    action, item = item_service.cancel(
+        session, item_id, registry=runtime.registry, now=utcnow(), actor=principal.actor
+    )
+    session.commit()
+    response.status_code = 202 if action == "requested" else 200
+    if not principal.allows("read", item.type):
+        return CancelPublic(action=action, item=WorkItemRef(id=item.id, phase=item.phase))
+    return CancelPublic(action=action, item=WorkItemPublic.of(item))

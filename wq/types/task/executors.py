@@ -1,0 +1,150 @@
+"""Task executors: start a run, follow it to its end, cancel it.
+
+They talk to the task's runner and record what they saw on the task row; the engine
+commits, fenced by the lease. A run is always addressed by its id, so whichever
+worker follows it (after a lost lease or a daemon restart) finds the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+from wq.engine import items
+from wq.engine.models import CANCELLED, COMPLETED, FAILED
+from wq.engine.registry import ActionContext, PermanentFailure, Requeue, RetryLater
+from wq.types.task.models import TaskItem
+from wq.types.task.runners import (
+    MISSING,
+    RUNNING,
+    SUCCEEDED,
+    Runner,
+    RunnerUnavailable,
+    RunSpec,
+    RunStatus,
+    run_id_for,
+)
+from wq.types.task.runners.command import TemplateError
+from wq.types.task.settings import TaskSettings
+
+ACTOR = "task-runner"
+Executor = Callable[[ActionContext], None]
+
+
+def _task(ctx: ActionContext) -> TaskItem:
+    assert isinstance(ctx.item, TaskItem)
+    return ctx.item
+
+
+def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dict[str, Executor]:
+    """The executors bound to the type's settings and runner instances."""
+
+    def runner_of(name: str) -> Runner:
+        try:
+            return runners[name]
+        except KeyError:
+            raise PermanentFailure(f"runner {name!r} is not configured") from None
+
+    def finish(ctx: ActionContext, phase: str, status: RunStatus, summary: str) -> None:
+        task = _task(ctx)
+        task.finished_at = ctx.now
+        task.exit_status = status.exit_code
+        task.log_tail = status.log_tail
+        task.next_check_at = None
+        error = None
+        if phase != COMPLETED:
+            error = f"{summary}\n{status.log_tail}".rstrip()[:4000]
+        items.set_phase(
+            ctx.session,
+            task,
+            phase,
+            actor=ACTOR,
+            trigger={
+                "source": "runner",
+                "runner": task.runner,
+                "run_id": task.run_id,
+                "exit_status": status.exit_code,
+                "summary": summary,
+            },
+            error=error,
+        )
+
+    def start(ctx: ActionContext) -> None:
+        task = _task(ctx)
+        kind = settings.kinds.get(task.kind)
+        if kind is None:
+            raise PermanentFailure(f"task kind {task.kind!r} is no longer configured")
+        runner = runner_of(task.runner)
+        generation = task.run_generation + 1
+        spec = RunSpec(
+            run_id=run_id_for(task.id, generation),
+            item_id=task.id,
+            project=task.project,
+            kind=task.kind,
+            repository=task.repository,
+            payload=task.payload,
+            timeout_seconds=kind.timeout_seconds,
+            command=kind.command,
+            env=kind.env,
+            job=kind.job,
+        )
+        try:
+            runner.start(spec)
+        except TemplateError as err:
+            raise PermanentFailure(str(err)) from None
+        except RunnerUnavailable as err:
+            raise Requeue(
+                f"the run could not start: {err}", retry_after=settings.start_backoff_seconds
+            ) from None
+        task.run_generation = generation
+        task.run_id = spec.run_id
+        task.started_at = ctx.now
+        task.deadline_at = ctx.now + timedelta(seconds=kind.timeout_seconds)
+        task.next_check_at = ctx.now + timedelta(seconds=settings.poll_interval_seconds)
+        task.finished_at = task.exit_status = task.log_tail = None
+        task.attempts = 0  # start failures before this one are history now
+        task.error = None
+
+    def follow(ctx: ActionContext) -> None:
+        task = _task(ctx)
+        assert task.run_id is not None
+        runner = runner_of(task.runner)
+        try:
+            status = runner.poll(task.run_id)
+        except RunnerUnavailable as err:
+            raise RetryLater(f"cannot reach the run: {err}") from None
+        if status.state == RUNNING:
+            if task.deadline_at is not None and ctx.now >= task.deadline_at:
+                runner.cancel(task.run_id)
+                status = runner.poll(task.run_id)
+                assert task.started_at is not None
+                limit = (task.deadline_at - task.started_at).total_seconds()
+                finish(ctx, FAILED, status, f"timed out after {limit:g} s")
+                return
+            task.next_check_at = ctx.now + timedelta(seconds=settings.poll_interval_seconds)
+        elif status.state == SUCCEEDED:
+            finish(ctx, COMPLETED, status, "exit status 0")
+        elif status.state == MISSING:
+            finish(ctx, FAILED, status, f"the run was lost: {status.reason}")
+        else:
+            finish(ctx, FAILED, status, f"exit status {status.exit_code} {status.reason}".strip())
+
+    def cancel(ctx: ActionContext) -> None:
+        task = _task(ctx)
+        runner = runner_of(task.runner)
+        # Not recorded as started: a worker that lost its lease may still have
+        # started the next run under its deterministic id; stop that one too.
+        run_id = task.run_id if task.running else run_id_for(task.id, task.run_generation + 1)
+        assert run_id is not None
+        try:
+            runner.cancel(run_id)
+            status = runner.poll(run_id)
+        except RunnerUnavailable as err:
+            raise RetryLater(f"cannot reach the run to cancel it: {err}") from None
+        task.cancel_requested = False
+        if task.running:
+            finish(ctx, CANCELLED, status, "cancelled")
+        else:
+            items.set_phase(ctx.session, task, CANCELLED, actor=ACTOR, trigger={"source": "runner"})
+
+    return {"start": start, "follow": follow, "cancel": cancel}

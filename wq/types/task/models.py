@@ -1,0 +1,77 @@
+"""The `task_details` table (one agent run of a configured kind) and schedule ticks."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Boolean, ForeignKey, Integer, String, Text, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from wq.engine.models import Base, JsonDoc, UtcDateTime, WorkItem, utcnow
+
+
+class TaskItem(WorkItem):
+    """A task work item (joined-table inheritance on `work_items`).
+
+    `run_id` names the current run at its runner; it is derived from the item id and
+    `run_generation`, so a worker that lost its lease after starting a run and the
+    next owner agree on the name, and the next owner re-attaches instead of starting
+    a second run.
+    """
+
+    __tablename__ = "task_details"
+
+    id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("work_items.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(128))
+    repository: Mapped[str | None] = mapped_column(String(512))
+    payload: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    runner: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(255))
+    run_generation: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    next_check_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    exit_status: Mapped[int | None] = mapped_column(Integer)
+    log_tail: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
+        "polymorphic_identity": "task",
+        "polymorphic_load": "selectin",
+    }
+
+    @property
+    def running(self) -> bool:
+        """A run was started and has not been seen to end."""
+        return self.run_id is not None and self.finished_at is None
+
+    def details_dict(self) -> dict[str, Any]:
+        """The `details` the API shows."""
+        return {
+            "kind": self.kind,
+            "repository": self.repository,
+            "payload": self.payload,
+            "runner": self.runner,
+            "run_id": self.run_id,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "exit_status": self.exit_status,
+            "log_tail": self.log_tail,
+            "cancel_requested": self.cancel_requested,
+        }
+
+
+class TaskScheduleTick(Base):
+    """One produced tick of one schedule: the primary key makes it once per cluster."""
+
+    __tablename__ = "task_schedule_ticks"
+
+    schedule: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    tick: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
+    outcome: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)

@@ -1,0 +1,232 @@
+"""The `command` runner: a local process per run, supervised, found again by its directory.
+
+Each run has a directory `<runs_dir>/<run_id>` holding its spec, output and exit
+status. Creating that directory is the start's claim: a second start of the same run
+id finds it and does nothing, so a new owner re-attaches instead of starting twice.
+The command runs without a shell, in its own process group, under a small supervisor
+process that outlives the daemon; a restarted daemon polls the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from wq.types.task.runners import (
+    FAILED,
+    MISSING,
+    RUNNING,
+    SUCCEEDED,
+    RunnerUnavailable,
+    RunSpec,
+    RunStatus,
+    tail,
+)
+from wq.types.task.runners.supervise import write_json
+from wq.types.task.settings import CommandRunnerConfig
+
+# How long a run directory may exist before its supervisor has announced itself.
+STARTING_GRACE_SECONDS = 60.0
+
+
+class TemplateError(ValueError):
+    """The argv template cannot be filled from this task (a missing payload key)."""
+
+
+def render_argv(template: list[str], values: dict[str, Any]) -> list[str]:
+    """Fill the argv template; each element stays one argument (no shell, no splitting)."""
+    argv = []
+    for part in template:
+        try:
+            argv.append(part.format_map(values))
+        except (KeyError, IndexError) as err:
+            raise TemplateError(f"argv template {part!r}: the task has no {err}") from None
+        except (ValueError, AttributeError) as err:
+            raise TemplateError(f"argv template {part!r}: {err}") from None
+    return argv
+
+
+class CommandRunner:
+    """Runs tasks as local processes."""
+
+    name = "command"
+
+    def __init__(self, config: CommandRunnerConfig, runs_dir: Path, log_tail_bytes: int) -> None:
+        self.config = config
+        self.runs_dir = runs_dir
+        self.log_tail_bytes = log_tail_bytes
+        # Supervisors this process started: polled so that they never linger as zombies.
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _dir(self, run_id: str) -> Path:
+        if "/" in run_id or run_id.startswith("."):
+            raise ValueError(f"not a run id: {run_id!r}")
+        return self.runs_dir / run_id
+
+    def _environment(self, spec: RunSpec) -> dict[str, str]:
+        env = {name: os.environ[name] for name in self.config.inherit_env if name in os.environ}
+        env.update(self.config.env)
+        env.update(spec.env)
+        env.update(
+            WQ_TASK_ID=str(spec.item_id),
+            WQ_RUN_ID=spec.run_id,
+            WQ_PROJECT=spec.project,
+            WQ_KIND=spec.kind,
+            WQ_REPOSITORY=spec.repository or "",
+        )
+        return env
+
+    def start(self, spec: RunSpec) -> None:
+        """Start the run under a supervisor, unless its directory exists already."""
+        if not spec.command:
+            raise TemplateError(f"kind {spec.kind!r} has no command")
+        values = {
+            "id": str(spec.item_id),
+            "project": spec.project,
+            "kind": spec.kind,
+            "repository": spec.repository or "",
+            "payload": spec.payload,
+        }
+        argv = render_argv(spec.command, values)
+        if shutil.which(argv[0]) is None:
+            raise RunnerUnavailable(f"command not found: {argv[0]}")
+        run_dir = self._dir(spec.run_id)
+        try:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir()
+        except FileExistsError:
+            return  # started before (by us or by a worker that lost its lease): attach
+        except OSError as err:
+            raise RunnerUnavailable(f"cannot create {run_dir}: {err.strerror or err}") from None
+        document = {
+            "argv": argv,
+            "env": self._environment(spec),
+            "cwd": self.config.workdir,
+            "payload": spec.payload,
+        }
+        write_json(run_dir / "spec.json", document)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "wq.types.task.runners.supervise", str(run_dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=open(run_dir / "supervisor.log", "ab"),  # noqa: SIM115 (the child owns it)
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as err:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise RunnerUnavailable(f"cannot start the supervisor: {err}") from None
+        write_json(run_dir / "supervisor.json", {"pid": process.pid})
+        self._children[spec.run_id] = process
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return document
+
+    def _tail(self, run_dir: Path) -> str:
+        path = run_dir / "output.log"
+        try:
+            with open(path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                size = log.tell()
+                log.seek(max(0, size - self.log_tail_bytes))
+                data = log.read()
+        except FileNotFoundError:
+            return ""
+        return tail(data.decode("utf-8", errors="replace"), self.log_tail_bytes)
+
+    def _supervisor_alive(self, run_id: str, run_dir: Path) -> bool | None:
+        """True/False, or None when the supervisor has not announced itself yet."""
+        child = self._children.get(run_id)
+        if child is not None and child.poll() is not None:
+            self._children.pop(run_id, None)  # reaped
+            return False
+        announced = self._read(run_dir / "supervisor.json")
+        if announced is None:
+            return None
+        pid = int(announced["pid"])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if cmdline.exists():  # the pid may have been reused by another program
+            with contextlib.suppress(OSError):
+                return str(run_dir).encode() in cmdline.read_bytes()
+        return True
+
+    def poll(self, run_id: str) -> RunStatus:
+        """The run's state from its directory (works from any process on this machine)."""
+        run_dir = self._dir(run_id)
+        if not run_dir.is_dir():
+            return RunStatus(MISSING, reason=f"no run directory {run_dir}")
+        for _ in range(2):
+            result = self._read(run_dir / "exit.json")
+            if result is not None:
+                code = int(result["exit_code"])
+                state = SUCCEEDED if code == 0 else FAILED
+                return RunStatus(state, exit_code=code, log_tail=self._tail(run_dir))
+            alive = self._supervisor_alive(run_id, run_dir)
+            if alive is None:
+                age = time.time() - run_dir.stat().st_mtime
+                if age < STARTING_GRACE_SECONDS:
+                    return RunStatus(RUNNING)
+                break
+            if alive:
+                return RunStatus(RUNNING)
+            # The supervisor ended: read exit.json once more (it may have just written it).
+        return RunStatus(
+            MISSING,
+            log_tail=self._tail(run_dir),
+            reason="the run's supervisor ended without an exit status",
+        )
+
+    def _signal_group(self, run_dir: Path, number: int) -> bool:
+        pids = self._read(run_dir / "pid.json")
+        if pids is None:
+            return False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(pids["pgid"]), number)
+        return True
+
+    def _wait_exit(self, run_dir: Path, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if (run_dir / "exit.json").exists():
+                return True
+            time.sleep(0.05)
+        return (run_dir / "exit.json").exists()
+
+    def cancel(self, run_id: str) -> None:
+        """TERM the run's process group, then KILL it after the grace period."""
+        run_dir = self._dir(run_id)
+        if not run_dir.is_dir() or (run_dir / "exit.json").exists():
+            return
+        (run_dir / "cancel").touch()
+        if not self._signal_group(run_dir, signal.SIGTERM):
+            # Not announced yet: the supervisor sees the `cancel` file after starting.
+            self._wait_exit(run_dir, self.config.kill_grace_seconds)
+            self._signal_group(run_dir, signal.SIGTERM)
+        if not self._wait_exit(run_dir, self.config.kill_grace_seconds):
+            self._signal_group(run_dir, signal.SIGKILL)
+            self._wait_exit(run_dir, self.config.kill_grace_seconds)
+        self.poll(run_id)  # reap our supervisor if it was ours
+
+    def remove(self, run_id: str) -> None:
+        """Delete the run's directory (after it ended)."""
+        self._children.pop(run_id, None)
+        shutil.rmtree(self._dir(run_id), ignore_errors=True)

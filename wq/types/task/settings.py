@@ -1,0 +1,205 @@
+"""`handled_types.task`: kinds, runners, intake (Grafana, schedules, GitLab rules), GC.
+
+With no `kinds` configured the type runs the built-in demo kinds `echo` and `sleep`
+on the local `command` runner, so a fresh `wq daemon` has something real to run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from wq.engine.config import ConfigError
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
+# The environment a local run inherits by default: enough to find programs, no secrets.
+DEFAULT_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KindConfig(_Strict):
+    """One task kind: its scope, default lane, runner, timeout and dedup rule."""
+
+    scope: Literal["project", "repository"]
+    lane: Literal["normal", "alert"] = "normal"
+    runner: Literal["command", "kubernetes"] = "command"
+    timeout_seconds: PositiveFloat = 3600.0
+    # Fields whose values make the dedup key of a submission that brings none:
+    # `project`, `repository`, or `payload.<key>`.
+    dedup: list[str] | None = None
+    # The command runner's argv template; placeholders {id}, {project}, {kind},
+    # {repository} and {payload[key]} are filled in, no shell is involved.
+    command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    # The kubernetes runner's Job template for this kind (overrides the runner's).
+    job: dict[str, Any] | None = None
+
+    @field_validator("dedup")
+    @classmethod
+    def _known_fields(cls, fields: list[str] | None) -> list[str] | None:
+        for name in fields or []:
+            if name not in ("project", "repository") and not (
+                name.startswith("payload.") and len(name) > len("payload.")
+            ):
+                raise ValueError(f"dedup field {name!r}: use project, repository or payload.<key>")
+        return fields
+
+
+class CommandRunnerConfig(_Strict):
+    """The local `command` runner."""
+
+    # Where runs keep their output and exit status (default: under the data dir).
+    runs_dir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    inherit_env: list[str] = Field(default_factory=lambda: list(DEFAULT_INHERITED_ENV))
+    workdir: str | None = None
+    kill_grace_seconds: PositiveFloat = 5.0
+
+
+class KubernetesRunnerConfig(_Strict):
+    """The `kubernetes` runner: one batch/v1 Job per task."""
+
+    namespace: str = "default"
+    # A kubeconfig file; none: in-cluster config, then the default kubeconfig.
+    kubeconfig: str | None = None
+    image: str | None = None
+    command: list[str] | None = None
+    service_account: str | None = None
+    resources: dict[str, Any] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
+    job: dict[str, Any] | None = None
+
+
+class RunnersConfig(_Strict):
+    """The runners' settings."""
+
+    command: CommandRunnerConfig = CommandRunnerConfig()
+    kubernetes: KubernetesRunnerConfig | None = None
+
+
+class GrafanaConfig(_Strict):
+    """`POST /api/webhooks/grafana`: firing alert groups become `incident` tasks."""
+
+    kind: Name = "incident"
+    project_label: str = "project"
+    default_project: str | None = None
+    cooldown_seconds: Annotated[float, Field(ge=0)] = 600.0
+    # An environment variable holding a shared secret Grafana sends as its Bearer token.
+    secret_env: str | None = None
+
+
+class ScheduleConfig(_Strict):
+    """A cron schedule producing autonomous tasks of one kind for one project."""
+
+    project: Annotated[str, Field(min_length=1)]
+    kind: Name
+    cron: Annotated[str, Field(min_length=1)]
+    repository: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class IssueRule(_Strict):
+    """A GitLab issue or note event mapped to a kind."""
+
+    event: Literal["issue_label_added", "mr_note_mention"]
+    kind: Name
+    label: str | None = None
+    handle: str | None = None
+
+
+def _demo_kinds() -> dict[str, KindConfig]:
+    demo = [sys.executable, "-m", "wq.types.task.demo"]
+    return {
+        "echo": KindConfig(scope="project", command=[*demo, "echo"], timeout_seconds=60),
+        "sleep": KindConfig(scope="project", command=[*demo, "sleep"], timeout_seconds=3600),
+    }
+
+
+class TaskSettings(_Strict):
+    """Settings of the `task` type."""
+
+    kinds: dict[Name, KindConfig] = Field(default_factory=_demo_kinds)
+    runners: RunnersConfig = RunnersConfig()
+    poll_interval_seconds: PositiveFloat = 2.0
+    log_tail_bytes: Annotated[int, Field(gt=0, le=1_000_000)] = 4000
+    gc_after_seconds: PositiveFloat = 86400.0
+    gc_interval_seconds: PositiveFloat = 60.0
+    start_backoff_seconds: PositiveFloat = 5.0
+    grafana: GrafanaConfig | None = None
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
+    schedule_interval_seconds: PositiveFloat = 30.0
+    issue_rules: list[IssueRule] = Field(default_factory=list)
+
+    def kind(self, name: str) -> KindConfig:
+        """The configuration of a kind (KeyError when unknown)."""
+        return self.kinds[name]
+
+
+def _fail(prefix: str, key: str, message: str) -> ConfigError:
+    return ConfigError(f"{prefix}.{key}: {message}")
+
+
+def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
+    """Validate `handled_types.task`; errors name the key at fault (fail closed)."""
+    prefix = f"config {source}: handled_types.task"
+    try:
+        settings = TaskSettings.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ConfigError(f"{prefix}.{key}: {message}") from None
+    for name, kind in settings.kinds.items():
+        if kind.runner == "command" and not kind.command:
+            raise _fail(prefix, f"kinds.{name}.command", "the command runner needs an argv")
+        if kind.runner == "kubernetes" and settings.runners.kubernetes is None:
+            raise _fail(prefix, f"kinds.{name}.runner", "runners.kubernetes is not configured")
+    grafana = settings.grafana
+    if grafana is not None:
+        if grafana.kind not in settings.kinds:
+            raise _fail(prefix, "grafana.kind", f"unknown kind {grafana.kind!r}")
+        if settings.kinds[grafana.kind].scope != "project":
+            raise _fail(prefix, "grafana.kind", "the incident kind must be project-scoped")
+        if grafana.secret_env and not os.environ.get(grafana.secret_env):
+            raise _fail(
+                prefix,
+                "grafana.secret_env",
+                f"environment variable {grafana.secret_env} is not set",
+            )
+    for index, schedule in enumerate(settings.schedules):
+        where = f"schedules.{index}"
+        if schedule.kind not in settings.kinds:
+            raise _fail(prefix, f"{where}.kind", f"unknown kind {schedule.kind!r}")
+        scoped = settings.kinds[schedule.kind].scope == "repository"
+        if scoped != (schedule.repository is not None):
+            raise _fail(prefix, f"{where}.repository", scope_message(schedule.kind, scoped))
+        from croniter import croniter
+
+        if not croniter.is_valid(schedule.cron):
+            raise _fail(prefix, f"{where}.cron", f"not a cron expression: {schedule.cron!r}")
+    for index, rule in enumerate(settings.issue_rules):
+        where = f"issue_rules.{index}"
+        if rule.kind not in settings.kinds:
+            raise _fail(prefix, f"{where}.kind", f"unknown kind {rule.kind!r}")
+        if settings.kinds[rule.kind].scope != "repository":
+            raise _fail(prefix, f"{where}.kind", "GitLab rules need a repository-scoped kind")
+        if rule.event == "issue_label_added" and not rule.label:
+            raise _fail(prefix, f"{where}.label", "issue_label_added needs a label")
+        if rule.event == "mr_note_mention" and not rule.handle:
+            raise _fail(prefix, f"{where}.handle", "mr_note_mention needs a handle")
+    return settings
+
+
+def scope_message(kind: str, repository_scoped: bool) -> str:
+    """Why a repository is required or refused for a kind."""
+    if repository_scoped:
+        return f"kind {kind!r} is repository-scoped: a repository is required"
+    return f"kind {kind!r} is project-scoped: a repository must not be given"
