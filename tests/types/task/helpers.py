@@ -121,7 +121,9 @@ def task_daemon(
 
 def submit(client: TestClient, kind: str, project: str = "demo", **fields: Any) -> dict[str, Any]:
     """Submit a task over HTTP; return the created item."""
-    response = client.post("/api/work-items/task", json={"project": project, "kind": kind, **fields})
+    response = client.post(
+        "/api/work-items/task", json={"project": project, "kind": kind, **fields}
+    )
     assert response.status_code in (200, 201), response.text
     item: dict[str, Any] = response.json()["item"]
     return item

@@ -184,10 +184,10 @@ class CommandRunner:
             if alive is None:
                 age = time.time() - run_dir.stat().st_mtime
                 if age < STARTING_GRACE_SECONDS:
-                    return RunStatus(RUNNING)
+                    return RunStatus(RUNNING, log_tail=self._tail(run_dir))
                 break
             if alive:
-                return RunStatus(RUNNING)
+                return RunStatus(RUNNING, log_tail=self._tail(run_dir))
             # The supervisor ended: read exit.json once more (it may have just written it).
         return RunStatus(
             MISSING,

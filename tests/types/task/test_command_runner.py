@@ -1,0 +1,117 @@
+"""The `command` runner on its own, and re-attaching to a run after a daemon restart."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from tests.conftest import Store
+from tests.support.waiting import wait_for
+from tests.types.task.helpers import KINDS, program, submit, task, task_daemon
+from wq.types.task.runners import FAILED, MISSING, RUNNING, SUCCEEDED, RunSpec, tail
+from wq.types.task.runners.command import CommandRunner
+from wq.types.task.settings import CommandRunnerConfig
+
+
+def runner(tmp_path: Path, **config: object) -> CommandRunner:
+    settings = CommandRunnerConfig.model_validate({"kill_grace_seconds": 2.0, **config})
+    return CommandRunner(settings, tmp_path / "runs", log_tail_bytes=200)
+
+
+def spec(command: list[str], run_id: str = "wq-test-1", **payload: object) -> RunSpec:
+    return RunSpec(
+        run_id=run_id,
+        item_id=uuid.uuid4(),
+        project="demo",
+        kind="k",
+        repository=None,
+        payload=dict(payload),
+        timeout_seconds=60,
+        command=command,
+        env={"KIND_VAR": "from kind"},
+    )
+
+
+def test_payload_on_stdin_env_from_config_and_only_a_tail_kept(tmp_path: Path) -> None:
+    local = runner(tmp_path, env={"RUNNER_VAR": "from runner"}, inherit_env=[])
+    source = (
+        "import json, os, sys\n"
+        "payload = json.load(sys.stdin)\n"
+        "print('x' * 1000)\n"
+        "print(payload['goal'], os.environ['RUNNER_VAR'], os.environ['KIND_VAR'],"
+        " os.environ['WQ_PROJECT'], 'HOME' in os.environ)\n"
+    )
+    local.start(spec(program(source), goal="fix it"))
+    status = wait_for(
+        lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="finished"
+    )
+    assert status.state == SUCCEEDED and status.exit_code == 0
+    assert status.log_tail.endswith("fix it from runner from kind demo False\n")
+    assert len(status.log_tail) <= 200
+
+
+def test_failure_keeps_its_exit_status(tmp_path: Path) -> None:
+    local = runner(tmp_path)
+    local.start(spec(program("import sys; print('bad'); sys.exit(7)")))
+    status = wait_for(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
+    assert status.state == FAILED and status.exit_code == 7 and "bad" in status.log_tail
+
+
+def test_a_second_start_and_a_new_runner_attach_to_the_same_run(tmp_path: Path) -> None:
+    first = runner(tmp_path)
+    marker = tmp_path / "starts"
+    source = (
+        f"open({str(marker)!r}, 'a').write('x')\n"
+        "import sys, time\nsys.stdin.read()\nprint('up', flush=True)\ntime.sleep(2)\n"
+    )
+    first.start(spec(program(source)))
+    first.start(spec(program(source)))  # a worker that lost its lease tries again
+    again = runner(tmp_path)  # a restarted daemon knows nothing in memory
+    again.start(spec(program(source)))
+    assert again.poll("wq-test-1").state == RUNNING
+    status = wait_for(
+        lambda: (s := again.poll("wq-test-1")).state != RUNNING and s, timeout=30, message="end"
+    )
+    assert status.state == SUCCEEDED
+    assert marker.read_text() == "x"
+
+
+def test_cancel_terminates_the_group_and_unknown_runs_are_missing(tmp_path: Path) -> None:
+    local = runner(tmp_path)
+    local.start(spec(program("import time; print('up', flush=True); time.sleep(600)")))
+    wait_for(lambda: "up" in local.poll("wq-test-1").log_tail, message="up")
+    local.cancel("wq-test-1")
+    status = local.poll("wq-test-1")
+    assert status.state == FAILED and status.exit_code == -15
+    local.cancel("wq-test-1")  # idempotent
+    local.cancel("wq-never-started")
+    assert local.poll("wq-never-started").state == MISSING
+    local.remove("wq-test-1")
+    assert local.poll("wq-test-1").state == MISSING
+
+
+def test_tail_starts_at_a_line_when_one_is_near() -> None:
+    assert tail("short", 10) == "short"
+    assert tail("aaaa\nbbbbbbbbbbbbbbbb", 18) == "bbbbbbbbbbbbbbbb"
+    assert tail("x" * 30, 10) == "x" * 10
+
+
+def test_a_restarted_daemon_follows_the_run_without_starting_it_again(
+    store: Store, tmp_path: Path
+) -> None:
+    assert "sleep" in KINDS
+    runs = tmp_path / "runs"
+    with task_daemon(store, runs) as (runtime, client):
+        item = submit(client, "sleep", payload={"seconds": 4})
+        wait_for(lambda: task(runtime, item["id"]).run_id is not None, message="started")
+    # The first daemon is gone; its run goes on. A new daemon picks the task up.
+    with task_daemon(store, runs) as (runtime, _):
+        done = wait_for(
+            lambda: (t := task(runtime, item["id"])).phase != "active" and t,
+            timeout=60,
+            message="finished under the second daemon",
+        )
+        assert done.phase == "completed", done.error
+        assert "woke up" in (done.log_tail or "")
+        assert done.run_generation == 1
+    assert (tmp_path / "starts.log").read_text() == "start\n"

@@ -1,0 +1,161 @@
+"""`POST /api/work-items/task`: kinds, scope, lanes, dedup (also under concurrency)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.conftest import Store
+from tests.types.task.helpers import task_daemon
+from wq.engine.config import ConfigError
+from wq.engine.models import WorkItem
+from wq.engine.registry import TypeRegistry
+from wq.types.task import register
+
+
+def count(runtime: Any) -> int:
+    with runtime.sessions() as session:
+        return int(session.execute(select(func.count()).select_from(WorkItem)).scalar_one())
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"project": "p", "kind": "nope"},
+            "unknown task kind 'nope' (known: args, echo, fail, incident, missing, review, "
+            "sleep, slow)",
+        ),
+        (
+            {"project": "p", "kind": "echo", "repository": "p/r"},
+            "kind 'echo' is project-scoped: a repository must not be given",
+        ),
+        (
+            {"project": "p", "kind": "review"},
+            "kind 'review' is repository-scoped: a repository is required",
+        ),
+        ({"project": "p", "kind": "echo", "lane": "fast"}, "lane: Input should be"),
+        ({"project": "", "kind": "echo"}, "project: String should have at least 1 character"),
+        ({"project": "p", "kind": "echo", "payload": [1]}, "payload: Input should be"),
+        ({"project": "p", "kind": "echo", "extra": 1}, "extra: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_submissions_are_422_and_change_nothing(
+    store: Store, tmp_path: Path, body: dict[str, Any], message: str
+) -> None:
+    with task_daemon(store, tmp_path / "runs", start=False) as (runtime, client):
+        response = client.post("/api/work-items/task", json=body)
+        assert response.status_code == 422, response.text
+        assert message in response.json()["error"]
+        assert count(runtime) == 0
+
+
+def test_lane_defaults_to_the_kinds_and_can_be_given(store: Store, tmp_path: Path) -> None:
+    with task_daemon(store, tmp_path / "runs", start=False) as (_, client):
+        incident = client.post("/api/work-items/task", json={"project": "p", "kind": "incident"})
+        assert incident.status_code == 201 and incident.json()["item"]["lane"] == "alert"
+        review = client.post(
+            "/api/work-items/task",
+            json={"project": "p", "kind": "review", "repository": "p/r", "lane": "alert"},
+        )
+        assert review.json()["item"]["lane"] == "alert"
+        assert review.json()["item"]["details"]["repository"] == "p/r"
+        echo = client.post("/api/work-items/task", json={"project": "p", "kind": "echo"})
+        assert echo.json()["item"]["lane"] == "normal"
+
+
+def test_dedup_hit_returns_the_existing_task_with_200(store: Store, tmp_path: Path) -> None:
+    with task_daemon(store, tmp_path / "runs", start=False) as (runtime, client):
+        body = {"project": "p", "kind": "echo", "dedup_key": "k1"}
+        first = client.post("/api/work-items/task", json=body)
+        assert first.status_code == 201
+        second = client.post("/api/work-items/task", json={**body, "payload": {"x": 1}})
+        assert second.status_code == 200, second.text
+        assert second.json()["action"] == "dedup"
+        assert second.json()["item"]["id"] == first.json()["item"]["id"]
+        assert count(runtime) == 1
+
+
+def test_a_kinds_dedup_rule_makes_the_key(store: Store, tmp_path: Path) -> None:
+    from tests.types.task.helpers import KINDS
+
+    kinds = {**KINDS, "triage": {**KINDS["review"], "dedup": ["repository", "payload.issue"]}}
+    with task_daemon(store, tmp_path / "runs", start=False, kinds=kinds) as (runtime, client):
+
+        def post(issue: int) -> Any:
+            return client.post(
+                "/api/work-items/task",
+                json={
+                    "project": "p",
+                    "kind": "triage",
+                    "repository": "p/r",
+                    "payload": {"issue": issue},
+                },
+            )
+
+        assert post(1).status_code == 201
+        assert post(1).json()["action"] == "dedup"
+        assert post(2).status_code == 201
+        assert count(runtime) == 2
+
+
+def test_concurrent_duplicates_make_one_task_and_no_500(store: Store, tmp_path: Path) -> None:
+    with task_daemon(store, tmp_path / "runs", start=False) as (runtime, client):
+        statuses: list[int] = []
+        ids: set[str] = set()
+        barrier = threading.Barrier(6)
+
+        def post() -> None:
+            barrier.wait()
+            response = client.post(
+                "/api/work-items/task", json={"project": "p", "kind": "echo", "dedup_key": "same"}
+            )
+            statuses.append(response.status_code)
+            if response.status_code < 300:
+                ids.add(response.json()["item"]["id"])
+
+        threads = [threading.Thread(target=post) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(statuses) == [200] * 5 + [201], statuses
+        assert len(ids) == 1 and count(runtime) == 1
+
+
+def test_submit_needs_the_submit_permission(store: Store, tmp_path: Path) -> None:
+    with task_daemon(store, tmp_path / "runs", start=False) as (runtime, client):
+        response = client.post(
+            "/api/work-items/task",
+            json={"project": "p", "kind": "echo"},
+            headers={"Authorization": "Bearer wrong"},
+        )
+        assert response.status_code == 401
+        assert count(runtime) == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"kinds": {"x": {"scope": "team"}}}, "handled_types.task.kinds.x.scope"),
+        ({"kinds": {"x": {"scope": "project"}}}, "kinds.x.command: the command runner needs"),
+        (
+            {"kinds": {"x": {"scope": "project", "runner": "kubernetes", "command": ["a"]}}},
+            "kinds.x.runner: runners.kubernetes is not configured",
+        ),
+        ({"grafana": {"kind": "nope"}}, "grafana.kind: unknown kind 'nope'"),
+        (
+            {"schedules": [{"project": "p", "kind": "echo", "cron": "every day"}]},
+            "schedules.0.cron: not a cron expression",
+        ),
+        ({"surprise": 1}, "handled_types.task.surprise: unknown key"),
+    ],
+)
+def test_bad_settings_name_the_key(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        register(TypeRegistry(), settings, source="wq.yml")
+    assert message in str(caught.value)
