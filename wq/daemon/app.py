@@ -8,7 +8,15 @@ import wq
 from wq.daemon.auth import install_auth_handling
 from wq.daemon.errors import install_error_handlers
 from wq.daemon.outage import OutageLog
-from wq.daemon.routers import health, identity, pools, submissions, webhooks, work_items
+from wq.daemon.routers import (
+    health,
+    identity,
+    pools,
+    submissions,
+    type_webhooks,
+    webhooks,
+    work_items,
+)
 from wq.daemon.runtime import Runtime
 
 
@@ -28,7 +36,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(work_items.router)
     app.include_router(pools.router)
     app.include_router(webhooks.router)
-    app.include_router(
-        submissions.build_router([runtime.registry.get(name) for name in runtime.registry.names])
-    )
+    types = [runtime.registry.get(name) for name in runtime.registry.names]
+    app.include_router(submissions.build_router(types))
+    app.include_router(type_webhooks.build_router(types))
     return app

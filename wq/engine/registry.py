@@ -139,6 +139,34 @@ class Ticker:
 
 
 @dataclass(frozen=True)
+class WebhookContext:
+    """What a type's webhook handler gets besides the session and the JSON document."""
+
+    registry: TypeRegistry
+    pool_for: Callable[[str], PoolConfig]
+    actor: str
+    now: datetime
+
+
+class BadWebhookPayload(ValueError):
+    """A webhook body that is JSON but not what the endpoint takes (a 400)."""
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """An intake endpoint a type brings: `POST /api/webhooks/{name}`.
+
+    Callers authenticate with a wq Bearer token that has `submit` on the type, or with
+    `shared_secret` as the Bearer value (for senders that cannot get a token).
+    `handle` returns the HTTP status and the JSON answer; the daemon commits.
+    """
+
+    name: str
+    handle: Callable[[Session, Any, WebhookContext], tuple[int, dict[str, Any]]]
+    shared_secret: str | None = None
+
+
+@dataclass(frozen=True)
 class ItemType:
     """Everything the engine needs to drive items of one type."""
 
@@ -155,6 +183,7 @@ class ItemType:
     # work first (its worker then ends the item), False to cancel it at once.
     cancel_requested: Callable[[Session, WorkItem, datetime], bool] | None = None
     tickers: tuple[Ticker, ...] = ()
+    webhooks: tuple[Webhook, ...] = ()
     settings: Any = None
     # Event kinds the engine orders by `last_event_at` (None: every kind with a time);
     # the type's handler orders the others itself.

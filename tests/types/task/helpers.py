@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi.testclient import TestClient
 
 from tests.conftest import Store, make_config
+from tests.support.waiting import wait_for
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.models import WorkItem
 from wq.types.task.models import TaskItem
 
 PY = sys.executable
+T = TypeVar("T")
 
 
 def program(source: str) -> list[str]:
@@ -136,3 +138,8 @@ def task(runtime: Runtime, item_id: str | uuid.UUID) -> TaskItem:
         assert isinstance(item, TaskItem)
         session.expunge_all()
         return item
+
+
+def wait(predicate: Callable[[], T], *, message: str, timeout: float = 60.0) -> T:
+    """`wait_for` with a deadline that suits starting real processes on a loaded machine."""
+    return wait_for(predicate, timeout=max(timeout, 60.0), interval=0.05, message=message)

@@ -6,8 +6,7 @@ import uuid
 from pathlib import Path
 
 from tests.conftest import Store
-from tests.support.waiting import wait_for
-from tests.types.task.helpers import KINDS, program, submit, task, task_daemon
+from tests.types.task.helpers import KINDS, program, submit, task, task_daemon, wait
 from wq.types.task.runners import FAILED, MISSING, RUNNING, SUCCEEDED, RunSpec, tail
 from wq.types.task.runners.command import CommandRunner
 from wq.types.task.settings import CommandRunnerConfig
@@ -42,9 +41,7 @@ def test_payload_on_stdin_env_from_config_and_only_a_tail_kept(tmp_path: Path) -
         " os.environ['WQ_PROJECT'], 'HOME' in os.environ)\n"
     )
     local.start(spec(program(source), goal="fix it"))
-    status = wait_for(
-        lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="finished"
-    )
+    status = wait(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="finished")
     assert status.state == SUCCEEDED and status.exit_code == 0
     assert status.log_tail.endswith("fix it from runner from kind demo False\n")
     assert len(status.log_tail) <= 200
@@ -53,7 +50,7 @@ def test_payload_on_stdin_env_from_config_and_only_a_tail_kept(tmp_path: Path) -
 def test_failure_keeps_its_exit_status(tmp_path: Path) -> None:
     local = runner(tmp_path)
     local.start(spec(program("import sys; print('bad'); sys.exit(7)")))
-    status = wait_for(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
+    status = wait(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
     assert status.state == FAILED and status.exit_code == 7 and "bad" in status.log_tail
 
 
@@ -69,7 +66,7 @@ def test_a_second_start_and_a_new_runner_attach_to_the_same_run(tmp_path: Path) 
     again = runner(tmp_path)  # a restarted daemon knows nothing in memory
     again.start(spec(program(source)))
     assert again.poll("wq-test-1").state == RUNNING
-    status = wait_for(
+    status = wait(
         lambda: (s := again.poll("wq-test-1")).state != RUNNING and s, timeout=30, message="end"
     )
     assert status.state == SUCCEEDED
@@ -79,7 +76,7 @@ def test_a_second_start_and_a_new_runner_attach_to_the_same_run(tmp_path: Path) 
 def test_cancel_terminates_the_group_and_unknown_runs_are_missing(tmp_path: Path) -> None:
     local = runner(tmp_path)
     local.start(spec(program("import time; print('up', flush=True); time.sleep(600)")))
-    wait_for(lambda: "up" in local.poll("wq-test-1").log_tail, message="up")
+    wait(lambda: "up" in local.poll("wq-test-1").log_tail, message="up")
     local.cancel("wq-test-1")
     status = local.poll("wq-test-1")
     assert status.state == FAILED and status.exit_code == -15
@@ -103,10 +100,10 @@ def test_a_restarted_daemon_follows_the_run_without_starting_it_again(
     runs = tmp_path / "runs"
     with task_daemon(store, runs) as (runtime, client):
         item = submit(client, "sleep", payload={"seconds": 4})
-        wait_for(lambda: task(runtime, item["id"]).run_id is not None, message="started")
+        wait(lambda: task(runtime, item["id"]).run_id is not None, message="started")
     # The first daemon is gone; its run goes on. A new daemon picks the task up.
     with task_daemon(store, runs) as (runtime, _):
-        done = wait_for(
+        done = wait(
             lambda: (t := task(runtime, item["id"])).phase != "active" and t,
             timeout=60,
             message="finished under the second daemon",

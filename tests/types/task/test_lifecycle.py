@@ -9,8 +9,7 @@ from pathlib import Path
 
 from tests.conftest import Store
 from tests.engine.helpers import audit_types
-from tests.support.waiting import wait_for
-from tests.types.task.helpers import submit, task, task_daemon
+from tests.types.task.helpers import submit, task, task_daemon, wait
 from wq.engine.models import utcnow
 from wq.types.task import TaskRuntime
 from wq.types.task.gc import collect
@@ -25,7 +24,7 @@ def test_exit_zero_completes_with_the_output_tail(store: Store, tmp_path: Path) 
     with task_daemon(store, tmp_path / "runs") as (runtime, client):
         item = submit(client, "echo", payload={"goal": "say hello"})
         assert item["details"]["kind"] == "echo" and item["admission"] == "queued"
-        done = wait_for(
+        done = wait(
             lambda: (t := task(runtime, item["id"])).phase == "completed" and t,
             message="completed",
         )
@@ -40,7 +39,7 @@ def test_exit_zero_completes_with_the_output_tail(store: Store, tmp_path: Path) 
 def test_non_zero_exit_fails_with_the_log_tail_in_error(store: Store, tmp_path: Path) -> None:
     with task_daemon(store, tmp_path / "runs") as (runtime, client):
         item = submit(client, "fail")
-        failed = wait_for(
+        failed = wait(
             lambda: (t := task(runtime, item["id"])).phase == "failed" and t, message="failed"
         )
         assert failed.exit_status == 3
@@ -53,13 +52,13 @@ def test_argv_template_takes_project_and_payload_without_a_shell(
 ) -> None:
     with task_daemon(store, tmp_path / "runs") as (runtime, client):
         item = submit(client, "args", project="g/p", payload={"n": "; rm -rf / #"})
-        done = wait_for(
+        done = wait(
             lambda: (t := task(runtime, item["id"])).phase != "active" and t, message="finished"
         )
         assert done.phase == "completed", done.error
         assert "['g/p', '; rm -rf / #']" in (done.log_tail or "")
         missing = submit(client, "args", payload={})
-        failed = wait_for(
+        failed = wait(
             lambda: (t := task(runtime, missing["id"])).phase != "active" and t, message="ended"
         )
         assert failed.phase == "failed" and "no 'n'" in (failed.error or "")
@@ -70,19 +69,17 @@ def test_a_running_task_holds_its_slot_until_it_is_terminal(store: Store, tmp_pa
     with task_daemon(store, tmp_path / "runs", pools=pools) as (runtime, client):
         first = submit(client, "sleep", payload={"seconds": 600})
         second = submit(client, "echo")
-        wait_for(lambda: "sleeping" in _output(tmp_path, runtime, first["id"]), message="up")
+        wait(lambda: "sleeping" in _output(tmp_path, runtime, first["id"]), message="up")
         # Checked several times; all that time the second waits in the queue.
         checks = task(runtime, first["id"]).next_check_at
-        wait_for(
-            lambda: task(runtime, first["id"]).next_check_at != checks, message="a later check"
-        )
+        wait(lambda: task(runtime, first["id"]).next_check_at != checks, message="a later check")
         assert task(runtime, first["id"]).admission == "admitted"
         assert task(runtime, second["id"]).admission == "queued"
         cancel = client.post(f"/api/work-items/{first['id']}/cancel")
         assert cancel.status_code == 202, cancel.text
         assert cancel.json()["action"] == "requested"
-        wait_for(lambda: task(runtime, first["id"]).phase == "cancelled", message="cancelled")
-        wait_for(lambda: task(runtime, second["id"]).phase == "completed", message="second ran")
+        wait(lambda: task(runtime, first["id"]).phase == "cancelled", message="cancelled")
+        wait(lambda: task(runtime, second["id"]).phase == "completed", message="second ran")
         assert starts(tmp_path) == 1
 
 
@@ -93,13 +90,13 @@ def test_cancel_stops_the_run_and_a_queued_task_is_cancelled_at_once(
     with task_daemon(store, tmp_path / "runs", pools=pools) as (runtime, client):
         running = submit(client, "sleep", payload={"seconds": 600})
         queued = submit(client, "sleep", payload={"seconds": 600})
-        wait_for(lambda: "sleeping" in _output(tmp_path, runtime, running["id"]), message="up")
+        wait(lambda: "sleeping" in _output(tmp_path, runtime, running["id"]), message="up")
         response = client.post(f"/api/work-items/{queued['id']}/cancel")
         assert response.status_code == 200 and response.json()["action"] == "cancelled"
         assert response.json()["item"]["admission"] == "done"
         response = client.post(f"/api/work-items/{running['id']}/cancel")
         assert response.status_code == 202
-        ended = wait_for(
+        ended = wait(
             lambda: (t := task(runtime, running["id"])).phase == "cancelled" and t,
             message="cancelled",
         )
@@ -124,15 +121,15 @@ def _output(tmp_path: Path, runtime: object, item_id: str) -> str:
 def test_timeout_kills_the_whole_process_group(store: Store, tmp_path: Path) -> None:
     with task_daemon(store, tmp_path / "runs") as (runtime, client):
         item = submit(client, "slow")
-        failed = wait_for(
+        failed = wait(
             lambda: (t := task(runtime, item["id"])).phase == "failed" and t,
             timeout=30,
             message="timed out",
         )
         assert "timed out after 10 s" in (failed.error or "")
         assert "starting a helper" in (failed.error or "")
-        helper = int(wait_for(lambda: _read(tmp_path / "helper.pid"), message="helper pid"))
-        wait_for(lambda: not _alive(helper), message="the helper of the run is gone too")
+        helper = int(wait(lambda: _read(tmp_path / "helper.pid"), message="helper pid"))
+        wait(lambda: not _alive(helper), message="the helper of the run is gone too")
 
 
 def _read(path: Path) -> str:
@@ -158,13 +155,13 @@ def test_start_failure_requeues_with_backoff_without_taking_a_slot(
     pools = {"default": {"capacity": 1}}
     with task_daemon(store, tmp_path / "runs", pools=pools) as (runtime, client):
         broken = submit(client, "missing")
-        wait_for(
+        wait(
             lambda: "command not found" in (task(runtime, broken["id"]).error or ""),
             message="start failed",
         )
         # The broken head waits out its backoff in the queue; the slot serves others.
         behind = submit(client, "echo")
-        wait_for(lambda: task(runtime, behind["id"]).phase == "completed", message="echo ran")
+        wait(lambda: task(runtime, behind["id"]).phase == "completed", message="echo ran")
         again = task(runtime, broken["id"])
         assert again.phase == "active" and again.run_id is None
         assert again.admission in ("queued", "admitted")
@@ -175,9 +172,9 @@ def test_start_failure_requeues_with_backoff_without_taking_a_slot(
 def test_finished_tasks_are_collected_after_their_ttl(store: Store, tmp_path: Path) -> None:
     with task_daemon(store, tmp_path / "runs") as (runtime, client):
         old = submit(client, "echo")
-        wait_for(lambda: task(runtime, old["id"]).phase == "completed", message="completed")
+        wait(lambda: task(runtime, old["id"]).phase == "completed", message="completed")
         active = submit(client, "sleep", payload={"seconds": 600})
-        wait_for(lambda: task(runtime, active["id"]).run_id is not None, message="running")
+        wait(lambda: task(runtime, active["id"]).run_id is not None, message="running")
         run_id = task(runtime, old["id"]).run_id
         assert run_id is not None and (tmp_path / "runs" / run_id).is_dir()
         bundle = runtime.registry.get("task").settings

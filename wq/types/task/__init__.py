@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wq.engine.registry import ItemType, Submission, Ticker, TypeRegistry
+from wq.engine.registry import ItemType, Submission, Ticker, TypeRegistry, Webhook
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -81,6 +81,22 @@ def register(
         collect(sessions, runners, ttl=ttl, now=now)
 
     tickers = [Ticker("task-gc", parsed.gc_interval_seconds, garbage_collect)]
+    webhooks = []
+    if parsed.grafana is not None:
+        import os
+
+        from wq.types.task import grafana
+
+        secret_env = parsed.grafana.secret_env
+        webhooks.append(
+            Webhook(
+                name="grafana",
+                handle=lambda session, document, ctx: grafana.handle(
+                    session, document, ctx, parsed
+                ),
+                shared_secret=os.environ.get(secret_env) if secret_env else None,
+            )
+        )
     registry.register_type(
         ItemType(
             name="task",
@@ -94,6 +110,7 @@ def register(
             ),
             cancel_requested=request_cancel,
             tickers=tuple(tickers),
+            webhooks=tuple(webhooks),
             settings=TaskRuntime(parsed, runners),
         )
     )
