@@ -39,6 +39,7 @@ from wq.engine.registry import (
     PermanentFailure,
     Requeue,
     RetryLater,
+    TickContext,
     Ticker,
     TypeRegistry,
     Wait,
@@ -232,7 +233,7 @@ class ProcessingManager:
     def _ticker_loop(self, ticker: Ticker) -> None:
         while not self._stopping.is_set():
             try:
-                ticker.run(self.sessions, self.clock())
+                ticker.run(TickContext(self.sessions, self.registry, self.config, self.clock()))
             except Exception:
                 log.exception("periodic %s failed", ticker.name)
             if self._stopping.wait(ticker.interval_seconds):

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine.config import PoolConfig
+from wq.engine.config import Config, PoolConfig
 from wq.engine.models import WorkItem
 
 
@@ -127,15 +127,25 @@ class Submission:
 
 
 @dataclass(frozen=True)
+class TickContext:
+    """What a type's periodic work gets: sessions, the registry, the config, the clock."""
+
+    sessions: sessionmaker[Session]
+    registry: TypeRegistry
+    config: Config
+    now: datetime
+
+
+@dataclass(frozen=True)
 class Ticker:
-    """Periodic work a type brings (schedules, clean-up): `run(sessions, now)` every interval.
+    """Periodic work a type brings (schedules, clean-up): `run(context)` every interval.
 
     Runs on every replica; `run` must be safe against other replicas doing the same.
     """
 
     name: str
     interval_seconds: float
-    run: Callable[[sessionmaker[Session], datetime], None]
+    run: Callable[[TickContext], None]
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wq.engine.registry import ItemType, Submission, Ticker, TypeRegistry, Webhook
+from wq.engine.registry import (
+    ItemType,
+    Submission,
+    TickContext,
+    Ticker,
+    TypeRegistry,
+    Webhook,
+)
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
+    from sqlalchemy.orm import Session
 
     from wq.engine.models import WorkItem
     from wq.types.task.runners import Runner
@@ -77,10 +84,17 @@ def register(
     runners = runners if runners is not None else build_runners(parsed)
     ttl = timedelta(seconds=parsed.gc_after_seconds)
 
-    def garbage_collect(sessions: sessionmaker[Session], now: datetime) -> None:
-        collect(sessions, runners, ttl=ttl, now=now)
+    def garbage_collect(tick: TickContext) -> None:
+        collect(tick.sessions, runners, ttl=ttl, now=tick.now)
 
     tickers = [Ticker("task-gc", parsed.gc_interval_seconds, garbage_collect)]
+    if parsed.schedules:
+        from wq.types.task.schedules import produce
+
+        def run_schedules(tick: TickContext) -> None:
+            produce(tick, parsed)
+
+        tickers.append(Ticker("task-schedules", parsed.schedule_interval_seconds, run_schedules))
     webhooks = []
     if parsed.grafana is not None:
         import os
