@@ -9,34 +9,31 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from wq.daemon.deps import RuntimeDep, forbid_unless, get_principal
+from wq.daemon.auth.guard import authenticate_request, authorize
+from wq.daemon.deps import RuntimeDep
 from wq.daemon.runtime import Runtime
 from wq.engine.models import utcnow
 from wq.engine.registry import BadWebhookPayload, ItemType, Webhook, WebhookContext
 
-_bearer = HTTPBearer(auto_error=False, description="A wq token or the webhook's secret")
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
-
-def _caller(runtime: Runtime, hook: Webhook, type_name: str, credentials: Any) -> str:
+def _caller(request: Request, hook: Webhook, type_name: str) -> str:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
     secret = hook.shared_secret
     if (
         secret
-        and credentials is not None
-        and credentials.scheme.lower() == "bearer"
-        and hmac.compare_digest(credentials.credentials.encode(), secret.encode())
+        and scheme.lower() == "bearer"
+        and hmac.compare_digest(token.strip().encode(), secret.encode())
     ):
-        return f"{hook.name}-webhook"
-    principal = get_principal(runtime, credentials)
-    forbid_unless(principal, "submit", type_name)
-    return principal.identity
+        return f"webhook:{hook.name}"
+    principal = authenticate_request(request)
+    authorize(request, principal, "submit", type_name)
+    return principal.actor
 
 
 def _run(runtime: Runtime, hook: Webhook, document: Any, actor: str) -> tuple[int, dict[str, Any]]:
@@ -50,8 +47,8 @@ def _run(runtime: Runtime, hook: Webhook, document: Any, actor: str) -> tuple[in
 
 
 def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
-    async def receive(request: Request, runtime: RuntimeDep, credentials: Credentials) -> Any:
-        actor = _caller(runtime, hook, item_type.name, credentials)
+    async def receive(request: Request, runtime: RuntimeDep) -> Any:
+        actor = _caller(request, hook, item_type.name)
         try:
             document = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
