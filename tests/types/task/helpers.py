@@ -71,11 +71,13 @@ KINDS: dict[str, dict[str, Any]] = {
 
 def task_settings(runs_dir: Path, **overrides: Any) -> dict[str, Any]:
     """`handled_types.task` for tests: fast checks, runs under `runs_dir`."""
+    runners = overrides.pop("runners", {})
     settings: dict[str, Any] = {
         "kinds": KINDS,
         "poll_interval_seconds": 0.1,
         "start_backoff_seconds": 0.2,
         "runners": {
+            **runners,
             "command": {
                 "runs_dir": str(runs_dir),
                 "env": {
@@ -83,7 +85,7 @@ def task_settings(runs_dir: Path, **overrides: Any) -> dict[str, Any]:
                     "PIDFILE": str(runs_dir.parent / "helper.pid"),
                 },
                 "kill_grace_seconds": 2.0,
-            }
+            },
         },
     }
     settings.update(overrides)

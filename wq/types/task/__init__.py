@@ -75,6 +75,8 @@ def register(
     from wq.types.task.decider import decide
     from wq.types.task.executors import make_executors
     from wq.types.task.gc import collect
+    from wq.types.task.gitlab_rules import handle as handle_event
+    from wq.types.task.gitlab_rules import make_resolver
     from wq.types.task.models import TaskItem
     from wq.types.task.schemas import TaskCreate
     from wq.types.task.settings import parse_settings
@@ -123,6 +125,8 @@ def register(
                 handle=lambda session, payload, ctx: submit_from_api(session, payload, ctx, parsed),
             ),
             cancel_requested=request_cancel,
+            event_resolver=make_resolver(parsed, registry) if parsed.issue_rules else None,
+            event_handler=handle_event if parsed.issue_rules else None,
             tickers=tuple(tickers),
             webhooks=tuple(webhooks),
             settings=TaskRuntime(parsed, runners),

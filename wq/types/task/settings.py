@@ -113,6 +113,8 @@ class IssueRule(_Strict):
     kind: Name
     label: str | None = None
     handle: str | None = None
+    # wq's project for the task; default: the repository's group.
+    project: str | None = None
 
 
 def _demo_kinds() -> dict[str, KindConfig]:

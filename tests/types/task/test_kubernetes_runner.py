@@ -1,0 +1,170 @@
+"""The `kubernetes` runner against the fake API server, alone and through the daemon."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import Store
+from tests.fakes.kubernetes import FakeKubernetes
+from tests.types.task.helpers import KINDS, submit, task, task_daemon, wait
+from wq.engine.models import utcnow
+from wq.types.task import TaskRuntime
+from wq.types.task.gc import collect
+from wq.types.task.runners import FAILED, MISSING, RUNNING, SUCCEEDED, RunnerUnavailable, RunSpec
+from wq.types.task.runners.kubernetes import ITEM_LABEL, RUN_LABEL, KubernetesRunner
+from wq.types.task.settings import KubernetesRunnerConfig
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKubernetes]:
+    with FakeKubernetes() as server:
+        yield server
+
+
+def kubeconfig(fake: FakeKubernetes, tmp_path: Path) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(fake.kubeconfig()))
+    return str(path)
+
+
+def runner_config(fake: FakeKubernetes, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "namespace": "agents",
+        "kubeconfig": kubeconfig(fake, tmp_path),
+        "image": "registry.example/agent:1",
+        "service_account": "agent",
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+        "env": {"AGENT_MODE": "batch"},
+        **extra,
+    }
+
+
+def make_runner(fake: FakeKubernetes, tmp_path: Path) -> KubernetesRunner:
+    config = KubernetesRunnerConfig.model_validate(runner_config(fake, tmp_path))
+    return KubernetesRunner(config, log_tail_bytes=100)
+
+
+def spec(run_id: str = "wq-run-1", **fields: Any) -> RunSpec:
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "item_id": uuid.uuid4(),
+        "project": "shop",
+        "kind": "issueLifecycle",
+        "repository": "shop/api",
+        "payload": {"issue": 7},
+        "timeout_seconds": 900,
+        "command": ["agent", "lifecycle", "{repository}", "{payload[issue]}"],
+    }
+    values.update(fields)
+    return RunSpec(**values)
+
+
+def test_a_job_is_created_labelled_from_the_template_and_followed(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    runner = make_runner(fake, tmp_path)
+    run = spec()
+    runner.start(run)
+    job = fake.job("wq-run-1")
+    assert job is not None
+    labels = job["metadata"]["labels"]
+    assert labels[RUN_LABEL] == "wq-run-1" and labels[ITEM_LABEL] == str(run.item_id)
+    assert labels["wq.dev/kind"] == "issueLifecycle"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "agent" and pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    assert container["image"] == "registry.example/agent:1"
+    assert container["command"] == ["agent", "lifecycle", "shop/api", "7"]
+    env = {entry["name"]: entry["value"] for entry in container["env"]}
+    assert env["AGENT_MODE"] == "batch" and env["WQ_PAYLOAD"] == '{"issue": 7}'
+    assert job["spec"]["activeDeadlineSeconds"] == 900
+
+    fake.set_log("wq-run-1", "working\n")
+    status = runner.poll("wq-run-1")
+    assert status.state == RUNNING and status.log_tail == "working\n"
+    fake.finish("wq-run-1", succeeded=True, log="working\nall done\n")
+    done = runner.poll("wq-run-1")
+    assert done.state == SUCCEEDED and done.exit_code == 0 and "all done" in done.log_tail
+
+
+def test_failure_and_deadline_keep_exit_code_reason_and_tail(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    runner = make_runner(fake, tmp_path)
+    runner.start(spec("wq-run-1"))
+    runner.start(spec("wq-run-2"))
+    fake.finish("wq-run-1", succeeded=False, exit_code=3, log="x\n" * 200 + "boom\n")
+    failed = runner.poll("wq-run-1")
+    assert failed.state == FAILED and failed.exit_code == 3
+    assert failed.log_tail.endswith("boom\n") and len(failed.log_tail) <= 100
+    fake.finish("wq-run-2", succeeded=False, reason="DeadlineExceeded")
+    assert runner.poll("wq-run-2").reason == "(DeadlineExceeded)"
+
+
+def test_a_second_start_and_a_new_runner_attach_by_label(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    runner = make_runner(fake, tmp_path)
+    runner.start(spec())
+    runner.start(spec())  # 409 from the API server: already started
+    assert sum(1 for method, path in fake.requests if method == "POST") == 2
+    assert len(fake.jobs) == 1
+    restarted = make_runner(fake, tmp_path)  # knows nothing in memory
+    assert restarted.poll("wq-run-1").state == RUNNING
+    assert any("labelSelector=wq.dev%2Frun-id%3Dwq-run-1" in path for _, path in fake.requests)
+    restarted.cancel("wq-run-1")
+    assert fake.job("wq-run-1") is None and fake.pods == {}
+    assert restarted.poll("wq-run-1").state == MISSING
+    restarted.cancel("wq-run-1")  # a missing Job is fine
+
+
+def test_an_unreachable_or_refusing_api_is_a_start_failure(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    runner = make_runner(fake, tmp_path)
+    fake.down = True
+    with pytest.raises(RunnerUnavailable, match="the fake API server is down"):
+        runner.start(spec())
+    fake.down = False
+    with pytest.raises(RunnerUnavailable, match="is invalid"):
+        runner.start(spec("Not_A_Name"))
+    config = KubernetesRunnerConfig.model_validate(
+        {"kubeconfig": kubeconfig(fake, tmp_path), "namespace": "agents"}
+    )
+    with pytest.raises(RunnerUnavailable, match="no image"):
+        KubernetesRunner(config, 100).start(spec())
+    assert fake.jobs == {}
+
+
+def test_tasks_run_as_jobs_through_the_daemon_and_jobs_go_with_gc(
+    store: Store, tmp_path: Path, fake: FakeKubernetes
+) -> None:
+    kinds = {
+        **KINDS,
+        "issueLifecycle": {"scope": "repository", "runner": "kubernetes", "command": ["agent"]},
+    }
+    runners = {"kubernetes": runner_config(fake, tmp_path)}
+    with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (runtime, client):
+        ok = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})
+        bad = submit(client, "issueLifecycle", repository="shop/web", payload={"issue": 2})
+        ok_run = wait(lambda: task(runtime, ok["id"]).run_id, message="first Job")
+        bad_run = wait(lambda: task(runtime, bad["id"]).run_id, message="second Job")
+        fake.finish(ok_run, succeeded=True, log="fixed\n")
+        fake.finish(bad_run, succeeded=False, exit_code=2, log="cannot\n")
+        done = wait(lambda: (t := task(runtime, ok["id"])).phase != "active" and t, message="ok")
+        failed = wait(lambda: (t := task(runtime, bad["id"])).phase != "active" and t, message="x")
+        assert done.phase == "completed" and done.log_tail == "fixed\n"
+        assert failed.phase == "failed" and "exit status 2" in (failed.error or "")
+        assert "cannot" in (failed.error or "")
+        bundle = runtime.registry.get("task").settings
+        assert isinstance(bundle, TaskRuntime)
+        later = utcnow() + timedelta(days=2)
+        assert collect(runtime.sessions, bundle.runners, ttl=timedelta(days=1), now=later) == 2
+        assert fake.jobs == {} and sorted(fake.deleted) == sorted([ok_run, bad_run])

@@ -1,0 +1,229 @@
+"""The `kubernetes` runner: one batch/v1 Job per run, through lightkube.
+
+The Job is named after the run id and labelled with it, the item id and the kind;
+a second create of the same run is the API server's 409, taken as "already started".
+Polling finds the Job by its run-id label, so a restarted daemon (or another
+replica) re-attaches to the same Job. The log tail comes from the Job's newest Pod.
+Jobs are deleted (with their Pods) on cancel and when the task is collected; the
+Job's own `ttlSecondsAfterFinished` is the cluster-side backstop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.codecs import from_dict
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import CascadeType
+
+from wq.types.task.runners import (
+    FAILED,
+    MISSING,
+    RUNNING,
+    SUCCEEDED,
+    RunnerUnavailable,
+    RunSpec,
+    RunStatus,
+    tail,
+)
+from wq.types.task.runners.command import render_argv
+from wq.types.task.settings import KubernetesRunnerConfig
+
+ITEM_LABEL = "wq.dev/item-id"
+RUN_LABEL = "wq.dev/run-id"
+KIND_LABEL = "wq.dev/kind"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "wq"}
+CONTAINER = "task"
+
+
+def label_value(value: str) -> str:
+    """A value made valid as a Kubernetes label value (63 chars, alphanumeric ends)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:63]
+    return cleaned.strip("-_.")
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class KubernetesRunner:
+    """Runs tasks as Kubernetes Jobs."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        config: KubernetesRunnerConfig,
+        log_tail_bytes: int,
+        client: Client | None = None,
+    ) -> None:
+        self.config = config
+        self.log_tail_bytes = log_tail_bytes
+        self._client = client
+
+    @property
+    def client(self) -> Client:
+        """The API client: the configured kubeconfig, else in-cluster, else ~/.kube/config."""
+        if self._client is None:
+            try:
+                if self.config.kubeconfig:
+                    kubeconfig = KubeConfig.from_file(self.config.kubeconfig)
+                else:
+                    kubeconfig = KubeConfig.from_env()
+            except Exception as err:  # lightkube raises several types for a bad config
+                raise RunnerUnavailable(f"no Kubernetes configuration: {err}") from None
+            self._client = Client(
+                config=kubeconfig, namespace=self.config.namespace, field_manager="wq"
+            )
+        return self._client
+
+    # ----------------------------------------------------------------- the Job
+
+    def job_document(self, spec: RunSpec) -> dict[str, Any]:
+        """The Job for one run: the runner's template, the kind's, then wq's own fields."""
+        template = _merge(self.config.job or {}, spec.job or {})
+        labels = {
+            **MANAGED_BY,
+            ITEM_LABEL: str(spec.item_id),
+            RUN_LABEL: spec.run_id,
+            KIND_LABEL: label_value(spec.kind),
+        }
+        values = {
+            "id": str(spec.item_id),
+            "project": spec.project,
+            "kind": spec.kind,
+            "repository": spec.repository or "",
+            "payload": spec.payload,
+        }
+        image = template.pop("image", None) or self.config.image
+        command = template.pop("command", None) or self.config.command or spec.command
+        if not image:
+            raise RunnerUnavailable(f"no image configured for kind {spec.kind!r}")
+        env = {
+            **self.config.env,
+            **spec.env,
+            "WQ_TASK_ID": str(spec.item_id),
+            "WQ_RUN_ID": spec.run_id,
+            "WQ_PROJECT": spec.project,
+            "WQ_KIND": spec.kind,
+            "WQ_REPOSITORY": spec.repository or "",
+            "WQ_PAYLOAD": json.dumps(spec.payload, sort_keys=True),
+        }
+        container: dict[str, Any] = {
+            "name": CONTAINER,
+            "image": image,
+            "env": [{"name": key, "value": value} for key, value in sorted(env.items())],
+        }
+        if command:
+            container["command"] = render_argv(list(command), values)
+        if self.config.resources:
+            container["resources"] = self.config.resources
+        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        if self.config.service_account:
+            pod_spec["serviceAccountName"] = self.config.service_account
+        document = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": spec.run_id, "labels": labels},
+            "spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": max(1, int(spec.timeout_seconds)),
+                "ttlSecondsAfterFinished": self.config.ttl_seconds_after_finished,
+                "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            },
+        }
+        return _merge(template, document)
+
+    # ----------------------------------------------------------------- the interface
+
+    def start(self, spec: RunSpec) -> None:
+        """Create the Job; an existing Job of that name is this run (attach)."""
+        job = from_dict(self.job_document(spec))
+        try:
+            self.client.create(job, namespace=self.config.namespace)
+        except ApiError as err:
+            if err.status.code == 409:
+                return
+            raise RunnerUnavailable(f"creating Job {spec.run_id}: {err.status.message}") from None
+        except httpx.HTTPError as err:
+            raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
+
+    def _find(self, run_id: str) -> Any | None:
+        jobs = list(
+            self.client.list(Job, namespace=self.config.namespace, labels={RUN_LABEL: run_id})
+        )
+        return jobs[0] if jobs else None
+
+    def _log_tail(self, run_id: str) -> tuple[str, int | None]:
+        pods = list(
+            self.client.list(Pod, namespace=self.config.namespace, labels={"job-name": run_id})
+        )
+        if not pods:
+            return "", None
+        pod = max(pods, key=lambda p: p.metadata.creationTimestamp or "")
+        exit_code = None
+        for status in (pod.status.containerStatuses or []) if pod.status else []:
+            if status.state and status.state.terminated:
+                exit_code = status.state.terminated.exitCode
+        try:
+            lines = self.client.log(
+                pod.metadata.name, namespace=self.config.namespace, tail_lines=200
+            )
+            text = "".join(lines)
+        except ApiError:
+            text = ""  # not started yet, or already gone
+        return tail(text, self.log_tail_bytes), exit_code
+
+    def poll(self, run_id: str) -> RunStatus:
+        """The Job's state, found by its run-id label."""
+        try:
+            job = self._find(run_id)
+            if job is None:
+                return RunStatus(MISSING, reason=f"no Job labelled {RUN_LABEL}={run_id}")
+            conditions = (
+                {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
+                if job.status
+                else {}
+            )
+            log_tail, exit_code = self._log_tail(run_id)
+        except ApiError as err:
+            raise RunnerUnavailable(f"reading Job {run_id}: {err.status.message}") from None
+        except httpx.HTTPError as err:
+            raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
+        if "Complete" in conditions:
+            return RunStatus(SUCCEEDED, exit_code=exit_code or 0, log_tail=log_tail)
+        if "Failed" in conditions:
+            reason = conditions["Failed"].reason or "failed"
+            code = exit_code if exit_code is not None else 1
+            return RunStatus(FAILED, exit_code=code, log_tail=log_tail, reason=f"({reason})")
+        return RunStatus(RUNNING, log_tail=log_tail)
+
+    def _delete(self, run_id: str) -> None:
+        try:
+            self.client.delete(
+                Job, run_id, namespace=self.config.namespace, cascade=CascadeType.BACKGROUND
+            )
+        except ApiError as err:
+            if err.status.code != 404:
+                raise RunnerUnavailable(f"deleting Job {run_id}: {err.status.message}") from None
+        except httpx.HTTPError as err:
+            raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
+
+    def cancel(self, run_id: str) -> None:
+        """Delete the Job and its Pods (the run stops; a missing Job is fine)."""
+        self._delete(run_id)
+
+    def remove(self, run_id: str) -> None:
+        """Delete what is left of the run."""
+        self._delete(run_id)
