@@ -117,6 +117,10 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"title": "t" * 249}, "title"),
     ({"project": "group/" + "p" * 235}, "project"),
     ({"labels": ["l" * 256]}, "labels.0"),
+    ({"description": "d" * (1_048_576 + 1)}, "description"),
+    ({"commit_message": "m" * (1_048_576 + 1)}, "commit_message"),
+    ({"target_branch": "t" * 256}, "target_branch"),
+    (_files({"action": "move", "file_path": "b", "previous_path": "p" * 4097}), "previous_path"),
     # projects that are not paths, labels GitLab would split or drop
     ({"project": "group/../other"}, "project"),
     ({"project": "group//project"}, "project"),
