@@ -300,6 +300,20 @@ def test_kept_alive_connection_answers_without_nagle_delay(
 
 
 @pytest.mark.usefixtures("no_system_config")
+def test_huge_authorization_header_gets_an_answer(tmp_path: Path, daemons: list[Daemon]) -> None:
+    # uvicorn's parser gave up on ~200 KB of headers and the connection was reset.
+    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    daemon.wait_healthy()
+    with httpx.Client(base_url=daemon.url, timeout=httpx.Timeout(10.0)) as client:
+        for size in (20_000, 200_000):
+            response = client.get(
+                "/api/work-items", headers={"Authorization": "Bearer " + "a" * size}
+            )
+            assert response.status_code in (401, 431), (size, response.text)
+            assert response.json()["error"]
+
+
+@pytest.mark.usefixtures("no_system_config")
 def test_embedded_daemon_stops_cleanly_on_sigint(tmp_path: Path, daemons: list[Daemon]) -> None:
     daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
     daemon.wait_healthy()

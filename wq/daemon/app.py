@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 import wq
 from wq.daemon.auth import install_auth_handling
+from wq.daemon.body import BodyGuard
 from wq.daemon.errors import install_error_handlers
 from wq.daemon.outage import OutageLog
 from wq.daemon.routers import (
@@ -30,6 +31,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.state.outage = OutageLog()
     install_error_handlers(app, app.state.outage)
+    # Runs before any route reads a body (inside the auth layer's header filter).
+    app.add_middleware(BodyGuard, max_body_bytes=runtime.config.server.max_body_bytes)
     install_auth_handling(app)
     app.include_router(health.router)
     app.include_router(identity.router)

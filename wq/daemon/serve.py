@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from wq.client.token_cache import TokenCache
 from wq.daemon.app import create_app
+from wq.daemon.body import HEADER_PARSE_LIMIT
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine import schema
 from wq.engine.config import Config
@@ -137,6 +138,9 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             lifespan="on",
             # Client addresses are never taken from X-Forwarded-For.
             proxy_headers=False,
+            # Parse large headers (BodyGuard answers 431) instead of resetting the
+            # connection in the middle of the client's request.
+            h11_max_incomplete_event_size=HEADER_PARSE_LIMIT,
             timeout_graceful_shutdown=int(config.processing.shutdown_grace_seconds),
         )
     )

@@ -37,6 +37,8 @@ class ServerConfig(_Section):
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
+    # Request bodies on /api/ beyond this are refused (413) while they are read.
+    max_body_bytes: PositiveInt = 16 * 1024 * 1024
 
 
 class DatabaseConfig(_Section):

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Response
 from pydantic import BaseModel
 
 from wq.daemon.auth import Principal
-from wq.daemon.deps import RuntimeDep, SessionDep, require
+from wq.daemon.deps import PrincipalDep, RuntimeDep, SessionDep, require
 from wq.daemon.schemas import WorkItemPublic
 from wq.engine.models import utcnow
 from wq.engine.registry import ItemType, SubmitContext
@@ -59,8 +59,17 @@ def _endpoint(item_type: ItemType) -> Any:
     return create_item
 
 
+def _unknown_type_endpoint(known: list[str]) -> Any:
+    listed = ", ".join(sorted(known)) or "none"
+
+    def reject_unknown_type(item_type: str, _: PrincipalDep) -> None:
+        raise HTTPException(404, f"unknown work-item type {item_type!r}, known: {listed}")
+
+    return reject_unknown_type
+
+
 def build_router(types: list[ItemType]) -> APIRouter:
-    """The submission routes of every type that has one."""
+    """The submission routes of every type that has one, then a 404 for any other."""
     router = APIRouter(prefix="/api/work-items", tags=["submissions"])
     for item_type in types:
         if item_type.submission is not None:
@@ -79,4 +88,12 @@ def build_router(types: list[ItemType]) -> APIRouter:
                     }
                 },
             )
+    # Without it, POST to an unknown type would be a 405 from the item routes.
+    router.add_api_route(
+        "/{item_type}",
+        _unknown_type_endpoint([t.name for t in types if t.submission is not None]),
+        methods=["POST"],
+        include_in_schema=False,
+        name="reject_unknown_type",
+    )
     return router

@@ -1,0 +1,134 @@
+"""Request bodies and headers: authenticated before read, bounded while read, typed.
+
+Each refusal is checked to leave nothing behind (no item) and to come before the
+body is consumed, by counting what the app actually received from the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from tests.conftest import Store, make_config
+from tests.support.chain import Behaviour, chain_registry
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
+from wq.engine.models import WorkItem
+
+LIMIT = 4096
+
+
+@pytest.fixture
+def limited(store: Store) -> Iterator[tuple[Runtime, str]]:
+    config = make_config(store.url, server={"max_body_bytes": LIMIT})
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    assert runtime.local_tier is not None
+    yield runtime, runtime.local_tier.token
+    runtime.engine.dispose()
+
+
+def item_count(store: Store) -> int:
+    with store.sessions() as session:
+        return int(session.scalar(select(func.count()).select_from(WorkItem)) or 0)
+
+
+def counting_body(total: int, chunk: int = 1024) -> tuple[Iterator[bytes], list[int]]:
+    """A streamed body of `total` bytes and a list that records how much was pulled."""
+    pulled = [0]
+
+    def chunks() -> Iterator[bytes]:
+        sent = 0
+        while sent < total:
+            size = min(chunk, total - sent)
+            pulled[0] += size
+            sent += size
+            yield b" " * size
+
+    return chunks(), pulled
+
+
+def test_unauthenticated_body_is_refused_before_it_is_read(
+    limited: tuple[Runtime, str], store: Store
+) -> None:
+    runtime, _ = limited
+    body, pulled = counting_body(64 * 1024)
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as anon:
+        response = anon.post(
+            "/api/work-items/chain",
+            content=body,
+            headers={"Content-Type": "application/json", "Authorization": "Bearer wrong"},
+        )
+    assert response.status_code == 401, response.text
+    # The test client pulls the body chunk by chunk as the app asks for it: nothing
+    # (or at most the first chunk) was read.
+    assert pulled[0] <= 1024, pulled
+    assert item_count(store) == 0
+
+
+def test_body_over_the_limit_is_413_with_the_limit(
+    limited: tuple[Runtime, str], store: Store
+) -> None:
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    big = '{"project": "group/app", "dedup_key": "' + "x" * LIMIT + '"}'
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        # Declared too large.
+        declared = client.post("/api/work-items/chain", content=big, headers=headers)
+        assert declared.status_code == 413, declared.text
+        assert str(LIMIT) in declared.json()["error"]
+        # Streamed without a length (chunked): refused while reading.
+        body, _ = counting_body(LIMIT * 4)
+        streamed = client.post("/api/work-items/chain", content=body, headers=headers)
+        assert streamed.status_code == 413, streamed.text
+        assert str(LIMIT) in streamed.json()["error"]
+        # At the limit: accepted.
+        ok = client.post("/api/work-items/chain", json={"project": "group/app"}, headers=headers)
+        assert ok.status_code == 201, ok.text
+    assert item_count(store) == 1
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_body_that_is_not_json_is_415(
+    limited: tuple[Runtime, str], store: Store, content_type: str | None
+) -> None:
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        response = client.post(
+            "/api/work-items/chain", content=b'{"project": "group/app"}', headers=headers
+        )
+    assert response.status_code == 415, response.text
+    assert "application/json" in response.json()["error"]
+    assert item_count(store) == 0
+
+
+def test_unknown_work_item_type_is_404_naming_the_known_ones(
+    limited: tuple[Runtime, str], store: Store
+) -> None:
+    runtime, token = limited
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        response = client.post(
+            "/api/work-items/nope",
+            json={"project": "group/app"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        anonymous = client.post("/api/work-items/nope", json={"project": "group/app"})
+    assert response.status_code == 404, response.text
+    assert response.json()["error"] == "unknown work-item type 'nope', known: chain"
+    assert anonymous.status_code == 401
+    assert item_count(store) == 0
+
+
+def test_huge_authorization_header_is_answered(limited: tuple[Runtime, str]) -> None:
+    runtime, _ = limited
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        response = client.get(
+            "/api/work-items", headers={"Authorization": "Bearer " + "a" * 200_000}
+        )
+    assert response.status_code in (401, 431), response.text
+    assert response.json()["error"]

@@ -1,0 +1,142 @@
+"""Request bodies on /api/: authenticated before they are read, bounded while read.
+
+FastAPI reads and parses a request's body before it runs any dependency, so an
+unauthenticated caller could make the daemon buffer and parse any amount of data.
+`BodyGuard` runs first: it authenticates the caller from the headers alone (the
+principal is kept for the route's own dependency), answers a refusal without reading
+a byte of the body, refuses a body that is not JSON (415), and reads the body itself
+up to the configured limit (413 as soon as the limit is passed, whatever
+`Content-Length` claimed). The route then gets the buffered body.
+
+The GitLab webhook checks its own secret header before it reads the body; it is
+bounded here too, but not authenticated with a Bearer token.
+"""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from wq.daemon.auth import Refusal, authenticate_request
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+WEBHOOK_PREFIX = "/api/webhooks/"
+# Headers beyond this are refused with 431 (uvicorn parses up to HEADER_PARSE_LIMIT).
+MAX_HEADER_BYTES = 64 * 1024
+HEADER_PARSE_LIMIT = 1024 * 1024
+
+
+def _is_api(path: str) -> bool:
+    return path.startswith("/api/")
+
+
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers={"Connection": "close"})
+
+
+class BodyGuard:
+    """ASGI middleware: authenticate, check the media type, then read a bounded body."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.limit = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+            response: Response = _error(431, f"the request headers exceed {MAX_HEADER_BYTES} bytes")
+            await response(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if scope["method"] not in BODY_METHODS or not _is_api(path):
+            await self.app(scope, receive, send)
+            return
+        refused = await self._authenticate(scope, path)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length")
+        has_body = (declared not in (None, "0")) or "chunked" in headers.get(
+            "transfer-encoding", ""
+        ).lower()
+        if (
+            has_body
+            and not path.startswith(WEBHOOK_PREFIX)
+            and not _is_json(headers.get("content-type"))
+        ):
+            media = headers.get("content-type") or "none"
+            await _error(415, f"the body must be application/json, not {media}")(
+                scope, receive, send
+            )
+            return
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._too_large()(scope, receive, send)
+            return
+        body = await self._read(receive)
+        if body is None:
+            await self._too_large()(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _authenticate(self, scope: Scope, path: str) -> Response | None:
+        """None when the caller is authenticated (or the path has its own check)."""
+        if path.startswith(WEBHOOK_PREFIX):
+            return None
+        request = Request(scope)
+        try:
+            await run_in_threadpool(authenticate_request, request)
+        except Refusal as refusal:
+            # The app's own handler answers and audits it, as for any refusal.
+            handler = request.app.exception_handlers[Refusal]
+            response: Response = await handler(request, refusal)
+            return response
+        return None
+
+    def _too_large(self) -> Response:
+        return _error(
+            413, f"the request body exceeds the limit of {self.limit} bytes (server.max_body_bytes)"
+        )
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away; the route sees what arrived
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the buffered body over once, then waits as usual."""
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
