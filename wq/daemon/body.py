@@ -25,7 +25,7 @@ from wq.daemon.auth import Refusal, authenticate_request
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WEBHOOK_PREFIX = "/api/webhooks/"
 # Headers beyond this are refused with 431 (uvicorn parses up to HEADER_PARSE_LIMIT).
-MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADER_BYTES = 256 * 1024
 HEADER_PARSE_LIMIT = 1024 * 1024
 
 
