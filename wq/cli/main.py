@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 import wq
-from wq.cli import admission, deployer, identity, items, submit
+from wq.cli import admission, cancel, deployer, identity, items, submit
 
 app = typer.Typer(
     name="wq",
@@ -42,6 +42,7 @@ def root(
 
 submit.register(app)
 items.register(app)
+cancel.register(app)
 admission.register(app)
 identity.register(app)
 deployer.register(app)

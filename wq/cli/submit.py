@@ -27,7 +27,7 @@ from wq.cli.common import (
 )
 from wq.cli.output import dump, emit, table
 
-TYPE_MODULES = ("wq.cli.submit_mr",)
+TYPE_MODULES = ("wq.cli.submit_mr", "wq.cli.submit_task")
 
 submit_app = typer.Typer(
     help="Submit a work item (without a type: list the types the server accepts).",

@@ -216,6 +216,10 @@ class ApiClient:
         """Bring a failed or cancelled item back to active."""
         return self.request("POST", f"/api/work-items/{quote(item_id, safe='')}/retry")
 
+    def cancel(self, item_id: str) -> Json:
+        """Cancel an active item: `{"action": "cancelled"|"requested", "item": {...}}`."""
+        return self.request("POST", f"/api/work-items/{quote(item_id, safe='')}/cancel")
+
     def submit(self, item_type: str, payload: Json) -> Json:
         """Submit an item of a type: `{"action": ..., "item": {...}}`."""
         return self.request("POST", f"/api/work-items/{quote(item_type, safe='')}", json=payload)

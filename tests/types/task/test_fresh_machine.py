@@ -1,0 +1,74 @@
+"""On a fresh machine: `wq daemon` with no config runs demo tasks from `wq submit task`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.test_daemon_process import (  # noqa: F401 (fixtures)
+    Daemon,
+    clean_env,
+    daemons,
+    no_system_config,
+    run_wq,
+    start_daemon,
+)
+from tests.types.task.helpers import wait
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_submit_task_and_cancel_against_the_embedded_daemon(
+    tmp_path: Path,
+    daemons: list[Daemon],  # noqa: F811
+) -> None:
+    env = clean_env(tmp_path)
+    daemon = start_daemon(daemons, tmp_path, env)
+    daemon.wait_healthy()
+    cli = {**env, "WQ_URL": daemon.url}
+
+    listed = run_wq("submit", "--json", env=cli, cwd=tmp_path)
+    assert {entry["type"] for entry in json.loads(listed.stdout)} == {"mr", "task"}
+
+    payload = tmp_path / "payload.json"
+    payload.write_text('{"goal": "hello from a file"}')
+    echo = run_wq(
+        "submit", "task", "--project", "demo", "--kind", "echo", "--payload", f"@{payload}",
+        "--wait", "--json", env=cli, cwd=tmp_path,
+    )  # fmt: skip
+    assert echo.returncode == 0, echo.stderr
+    document = json.loads(echo.stdout)
+    assert document["action"] == "created" and document["item"]["phase"] == "completed"
+    assert "hello from a file" in document["item"]["details"]["log_tail"]
+
+    sleep = run_wq(
+        "submit", "task", "--project", "demo", "--kind", "sleep",
+        "--payload", '{"seconds": 600}', "--json", env=cli, cwd=tmp_path,
+    )  # fmt: skip
+    assert sleep.returncode == 0, sleep.stderr
+    item_id = json.loads(sleep.stdout)["item"]["id"]
+
+    def running() -> bool:
+        status = run_wq("status", "--id", item_id, "--json", env=cli, cwd=tmp_path)
+        return bool(json.loads(status.stdout)["details"]["run_id"])
+
+    wait(running, message="the sleep is running")
+    cancelled = run_wq("cancel", "--id", item_id, env=cli, cwd=tmp_path)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.startswith(f"requested {item_id}")
+
+    def phase() -> str:
+        status = run_wq("status", "--id", item_id, "--json", env=cli, cwd=tmp_path)
+        return str(json.loads(status.stdout)["phase"])
+
+    wait(lambda: phase() == "cancelled", message="cancelled")
+
+    unknown = run_wq("submit", "task", "--project", "demo", "--kind", "nope", env=cli, cwd=tmp_path)
+    assert unknown.returncode != 0 and "Traceback" not in unknown.stderr
+    assert "unknown task kind 'nope' (known: echo, sleep)" in unknown.stderr
+    bad = run_wq(
+        "submit", "task", "--project", "demo", "--kind", "echo", "--payload", "{", env=cli,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--payload: not JSON" in bad.stderr

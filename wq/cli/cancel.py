@@ -1,0 +1,71 @@
+"""`wq cancel`: cancel active items (a running task's run is stopped first)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from wq.cli.common import (
+    JsonOption,
+    NoAuthOption,
+    Output,
+    OutputOption,
+    UrlOption,
+    client,
+    errors,
+    fail,
+    output_mode,
+    usage_error,
+)
+from wq.cli.output import emit, table
+
+
+def _view(results: list[dict[str, Any]], wide: bool) -> Any:
+    view = table("ID", "ACTION", "PHASE")
+    for result in results:
+        view.add_row(result["item"]["id"], result["action"], result["item"]["phase"])
+    return view
+
+
+def cancel(
+    ids: Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)] = None,
+    id_options: Annotated[
+        list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
+    ] = None,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    url: UrlOption = None,
+    no_auth: NoAuthOption = False,
+) -> None:
+    """Cancel active items: at once, or `requested` while a running task is stopped."""
+    wanted = [*(id_options or []), *(ids or [])]
+    if not wanted:
+        usage_error("name at least one item: wq cancel --id ID")
+    mode = output_mode(output, json_flag)
+    from wq.client.errors import ClientError
+
+    done: list[dict[str, Any]] = []
+    first_error: ClientError | None = None
+    with errors(), client(url, no_auth) as api:
+        for item_id in wanted:
+            try:
+                done.append(api.cancel(item_id))
+            except ClientError as err:
+                if err.exit_code == 4 and err.status is None:
+                    raise  # no credentials at all: the same for every id
+                sys.stderr.write(f"wq: error: {item_id}: {err.message}\n")
+                first_error = first_error or err
+    if mode in (Output.json, Output.yaml):
+        emit(done, mode, _view)
+    else:
+        for result in done:
+            typer.echo(f"{result['action']} {result['item']['id']}: {result['item']['phase']}")
+    if first_error is not None:
+        fail(f"{len(wanted) - len(done)} of {len(wanted)} cancels failed", first_error.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `wq cancel`."""
+    app.command("cancel")(cancel)

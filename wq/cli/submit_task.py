@@ -1,0 +1,97 @@
+"""`wq submit task`: run a configured kind for a project (and a repository, per kind).
+
+`--payload` takes JSON, or `@FILE` to read it from a file (`@-`: standard input).
+With `--wait` the command follows the task until its run ends and exits 1 unless it
+completed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from wq.cli.common import Output, usage_error
+from wq.cli.submit import (
+    JsonOption,
+    NoAuthOption,
+    OutputOption,
+    UrlOption,
+    WaitOption,
+    WaitTimeoutOption,
+    client,
+    errors,
+    output_mode,
+    report,
+)
+
+
+def read_payload(value: str | None) -> dict[str, Any]:
+    """The payload from `--payload` (JSON text, `@file` or `@-`); a usage error if bad."""
+    if value is None:
+        return {}
+    text = value
+    if value.startswith("@"):
+        source = value[1:]
+        try:
+            text = sys.stdin.read() if source == "-" else Path(source).expanduser().read_text()
+        except OSError as err:
+            usage_error(f"--payload: cannot read {source}: {err.strerror or err}")
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as err:
+        usage_error(f"--payload: not JSON: {err.msg} (line {err.lineno}, column {err.colno})")
+    if not isinstance(payload, dict):
+        usage_error("--payload: must be a JSON object")
+    return payload
+
+
+def task_done(item: dict[str, Any]) -> str | None:
+    """A task is done waiting once it completed (failed or cancelled end the wait too)."""
+    if item["phase"] != "completed":
+        return None
+    details = item.get("details") or {}
+    tail = (details.get("log_tail") or "").rstrip()
+    return "completed" + (f"; output ends with:\n{tail}" if tail else "")
+
+
+def submit_task(
+    project: Annotated[str, typer.Option(help="The project the task runs for.")],
+    kind: Annotated[str, typer.Option(help="A task kind the server's config declares.")],
+    repository: Annotated[
+        str | None, typer.Option(help="The repository (repository-scoped kinds only).")
+    ] = None,
+    payload: Annotated[
+        str | None, typer.Option(help="JSON object for the run, or @FILE (@- for stdin).")
+    ] = None,
+    lane: Annotated[
+        str | None, typer.Option(help="normal or alert (default: the kind's lane).")
+    ] = None,
+    dedup_key: Annotated[
+        str | None, typer.Option(help="An active task with this key makes this a dedup hit.")
+    ] = None,
+    wait: WaitOption = False,
+    wait_timeout: WaitTimeoutOption = 3600.0,
+    output: OutputOption = Output.table,
+    json_flag: JsonOption = False,
+    url: UrlOption = None,
+    no_auth: NoAuthOption = False,
+) -> None:
+    """Submit a task (created, or the existing one on a dedup hit)."""
+    if lane is not None and lane not in ("normal", "alert"):
+        usage_error(f"--lane {lane!r}: use normal or alert")
+    body: dict[str, Any] = {"project": project, "kind": kind, "payload": read_payload(payload)}
+    optional = {"repository": repository, "lane": lane, "dedup_key": dedup_key}
+    body.update({key: value for key, value in optional.items() if value is not None})
+    mode = output_mode(output, json_flag)
+    with errors(), client(url, no_auth) as api:
+        result = api.submit("task", body)
+        report(api, result, mode, wait=wait, wait_timeout=wait_timeout, done=task_done)
+
+
+def register(submit_app: typer.Typer) -> None:
+    """Add `wq submit task`."""
+    submit_app.command("task")(submit_task)
