@@ -99,3 +99,23 @@ class Health(BaseModel):
 
     status: str
     database: str
+
+
+class AuditEntryPublic(BaseModel):
+    """One entry of an item's history: who changed what, when, from which state to which."""
+
+    id: int
+    at: datetime
+    event_type: str
+    actor: str
+    old_state: Any = None
+    new_state: Any = None
+    trigger: Any = None
+    metadata: Any = None
+
+
+class HistoryPage(BaseModel):
+    """One page of an item's history, newest first; pass `next_cursor` back as `cursor`."""
+
+    entries: list[AuditEntryPublic]
+    next_cursor: str | None

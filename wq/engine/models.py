@@ -239,13 +239,15 @@ class AuditEntry(Base):
     """One audited state change, kept for a bounded time for the CLI and the TUI."""
 
     __tablename__ = "audit_log"
+    # An item's history pages newest first by id (wq.engine.history): one index range.
+    __table_args__ = (Index("ix_audit_log_work_item_id_id", "work_item_id", "id"),)
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     )
     at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
     event_type: Mapped[str] = mapped_column(String(64))
-    work_item_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
+    work_item_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     actor: Mapped[str] = mapped_column(String(255))
     old_state: Mapped[Any | None] = mapped_column(JsonDoc)
     new_state: Mapped[Any | None] = mapped_column(JsonDoc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal
@@ -14,12 +15,14 @@ from sqlalchemy import and_, or_, select
 
 from wq.daemon.auth import authorize, authorize_item, authorize_lookup
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
-from wq.daemon.schemas import WorkItemPage, WorkItemPublic
+from wq.daemon.schemas import AuditEntryPublic, HistoryPage, WorkItemPage, WorkItemPublic
+from wq.engine import history as history_service
 from wq.engine import items as item_service
 from wq.engine.models import WorkItem, utcnow
 
 router = APIRouter(prefix="/api/work-items", tags=["work items"])
 
+HISTORY_CURSOR = re.compile(r"[0-9]{1,19}")
 Phase = Literal["active", "completed", "failed", "cancelled"]
 Admission = Literal["queued", "admitted", "idle", "done"]
 
@@ -103,6 +106,48 @@ def read_item(
         raise item_service.ItemNotFound(str(item_id))
     authorize_item(request, principal, "read", item.id, item.type)
     return WorkItemPublic.of(item)
+
+
+@router.get("/{item_id}/history", response_model=HistoryPage)
+def read_item_history(
+    request: Request,
+    item_id: uuid.UUID,
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=32, description="next_cursor of the previous page")
+    ] = None,
+) -> HistoryPage:
+    """An item's audit entries, newest first (404 for a type the caller may not read)."""
+    before = None
+    if cursor is not None:
+        # Checked before int(): str.isdigit() accepts digits int() refuses ("²").
+        if not HISTORY_CURSOR.fullmatch(cursor) or not 0 < int(cursor) < 2**63:
+            raise HTTPException(422, "cursor: not a cursor this API returned")
+        before = int(cursor)
+    authorize_lookup(principal, "read")
+    item = session.get(WorkItem, item_id)
+    if item is None:
+        raise item_service.ItemNotFound(str(item_id))
+    authorize_item(request, principal, "read", item.id, item.type)
+    page = history_service.item_history(session, item_id=item.id, limit=limit, before=before)
+    return HistoryPage(
+        entries=[
+            AuditEntryPublic(
+                id=entry.id,
+                at=entry.at,
+                event_type=entry.event_type,
+                actor=entry.actor,
+                old_state=entry.old_state,
+                new_state=entry.new_state,
+                trigger=entry.trigger,
+                metadata=entry.extra,
+            )
+            for entry in page.entries
+        ],
+        next_cursor=str(page.next_before) if page.next_before is not None else None,
+    )
 
 
 @router.post(
