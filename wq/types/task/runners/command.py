@@ -114,14 +114,16 @@ class CommandRunner:
         }
         write_json(run_dir / "spec.json", document)
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "wq.types.task.runners.supervise", str(run_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=open(run_dir / "supervisor.log", "ab"),  # noqa: SIM115 (the child owns it)
-                start_new_session=True,
-                close_fds=True,
-            )
+            # The child keeps its own copy of the log's descriptor; ours closes at once.
+            with open(run_dir / "supervisor.log", "ab") as supervisor_log:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "wq.types.task.runners.supervise", str(run_dir)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=supervisor_log,
+                    start_new_session=True,
+                    close_fds=True,
+                )
         except OSError as err:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise RunnerUnavailable(f"cannot start the supervisor: {err}") from None
