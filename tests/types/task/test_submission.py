@@ -147,6 +147,13 @@ def test_submit_needs_the_submit_permission(store: Store, tmp_path: Path) -> Non
             {"kinds": {"x": {"scope": "project", "runner": "kubernetes", "command": ["a"]}}},
             "kinds.x.runner: runners.kubernetes is not configured",
         ),
+        (
+            {
+                "runners": {"kubernetes": {"namespace": "agents"}},
+                "kinds": {"x": {"scope": "project", "runner": "kubernetes"}},
+            },
+            "kinds.x.job.image: no image (nor runners.kubernetes.image)",
+        ),
         ({"grafana": {"kind": "nope"}}, "grafana.kind: unknown kind 'nope'"),
         (
             {"schedules": [{"project": "p", "kind": "echo", "cron": "every day"}]},

@@ -162,8 +162,15 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
     for name, kind in settings.kinds.items():
         if kind.runner == "command" and not kind.command:
             raise _fail(prefix, f"kinds.{name}.command", "the command runner needs an argv")
-        if kind.runner == "kubernetes" and settings.runners.kubernetes is None:
-            raise _fail(prefix, f"kinds.{name}.runner", "runners.kubernetes is not configured")
+        if kind.runner == "kubernetes":
+            kubernetes = settings.runners.kubernetes
+            if kubernetes is None:
+                raise _fail(prefix, f"kinds.{name}.runner", "runners.kubernetes is not configured")
+            # Without an image every start would fail and be retried for ever.
+            if not kubernetes.image and not (kind.job or {}).get("image"):
+                raise _fail(
+                    prefix, f"kinds.{name}.job.image", "no image (nor runners.kubernetes.image)"
+                )
     grafana = settings.grafana
     if grafana is not None:
         if grafana.kind not in settings.kinds:
