@@ -5,14 +5,29 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.support.chain import new_chain_item
 from wq.engine import items
 from wq.engine.config import Config
+from wq.engine.listener import NotifyListener
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.registry import SubmitResult, TypeRegistry
+from wq.engine.wakeup import Wakeup
+
+
+class Listening:
+    """A started `LISTEN` thread for one hub, stoppable by the `managers` fixture."""
+
+    def __init__(self, engine: Engine, wakeup: Wakeup) -> None:
+        self.listener = NotifyListener(engine, wakeup)
+        self.listener.start()
+        assert self.listener.wait_ready(10), "LISTEN did not take effect"
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop listening."""
+        self.listener.stop()
 
 
 def submit(

@@ -16,7 +16,7 @@ from tests.engine.helpers import load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items, pools
-from wq.engine.admission import dispatch, in_flight, projects_with_queued
+from wq.engine.admission import dispatch, in_flight, projects_with_queued, queued_projects_query
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, Base, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
@@ -237,12 +237,57 @@ def test_a_big_backlog_does_not_delay_another_projects_first_item(
     assert backlog.lanes["normal"].queued >= 990
 
 
+def _rows_read_from_work_items(plan: dict[str, Any]) -> tuple[int, list[str]]:
+    """Rows a PostgreSQL plan read from work_items, and the scan types it used there."""
+    rows, scans = 0, []
+    if plan.get("Relation Name") == "work_items":
+        loops = int(plan.get("Actual Loops", 1))
+        rows += (int(plan["Actual Rows"]) + int(plan.get("Rows Removed by Filter", 0))) * loops
+        scans.append(plan["Node Type"])
+    for child in plan.get("Plans", []):
+        child_rows, child_scans = _rows_read_from_work_items(child)
+        rows += child_rows
+        scans += child_scans
+    return rows, scans
+
+
 def test_projects_with_queued_work_are_found_without_scanning(store: Store) -> None:
     config = config_for(store, capacity=0)
-    for project in ("a/1", "b/2", "b/2", "c/3"):
-        enqueue(store, config, project)
+    backlog = [f"team/{n % 3}" for n in range(600)]
+    with store.sessions.begin() as session:
+        for project in backlog:
+            items.submit(
+                session,
+                WorkItem.__mapper__.polymorphic_map["chain"].class_(
+                    project=project, lane="normal", autonomous=False
+                ),
+                registry=REGISTRY,
+                pool=config.pool_for(project),
+                now=utcnow(),
+                actor="test",
+                trigger={"source": "test"},
+            )
     with store.sessions() as session:
-        assert projects_with_queued(session) == ["a/1", "b/2", "c/3"]
+        assert projects_with_queued(session) == ["team/0", "team/1", "team/2"]
+    sql = str(
+        queued_projects_query().compile(
+            dialect=store.engine.dialect, compile_kwargs={"literal_binds": True}
+        )
+    )
+    with store.engine.begin() as conn:
+        if store.dialect == "sqlite":
+            steps = [row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
+            on_items = [step for step in steps if "work_items" in step]
+            # Index probes only: a scan (even of an index) would grow with the backlog.
+            assert on_items, steps
+            assert all(step.startswith("SEARCH work_items USING") for step in on_items), steps
+        else:
+            conn.exec_driver_sql("ANALYZE work_items")
+            plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").scalar_one()
+            rows, scans = _rows_read_from_work_items(plan[0]["Plan"])
+            assert "Seq Scan" not in scans, scans
+            # About one probe per project (plus the end of the walk), not 600 rows.
+            assert rows <= 3 * len(set(backlog)), (rows, scans)
 
 
 def test_two_dispatchers_racing_never_exceed_capacity(store: Store) -> None:

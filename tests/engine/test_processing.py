@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import audit_types, count_by, load, submit, submit_many
+from tests.engine.helpers import Listening, audit_types, count_by, load, submit, submit_many
 from tests.support.chain import STEPS, Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items
@@ -22,13 +25,28 @@ from wq.engine.sweep import sweep_once
 
 
 def start(
-    store: Store, managers: list[Any], behaviour: Behaviour, **overrides: Any
+    store: Store,
+    managers: list[Any],
+    behaviour: Behaviour,
+    owner: str | None = None,
+    **overrides: Any,
 ) -> ProcessingManager:
     config = make_config(store.url, **overrides)
-    manager = ProcessingManager(store.sessions, chain_registry(behaviour), config)
+    manager = ProcessingManager(store.sessions, chain_registry(behaviour), config, owner=owner)
     manager.start()
     managers.append(manager)
     return manager
+
+
+def actors_of(store: Store, item_id: Any, event_type: str) -> list[str]:
+    with store.sessions() as session:
+        return list(
+            session.execute(
+                select(AuditEntry.actor)
+                .where(AuditEntry.work_item_id == item_id, AuditEntry.event_type == event_type)
+                .order_by(AuditEntry.id)
+            ).scalars()
+        )
 
 
 def idle(store: Store, item_id: Any) -> bool:
@@ -50,7 +68,7 @@ def test_decider_chain_runs_in_order_then_idles_and_an_event_requeues(
     assert trail[:3] == ["created", "queued", "admitted"]
     assert trail.count("action_completed") == 3 and trail[-1] == "released"
 
-    with store.sessions.begin() as session:
+    with manager.sessions.begin() as session:  # the manager's hub hears it
         store_event(session, item_id, "redo", {"why": "test"})
     wait_for(lambda: behaviour.actions_of(item_id).count("step3") == 2, message="step3 again")
     wait_for(lambda: idle(store, item_id), message="idle again")
@@ -66,23 +84,36 @@ def test_every_action_runs_exactly_once_across_workers_and_managers(
     pools = {"default": {"capacity": 1000}}
     # A long lease: on a loaded machine a 5 s lease can lapse between heartbeats, and
     # a takeover (correctly fenced) would run an action twice; that is not this test.
-    processing = {"workers": 6, "lease_seconds": 30.0}
-    first = start(store, managers, behaviour, pools=pools, processing=processing)
-    second = start(store, managers, behaviour, pools=pools, processing=processing)
-    assert first.owner == second.owner  # same process; the lease tokens still differ
+    processing: dict[str, Any] = {"workers": 6, "lease_seconds": 30.0}
+    if store.dialect == "postgresql":
+        # Like two replicas: each manager has its own hub and hears the other only
+        # through NOTIFY. No polling, so a lost wake-up stalls the test.
+        processing["poll_interval_seconds"] = 60.0
+    first = start(store, managers, behaviour, "first", pools=pools, processing=processing)
+    second = start(store, managers, behaviour, "second", pools=pools, processing=processing)
+    assert first.wakeup is not second.wakeup
+    if store.dialect == "postgresql":
+        managers.extend(Listening(store.engine, manager.wakeup) for manager in (first, second))
     ids = submit_many(
-        store.sessions, first.registry, first.config, [f"p/{n % 20}" for n in range(1000)]
+        store.sessions, first.registry, first.config, [f"p/{n % 20}" for n in range(300)]
     )
     wait_for(
-        lambda: count_by(store.sessions, WorkItem.admission).get("idle") == 1000,
-        timeout=120,
+        lambda: count_by(store.sessions, WorkItem.admission).get("idle") == 300,
+        timeout=240,
         interval=0.2,
-        message="all 1000 items idle",
+        message="all 300 items idle",
     )
     counts = behaviour.counts()
-    assert len(counts) == 3000
+    assert len(counts) == 900
     assert set(counts.values()) == {1}
     assert {item_id for item_id, _ in counts} == set(ids)
+    with store.sessions() as session:
+        actors = set(
+            session.execute(
+                select(AuditEntry.actor).where(AuditEntry.event_type == "action_completed")
+            ).scalars()
+        )
+    assert {actor.partition("/")[0] for actor in actors} == {"first", "second"}
 
 
 def test_abandoned_lease_is_reclaimed_and_finished_once(store: Store, managers: list[Any]) -> None:
@@ -119,8 +150,8 @@ def test_abandoned_lease_is_reclaimed_and_finished_once(store: Store, managers: 
 
 def test_heartbeat_keeps_a_long_action_leased(store: Store, managers: list[Any]) -> None:
     behaviour = Behaviour(sleep={"step1": 1.5})
-    manager = start(store, managers, behaviour, processing={"lease_seconds": 0.45})
-    rival = start(store, managers, behaviour, processing={"lease_seconds": 0.45})
+    manager = start(store, managers, behaviour, "holder", processing={"lease_seconds": 0.45})
+    start(store, managers, behaviour, "rival", processing={"lease_seconds": 0.45})
     item_id = submit(store.sessions, manager.registry, manager.config).item.id  # type: ignore[union-attr]
     wait_for(lambda: behaviour.actions_of(item_id), message="step1 started")
     seen = set()
@@ -132,7 +163,11 @@ def test_heartbeat_keeps_a_long_action_leased(store: Store, managers: list[Any])
     assert len(seen) >= 3, "the lease was extended while the action ran"
     wait_for(lambda: idle(store, item_id), message="idle")
     assert behaviour.actions_of(item_id) == list(STEPS)
-    assert rival is not manager
+    # The rival polled all along, yet never took the item over: one holder ran it all.
+    assert [actor.partition("/")[0] for actor in actors_of(store, item_id, "action_completed")] == [
+        "holder"
+    ] * 3
+    assert "lease_taken_over" not in audit_types(store.sessions, item_id)
 
 
 def test_deadline_returns_the_worker_to_other_items(store: Store, managers: list[Any]) -> None:
@@ -161,8 +196,8 @@ def test_failures_back_off_then_fail_and_retry_brings_the_item_back(
     item_id = submit(store.sessions, manager.registry, manager.config).item.id  # type: ignore[union-attr]
     wait_for(lambda: idle(store, item_id), message="recovered after two failures")
     recovered = load(store.sessions, item_id)
-    assert recovered.phase == "active" and recovered.attempts == 2
-    assert recovered.error == "step2: RuntimeError: step2 failed on purpose"
+    # The success after the failures ends them: no attempts left over, no stale error.
+    assert (recovered.phase, recovered.attempts, recovered.error) == ("active", 0, None)
     assert behaviour.actions_of(item_id) == ["step1", "step2", "step2", "step2", "step3"]
     assert audit_types(store.sessions, item_id).count("action_failed") == 2
 
@@ -220,17 +255,74 @@ def test_an_executor_that_commits_is_a_failure(store: Store) -> None:
     assert "must not commit" in (load(store.sessions, item_id).error or "")
 
 
-def test_stop_releases_leases_of_unfinished_actions(store: Store) -> None:
+def test_heartbeats_go_on_through_the_grace_and_nobody_else_runs_the_item(
+    store: Store, managers: list[Any]
+) -> None:
+    # The action outlasts several leases: only heartbeats keep the rival away.
+    behaviour = Behaviour(sleep={"step1": 2.0})
+    lease = {"lease_seconds": 0.6}
+    leaving = start(store, managers, behaviour, processing=lease, owner="leaving")
+    item_id = submit(store.sessions, leaving.registry, leaving.config).item.id  # type: ignore[union-attr]
+    wait_for(lambda: behaviour.actions_of(item_id), message="step1 running")
+    stopper = threading.Thread(target=leaving.stop, kwargs={"grace": 10})
+    stopper.start()
+    start(store, managers, behaviour, processing=lease, owner="rival")
+    stopper.join(timeout=15)
+    assert not stopper.is_alive()
+    wait_for(lambda: idle(store, item_id), message="the rival finishes the item")
+    # step1 ran once, to its end, and was handed over only then.
+    assert behaviour.actions_of(item_id) == list(STEPS)
+    assert actors_of(store, item_id, "action_completed") == [
+        "leaving/worker-0",
+        "rival/worker-0",
+        "rival/worker-0",
+    ]
+    assert "lease_taken_over" not in audit_types(store.sessions, item_id)
+
+
+def test_past_the_grace_a_running_action_keeps_its_lease(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    behaviour = Behaviour(sleep={"step1": 3.0})
+    config = make_config(store.url, processing={"lease_seconds": 2.0})
+    registry = chain_registry(behaviour)
+    item_id = submit(store.sessions, registry, config).item.id  # type: ignore[union-attr]
+    manager = ProcessingManager(store.sessions, registry, config, owner="leaving")
+    manager.start()
+    wait_for(lambda: behaviour.actions_of(item_id), message="step1 running")
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="wq.engine.processing"):
+        leftovers = manager.stop(grace=0.3)
+    # The grace is a bound (generous here: the machine is loaded).
+    assert time.monotonic() - began < 0.3 + 1.5
+    assert leftovers == [item_id]
+    assert str(item_id) in caplog.text and "step1" in caplog.text
+    # Not handed over early: the lease is still the running action's.
+    held = load(store.sessions, item_id)
+    assert held.lease_owner == "leaving" and held.leased_until is not None
+    assert held.leased_until > utcnow()
+    # Once the action ends, its own worker commits it and lets go of the lease.
+    wait_for(lambda: load(store.sessions, item_id).lease_token is None, message="handed back")
+    handed_back = load(store.sessions, item_id)
+    assert handed_back.admission == "admitted"
+    assert "action_completed" in audit_types(store.sessions, item_id)
+    assert behaviour.actions_of(item_id) == ["step1"]
+
+
+def test_a_manager_that_stops_claims_nothing_more(store: Store) -> None:
     behaviour = Behaviour(sleep={"step1": 1.0})
     config = make_config(store.url)
     registry = chain_registry(behaviour)
-    item_id = submit(store.sessions, registry, config).item.id  # type: ignore[union-attr]
+    first = submit(store.sessions, registry, config).item.id  # type: ignore[union-attr]
     manager = ProcessingManager(store.sessions, registry, config)
     manager.start()
-    wait_for(lambda: behaviour.actions_of(item_id), message="step1 running")
-    manager.stop(grace=0.1)
-    item = load(store.sessions, item_id)
-    assert item.lease_token is None and item.admission == "admitted"
+    wait_for(lambda: behaviour.actions_of(first), message="step1 running")
+    manager.stop(grace=5)
+    later = submit(store.sessions, registry, config, "p/later").item.id  # type: ignore[union-attr]
+    assert manager.run_once(projects=None) == 0
+    assert load(store.sessions, later).lease_token is None
+    assert behaviour.actions_of(first) == ["step1"]
+    assert load(store.sessions, first).lease_token is None  # handed back after step1
 
 
 def test_events_for_terminal_items_are_discarded(store: Store, managers: list[Any]) -> None:
@@ -238,11 +330,11 @@ def test_events_for_terminal_items_are_discarded(store: Store, managers: list[An
     manager = start(store, managers, behaviour)
     item_id = submit(store.sessions, manager.registry, manager.config).item.id  # type: ignore[union-attr]
     wait_for(lambda: idle(store, item_id), message="idle")
-    with store.sessions.begin() as session:
+    with manager.sessions.begin() as session:  # the manager's hub hears it
         store_event(session, item_id, "cancel", {})
     wait_for(lambda: load(store.sessions, item_id).phase == "cancelled", message="cancelled")
     assert load(store.sessions, item_id).admission == "done"
-    with store.sessions.begin() as session:
+    with manager.sessions.begin() as session:  # the manager's hub hears it
         store_event(session, item_id, "redo", {})
     wait_for(lambda: not _pending_events(store), message="event drained")
     assert behaviour.actions_of(item_id) == list(STEPS)  # nothing ran for it
@@ -315,4 +407,80 @@ def test_claim_skips_leased_and_unadmitted_items(store: Store) -> None:
             lease_until=now + timedelta(seconds=30),
         )
     assert len(first) == 2 and second == []
-    assert manager.busy == 0
+    # A manager finds nothing to admit or claim either: every admitted item is leased.
+    assert manager.run_once(projects=None) == 0
+    with store.sessions() as session:
+        owners = session.execute(select(WorkItem.lease_owner).order_by(WorkItem.seq)).scalars()
+        assert list(owners) == ["a", None, "a"]
+
+
+def test_transient_failures_days_apart_with_a_success_between_never_add_up(
+    store: Store, managers: list[Any]
+) -> None:
+    days_later = timedelta()
+
+    def clock() -> datetime:
+        return utcnow() + days_later
+
+    behaviour = Behaviour(fail_times={"step2": 1})
+    config = make_config(store.url, processing={"max_attempts": 2})
+    manager = ProcessingManager(store.sessions, chain_registry(behaviour), config, clock=clock)
+    manager.start()
+    managers.append(manager)
+    item_id = submit(store.sessions, manager.registry, config).item.id  # type: ignore[union-attr]
+    wait_for(lambda: idle(store, item_id), message="recovered from the first failure")
+    assert (load(store.sessions, item_id).attempts, load(store.sessions, item_id).error) == (
+        0,
+        None,
+    )
+
+    days_later = timedelta(days=3)
+    behaviour.fail_times["step3"] = 1
+    with manager.sessions.begin() as session:  # the manager's hub hears it
+        store_event(session, item_id, "redo", {"why": "days later"})
+    wait_for(
+        lambda: behaviour.actions_of(item_id).count("step3") == 3, message="step3 failed, rerun"
+    )
+    wait_for(lambda: idle(store, item_id), message="recovered from the second failure")
+    item = load(store.sessions, item_id)
+    assert (item.phase, item.attempts, item.error) == ("active", 0, None)
+    assert audit_types(store.sessions, item_id).count("action_failed") == 2
+
+
+def test_an_expired_lease_is_taken_over_when_it_runs_out_and_audited(
+    store: Store, managers: list[Any]
+) -> None:
+    behaviour = Behaviour()
+    config = make_config(store.url)
+    registry = chain_registry(behaviour)
+    item_id = submit(store.sessions, registry, config).item.id  # type: ignore[union-attr]
+    from wq.engine.admission import dispatch
+
+    dispatch(store.sessions, config, now=utcnow())
+    # A replica died holding the lease; it runs out in a second.
+    expiry = utcnow() + timedelta(seconds=1)
+    with store.sessions.begin() as session:
+        session.execute(
+            WorkItem.__table__.update()
+            .where(WorkItem.id == item_id)
+            .values(lease_owner="dead-host:1", lease_token="dead", leased_until=expiry)
+        )
+    # A quiet system: no poll for a minute, nothing signalled. Only the known expiry
+    # can wake the claim in time.
+    start(store, managers, behaviour, owner="rescuer", processing={"poll_interval_seconds": 60})
+    wait_for(lambda: idle(store, item_id), timeout=20, message="the rescuer finishes the item")
+    with store.sessions() as session:
+        takeovers = (
+            session.execute(
+                select(AuditEntry).where(
+                    AuditEntry.work_item_id == item_id,
+                    AuditEntry.event_type == "lease_taken_over",
+                )
+            )
+            .scalars()
+            .all()
+        )
+        assert len(takeovers) == 1
+        assert takeovers[0].actor == "rescuer"
+        assert (takeovers[0].old_state or {})["lease_owner"] == "dead-host:1"
+    assert behaviour.actions_of(item_id) == list(STEPS)

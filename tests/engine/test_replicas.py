@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from tests.conftest import Store, empty_postgres, make_config
 from tests.engine.helpers import count_by, load, submit, submit_many
-from tests.support.chain import Behaviour, chain_registry
+from tests.support.chain import Behaviour, chain_registry, new_chain_item
 from tests.support.waiting import wait_for
+from wq.engine import items
 from wq.engine.db import make_engine, make_sessionmaker
-from wq.engine.models import WorkItem
+from wq.engine.models import WorkItem, utcnow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +85,6 @@ def test_another_replicas_submission_is_picked_up_without_polling(
     store = postgres_store
     # The worker polls only every 60 s: only NOTIFY can wake it in time.
     workers.append(_start_worker(store.url, tmp_path / "executions.log", 60.0))
-    time.sleep(0.5)  # let the listener's first wake-up pass go by
     config = make_config(store.url)
     registry = chain_registry(Behaviour())
     started = time.monotonic()
@@ -95,3 +96,48 @@ def test_another_replicas_submission_is_picked_up_without_polling(
         message="the other process to finish the item",
     )
     assert time.monotonic() - started < 3
+
+
+def _listener_pids(store: Store) -> list[int]:
+    with store.engine.connect() as conn:
+        return list(
+            conn.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()"
+                )
+            ).scalars()
+        )
+
+
+def test_work_signalled_while_listen_was_down_is_picked_up_after_the_reconnect(
+    postgres_store: Store, workers: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    store = postgres_store
+    # The worker polls only every 60 s: only the listener can bring the item in time.
+    workers.append(_start_worker(store.url, tmp_path / "executions.log", 60.0))
+    (listener,) = _listener_pids(store)
+    config = make_config(store.url)
+    registry = chain_registry(Behaviour())
+    with store.sessions.begin() as session:
+        intake = items.submit(
+            session,
+            new_chain_item(),
+            registry=registry,
+            pool=config.pool_for("group/project"),
+            now=utcnow(),
+            actor="test",
+            trigger={"source": "test"},
+        )
+        assert intake.item is not None
+        item_id = intake.item.id
+        # Drop the LISTEN connection before this commit sends its NOTIFY: nobody
+        # hears it, and only the admission pass after the reconnect can find the item.
+        session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": listener})
+        wait_for(lambda: listener not in _listener_pids(store), message="LISTEN backend gone")
+    wait_for(
+        lambda: load(store.sessions, item_id).admission == "idle",
+        timeout=20,
+        message="the item picked up after LISTEN reconnected",
+    )
+    assert len(_listener_pids(store)) == 1 and listener not in _listener_pids(store)

@@ -52,6 +52,8 @@ class Behaviour:
     sleep: dict[str, float] = field(default_factory=dict)
     fail_times: dict[str, int] = field(default_factory=dict)
     log_file: Path | None = None
+    # Lines "start|end ITEM ACTION PID TIME" for overlap checks across processes.
+    trace_file: Path | None = None
     calls: list[tuple[uuid.UUID, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -62,6 +64,15 @@ class Behaviour:
             fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, f"{item_id} {action}\n".encode())
+            finally:
+                os.close(fd)
+
+    def trace(self, what: str, item_id: uuid.UUID, action: str) -> None:
+        if self.trace_file is not None:
+            line = f"{what} {item_id} {action} {os.getpid()} {time.time():.3f}\n"
+            fd = os.open(self.trace_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
             finally:
                 os.close(fd)
 
@@ -91,11 +102,15 @@ def decide(item: WorkItem, now: datetime) -> str | None:
 def make_executor(step: str, behaviour: Behaviour):  # type: ignore[no-untyped-def]
     def run(ctx: ActionContext) -> None:
         behaviour.record(ctx.item.id, step)
-        if behaviour.sleep.get(step):
-            time.sleep(behaviour.sleep[step])
-        if behaviour.should_fail(step):
-            raise RuntimeError(f"{step} failed on purpose")
-        set_dimension(ctx.session, ctx.item, f"needs_{step}", False)
+        behaviour.trace("start", ctx.item.id, step)
+        try:
+            if behaviour.sleep.get(step):
+                time.sleep(behaviour.sleep[step])
+            if behaviour.should_fail(step):
+                raise RuntimeError(f"{step} failed on purpose")
+            set_dimension(ctx.session, ctx.item, f"needs_{step}", False)
+        finally:
+            behaviour.trace("end", ctx.item.id, step)
 
     return run
 

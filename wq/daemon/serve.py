@@ -1,8 +1,9 @@
 """`wq daemon`: the API, the processing manager, the sweep and LISTEN in one process.
 
 Start-up logs one line per fact (config, database, bind address, types). Shutdown on
-SIGTERM/SIGINT stops claiming, lets running actions finish up to the grace period,
-and releases the leases still held.
+SIGTERM/SIGINT stops claiming at once and lets running actions finish within the grace
+period; actions still running then are logged and their leases left to run out (never
+handed to another replica early), and the process exits.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import signal
 import socket
 from collections.abc import AsyncIterator
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -75,6 +77,23 @@ def prepare_database(runtime: Runtime) -> None:
         raise StartupError(f"cannot use the database: {err}") from None
 
 
+class _Server(uvicorn.Server):
+    """uvicorn whose stop signal also starts the engine's shutdown grace.
+
+    The grace is one bound for the whole process: it starts at the signal, not after
+    HTTP connections have drained, so the exit comes within the grace plus a step.
+    """
+
+    def __init__(self, runtime: Runtime, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.runtime = runtime
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.runtime.manager is not None:
+            self.runtime.manager.begin_stop()
+        super().handle_exit(sig, frame)
+
+
 def run_daemon(config: Config, *, host: str | None = None, port: int | None = None) -> None:
     """Run until SIGTERM/SIGINT."""
     host = host or config.server.host
@@ -118,8 +137,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
         finally:
             log.info("shutting down: no new claims, waiting for running actions")
             if consumer is not None:
-                consumer.stop()
-            manager.stop()
+                consumer.stop(timeout=1.0)  # a daemon thread: a long poll is abandoned
+            manager.stop()  # bounded by the grace that began with the signal
             if listener is not None:
                 listener.stop()
             if runtime.local_tier is not None:
@@ -130,7 +149,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
 
     app = create_app(runtime)
     app.router.lifespan_context = lifespan
-    server = uvicorn.Server(
+    server = _Server(
+        runtime,
         uvicorn.Config(
             app,
             log_config=None,
@@ -142,7 +162,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             # connection in the middle of the client's request.
             h11_max_incomplete_event_size=HEADER_PARSE_LIMIT,
             timeout_graceful_shutdown=int(config.processing.shutdown_grace_seconds),
-        )
+        ),
     )
     # uvicorn re-raises the stop signal once it has shut down; a handler of our own
     # makes that a no-op, so a clean shutdown exits 0.

@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
@@ -37,12 +38,8 @@ class Admitted:
     seq: int
 
 
-def projects_with_queued(session: Session) -> list[str]:
-    """Projects that have queued work, found by a skip scan of the queue index.
-
-    Walks the distinct projects one index probe at a time, so the cost grows with
-    the number of projects, not with the backlog.
-    """
+def queued_projects_query() -> Select[Any]:
+    """The statement behind `projects_with_queued` (tests look at its plan)."""
     queued = WorkItem.__table__
     first = select(func.min(queued.c.project).label("project")).where(
         queued.c.admission == inline(QUEUED)
@@ -56,8 +53,16 @@ def projects_with_queued(session: Session) -> list[str]:
         .scalar_subquery()
     )
     walk = walk.union_all(select(following.label("project")).where(walk.c.project.is_not(None)))
-    rows = session.execute(select(walk.c.project).where(walk.c.project.is_not(None)))
-    return [row[0] for row in rows]
+    return select(walk.c.project).where(walk.c.project.is_not(None))
+
+
+def projects_with_queued(session: Session) -> list[str]:
+    """Projects that have queued work, found by a skip scan of the queue index.
+
+    Walks the distinct projects one index probe at a time, so the cost grows with
+    the number of projects, not with the backlog.
+    """
+    return [str(project) for project in session.execute(queued_projects_query()).scalars()]
 
 
 def _has_queued(session: Session, project: str) -> bool:

@@ -1,8 +1,10 @@
 """Work-item lifecycle services: intake, queueing, release, terminal phases, retry.
 
 Every admission or phase change of an item happens in one of these functions, and
-each leaves one audit row. They take the caller's session and never commit; the
-daemon's routers and threads call the same code.
+each leaves one audit row, with one exception: `settle` marks an item `idle` without
+a row when it held no slot and was not queued (nothing anyone waits for changed).
+They take the caller's session and never commit; the daemon's routers and threads
+call the same code.
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ def settle(
     """Bring admission in line with the item after a change the worker did not make.
 
     A terminal item is `done`; an idle (or not yet queued) active item whose decider
-    wants to act is queued with a fresh seq. Queued and admitted items are left alone.
+    wants to act is queued with a fresh seq, and otherwise marked `idle` (no audit row:
+    it held no slot). Queued and admitted items are left alone.
     """
     if item.phase in TERMINAL_PHASES:
         release_slot(session, item, actor=actor, trigger=trigger)
@@ -134,7 +137,12 @@ def set_phase(
     trigger: dict[str, Any],
     error: str | None = None,
 ) -> None:
-    """Move an active item to another phase; a terminal phase releases its slot."""
+    """Move an item to another phase; a terminal phase releases its slot.
+
+    It does not check that the move is allowed: callers decide that, and a terminal
+    item is moved like any other (to reactivate one with its attempts reset, use
+    `retry`).
+    """
     if item.phase == phase:
         return
     old = snapshot(item)

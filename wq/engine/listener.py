@@ -9,14 +9,18 @@ import psycopg
 from sqlalchemy import Engine
 
 from wq.engine.db import DEFAULT_TIMEOUTS, Timeouts, connect_postgres
-from wq.engine.store import NOTIFY_CHANNEL, ORIGIN
+from wq.engine.store import NOTIFY_CHANNEL
 from wq.engine.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
 
 class NotifyListener:
-    """A thread holding one autocommit connection that listens on the wq channel."""
+    """A thread holding one autocommit connection that listens on the wq channel.
+
+    After every (re)connect, once `LISTEN` has run, it asks the scheduler for a full
+    admission pass: whatever was signalled while nobody listened is picked up then.
+    """
 
     def __init__(
         self, engine: Engine, wakeup: Wakeup, timeouts: Timeouts = DEFAULT_TIMEOUTS
@@ -27,16 +31,26 @@ class NotifyListener:
         self._dsn = url.render_as_string(hide_password=False)
         self._wakeup = wakeup
         self._stopping = threading.Event()
+        self._listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wq-listen", daemon=True)
 
     def start(self) -> None:
         """Start listening in the background."""
         self._thread.start()
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until `LISTEN` is in effect (False if that took longer than `timeout`)."""
+        return self._listening.wait(timeout)
+
+    @property
+    def listening(self) -> bool:
+        """Whether `LISTEN` is in effect right now."""
+        return self._listening.is_set()
+
     def stop(self) -> None:
         """Stop listening (within about a second)."""
         self._stopping.set()
-        self._thread.join(timeout=3)
+        self._thread.join(timeout=2)
 
     def _run(self) -> None:
         backoff = 0.5
@@ -45,14 +59,17 @@ class NotifyListener:
                 with connect_postgres(self._dsn, self._timeouts, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     backoff = 0.5
+                    self._listening.set()
                     # Anything may have happened while we were not listening.
-                    self._wakeup.poke()
+                    self._wakeup.resync()
                     while not self._stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
                             origin, _, payload = note.payload.partition("|")
-                            if origin != ORIGIN:
+                            if origin != self._wakeup.origin:
                                 self._wakeup.deliver_payload(payload)
             except psycopg.Error as err:
+                self._listening.clear()
                 log.warning("LISTEN connection lost (%s); reconnecting", err)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
+        self._listening.clear()

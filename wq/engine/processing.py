@@ -1,12 +1,15 @@
-"""The processing manager: admission, claims, workers, heartbeat.
+"""The processing manager: admission, claims, workers, heartbeat, shutdown.
 
 One scheduler thread turns wake-ups into work: it applies stored events, runs an
 admission pass for the projects that changed, and claims as many admitted items as
-there are free workers. Each claimed item runs on a pool worker one action at a
-time: ask the decider, run the executor, commit fenced by the lease token, ask
-again, until the decider has nothing to do (the item goes idle and frees its slot),
-asks to wait (the item keeps its slot and is claimed again later), the phase becomes
-terminal, or the per-item deadline returns the worker.
+there are free workers. Each claimed item runs on a worker thread of its own (at
+most `workers` at once), one action at a time (`wq.engine.runner`). A heartbeat
+extends the leases of running items until the last worker has returned.
+
+Shutdown stops claiming at once; running actions get the grace period to end, after
+which each worker hands its item back. Past the grace nothing is handed over early:
+the daemon exits and the leases of actions still running run out on their own, so
+another replica can never run an item this one is still executing.
 """
 
 from __future__ import annotations
@@ -18,9 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
@@ -30,24 +31,18 @@ from wq.engine.admission import dispatch
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.events import drain_events
-from wq.engine.fence import LeaseLost, fenced_executor
-from wq.engine.items import release_slot, set_phase, snapshot
-from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem, utcnow
-from wq.engine.registry import (
-    ActionContext,
-    Decision,
-    PermanentFailure,
-    Requeue,
-    RetryLater,
-    TickContext,
-    Ticker,
-    TypeRegistry,
-    Wait,
-)
+from wq.engine.models import WorkItem, utcnow
+from wq.engine.registry import TickContext, Ticker, TypeRegistry
+from wq.engine.runner import ItemRunner, backoff_delay
 from wq.engine.sweep import sweep_once
-from wq.engine.wakeup import PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
+from wq.engine.wakeup import WAKEUP_KEY, Pending, Wakeup
+
+__all__ = ["ProcessingManager", "backoff_delay", "default_owner"]
 
 log = logging.getLogger(__name__)
+
+# After the grace: how long the engine's own threads get to notice and end.
+STOP_STEP_SECONDS = 1.0
 
 
 def default_owner() -> str:
@@ -55,13 +50,8 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def backoff_delay(attempts: int, base: float, maximum: float) -> float:
-    """Seconds to wait before retrying after the given number of failed attempts."""
-    return float(min(maximum, base * 2 ** max(0, attempts - 1)))
-
-
 class ProcessingManager:
-    """Drives admitted items through their actions with a bounded worker pool."""
+    """Drives admitted items through their actions with a bounded set of workers."""
 
     def __init__(
         self,
@@ -73,24 +63,36 @@ class ProcessingManager:
         owner: str | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.sessions = sessions
         self.registry = registry
         self.config = config
         self.settings = config.processing
         self.wakeup = wakeup or Wakeup()
         self.owner = owner or default_owner()
         self.clock = clock
-        self.sessions.configure(info={WAKEUP_KEY: self.wakeup})
-        self._pool = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="wq-worker")
+        # Sessions of our own, wired to our hub: the caller's sessionmaker is left as
+        # it is, so two managers in one process never share (or steal) wake-ups.
+        info = {**sessions.kw.get("info", {}), WAKEUP_KEY: self.wakeup}
+        self.sessions: sessionmaker[Session] = sessionmaker(
+            class_=sessions.class_, **{**sessions.kw, "info": info}
+        )
         self._running: dict[uuid.UUID, str] = {}
         self._running_lock = threading.Lock()
-        self._stopping = threading.Event()
+        self._all_returned = threading.Condition(self._running_lock)
+        self._free_slots = list(range(self.settings.workers - 1, -1, -1))
+        self._claim_lock = threading.Lock()
+        self._stopping = threading.Event()  # no new claims; workers hand items back
+        self._halted = threading.Event()  # the heartbeat ends too
+        self._deadline: float | None = None
+        self._next_due: float | None = None  # monotonic time an admitted item comes due
         self._threads: list[threading.Thread] = []
+        self._runner = ItemRunner(
+            self.sessions, registry, self.settings, clock, stopping=self._stopping
+        )
 
     # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        """Start the scheduler and heartbeat threads."""
+        """Start the scheduler, heartbeat and sweep threads, and the types' periodic work."""
         loops = (
             ("wq-scheduler", self._schedule_loop),
             ("wq-heartbeat", self._heartbeat_loop),
@@ -108,22 +110,47 @@ class ProcessingManager:
                 thread.start()
                 self._threads.append(thread)
 
-    def stop(self, grace: float | None = None) -> None:
-        """Stop claiming, let running actions finish up to `grace`, release held leases."""
-        grace = self.settings.shutdown_grace_seconds if grace is None else grace
+    def begin_stop(self, grace: float | None = None) -> None:
+        """Stop claiming now; running actions have `grace` seconds from now to end.
+
+        Safe to call from a signal handler (it takes no lock the handler's thread may
+        hold), and again later: the first call fixes the deadline.
+        """
+        if self._deadline is None:
+            grace = self.settings.shutdown_grace_seconds if grace is None else grace
+            self._deadline = time.monotonic() + grace
         self._stopping.set()
         self.wakeup.poke()
-        deadline = time.monotonic() + grace
-        while self.busy and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._running_lock:
+
+    def stop(self, grace: float | None = None) -> list[uuid.UUID]:
+        """Stop: no new claims, running actions end within the grace, then return.
+
+        Heartbeats go on until the last worker has returned or the grace is over.
+        Each worker hands its item back itself once its action has ended. Items whose
+        actions still run at the deadline are logged and returned; their leases are
+        not released (that would let another replica run them alongside) but run out
+        on their own about one lease period later. Returns within the grace plus
+        about one second.
+        """
+        self.begin_stop(grace)
+        assert self._deadline is not None
+        with self._all_returned:
+            while self._running and (left := self._deadline - time.monotonic()) > 0:
+                self._all_returned.wait(left)
             leftovers = dict(self._running)
-        for item_id, token in leftovers.items():
-            with self.sessions.begin() as session:
-                store.drop_lease(session, item_id, token)
+        if leftovers:
+            actions = self._runner.current
+            log.warning(
+                "shutdown grace over with %d action(s) still running; their leases run out "
+                "on their own: %s",
+                len(leftovers),
+                ", ".join(f"{item_id} ({actions.get(item_id, '?')})" for item_id in leftovers),
+            )
+        self._halted.set()
+        step_end = time.monotonic() + STOP_STEP_SECONDS
         for thread in self._threads:
-            thread.join(timeout=2)
+            thread.join(timeout=max(0.0, step_end - time.monotonic()))
+        return list(leftovers)
 
     @property
     def busy(self) -> int:
@@ -135,12 +162,13 @@ class ProcessingManager:
 
     def _schedule_loop(self) -> None:
         last_resync = 0.0
+        pending = Pending(resync=True)  # the first pass looks at everything
         while not self._stopping.is_set():
-            pending = self.wakeup.wait(self.settings.poll_interval_seconds)
-            if self._stopping.is_set():
-                return
             try:
-                resync = time.monotonic() - last_resync >= self.settings.poll_interval_seconds
+                resync = (
+                    pending.resync
+                    or time.monotonic() - last_resync >= self.settings.poll_interval_seconds
+                )
                 if resync:
                     last_resync = time.monotonic()
                 self.run_once(
@@ -150,6 +178,14 @@ class ProcessingManager:
             except Exception:
                 log.exception("scheduler pass failed; retrying after the poll interval")
                 self._stopping.wait(self.settings.poll_interval_seconds)
+            pending = self.wakeup.wait(self._wait_seconds())
+
+    def _wait_seconds(self) -> float:
+        """Until the next poll, or sooner when a known lease or backoff runs out."""
+        wait = self.settings.poll_interval_seconds
+        if self._next_due is not None:
+            wait = min(wait, max(0.0, self._next_due - time.monotonic()))
+        return wait
 
     def run_once(
         self,
@@ -169,33 +205,108 @@ class ProcessingManager:
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
             dispatch(self.sessions, self.config, projects, now=self.clock())
-        return self._claim_and_submit()
+        return self._claim_and_start()
 
-    def _claim_and_submit(self) -> int:
-        free = self.settings.workers - self.busy
-        if free <= 0 or self._stopping.is_set():
+    def _claim_and_start(self) -> int:
+        with self._claim_lock:  # one claim at a time, so free slots are never overbooked
+            free = self.settings.workers - self.busy
+            if free <= 0 or self._stopping.is_set():
+                return 0
+            now = self.clock()
+            with self.sessions.begin() as session:
+                claims = store.claim(
+                    session,
+                    owner=self.owner,
+                    limit=free,
+                    types=self.registry.names,
+                    now=now,
+                    lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+                )
+                self._audit_takeovers(session, claims)
+                due = (
+                    None
+                    if len(claims) == free
+                    else store.next_due(session, self.registry.names, now)
+                )
+            self._next_due = None if due is None else time.monotonic() + (due - now).total_seconds()
+            with self._running_lock:
+                if not self._stopping.is_set():
+                    for claim in claims:
+                        self._start_worker(claim.id, claim.token)
+                    return len(claims)
+            # Shutdown began while we claimed: no action ran, give the items back.
+            with self.sessions.begin() as session:
+                for claim in claims:
+                    store.drop_lease(session, claim.id, claim.token)
             return 0
-        now = self.clock()
-        with self.sessions.begin() as session:
-            claimed = store.claim(
-                session,
-                owner=self.owner,
-                limit=free,
-                types=self.registry.names,
-                now=now,
-                lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+
+    def _audit_takeovers(self, session: Session, claims: list[store.Claim]) -> None:
+        """One audit row per expired lease this claim took over, naming the old owner."""
+        records = [
+            AuditRecord(
+                "lease_taken_over",
+                self.owner,
+                claim.id,
+                old_state={
+                    "lease_owner": claim.previous_owner,
+                    "leased_until": claim.previous_until.isoformat()
+                    if claim.previous_until
+                    else None,
+                },
+                new_state={"lease_owner": self.owner},
+                trigger={"source": "claim", "reason": "lease expired"},
             )
-        with self._running_lock:
-            self._running.update(claimed)
-        for item_id, token in claimed:
-            self._pool.submit(self._work, item_id, token)
-        return len(claimed)
+            for claim in claims
+            if claim.previous_until is not None
+        ]
+        if records:
+            log.warning(
+                "took over %d work item(s) whose lease had expired: %s",
+                len(records),
+                ", ".join(f"{c.id} (from {c.previous_owner})" for c in claims if c.previous_until),
+            )
+            audit(session, *records)
+
+    # ----------------------------------------------------------------- workers
+
+    def _start_worker(self, item_id: uuid.UUID, token: str) -> None:
+        """Run one claimed item on a worker thread (caller holds the running lock).
+
+        Worker threads are daemon threads: past the shutdown grace the process can
+        exit without waiting for an action that is still running.
+        """
+        slot = self._free_slots.pop() if self._free_slots else len(self._running)
+        self._running[item_id] = token
+        thread = threading.Thread(
+            target=self._work,
+            args=(item_id, token, slot),
+            name=f"wq-worker-{slot}",
+            daemon=True,
+        )
+        thread.start()
+
+    def _work(self, item_id: uuid.UUID, token: str, slot: int) -> None:
+        # The owner tells replicas apart in the audit log; the slot tells workers apart.
+        actor = f"{self.owner}/worker-{slot}"
+        try:
+            self._runner.run(item_id, token, actor)
+        except Exception:
+            log.exception("processing of work item %s failed", item_id)
+        finally:
+            with self._running_lock:
+                self._running.pop(item_id, None)
+                self._free_slots.append(slot)
+                self._all_returned.notify_all()
+            self.wakeup.poke()
 
     # ----------------------------------------------------------------- heartbeat
 
     def _heartbeat_loop(self) -> None:
+        # Runs through the shutdown grace: the leases of running actions must not lapse.
         interval = self.settings.lease_seconds / 3
-        while not self._stopping.wait(interval):
+        while not self._halted.wait(interval):
+            if self._stopping.is_set() and not self.busy:
+                return
             try:
                 self.heartbeat()
             except Exception:
@@ -220,16 +331,6 @@ class ProcessingManager:
             )
         return int(result.rowcount)  # type: ignore[attr-defined]
 
-    def _sweep_loop(self) -> None:
-        # The first sweep runs at start: it recovers what a previous process left.
-        while not self._stopping.is_set():
-            try:
-                sweep_once(self.sessions, self.registry, self.config)
-            except Exception:
-                log.exception("sweep failed")
-            if self._stopping.wait(self.settings.sweep_interval_seconds):
-                return
-
     def _ticker_loop(self, ticker: Ticker) -> None:
         while not self._stopping.is_set():
             try:
@@ -239,183 +340,12 @@ class ProcessingManager:
             if self._stopping.wait(ticker.interval_seconds):
                 return
 
-    # ----------------------------------------------------------------- workers
-
-    def _work(self, item_id: uuid.UUID, token: str) -> None:
-        try:
-            self._run_item(item_id, token)
-        except Exception:
-            log.exception("processing of work item %s failed", item_id)
-        finally:
-            with self._running_lock:
-                self._running.pop(item_id, None)
-            self.wakeup.poke()
-
-    def _run_item(self, item_id: uuid.UUID, token: str) -> None:
-        """Run one claimed item's actions until it idles, ends, fails or hits the deadline.
-
-        Before the item is let go, the decider is asked with the item re-read under the
-        lease fence (the row is locked until commit on PostgreSQL), so an event applied
-        meanwhile is seen and can never be lost by releasing the item to `idle`.
-        """
-        actor = threading.current_thread().name
-        started = time.monotonic()
-        with self.sessions() as session:
-            item = session.get(WorkItem, item_id)
-            if item is None or item.lease_token != token:
+    def _sweep_loop(self) -> None:
+        # The first sweep runs at start: it recovers what a previous process left.
+        while not self._stopping.is_set():
+            try:
+                sweep_once(self.sessions, self.registry, self.config)
+            except Exception:
+                log.exception("sweep failed")
+            if self._stopping.wait(self.settings.sweep_interval_seconds):
                 return
-            action = self._next_action(item)
-            fenced = False  # is the item fresh and locked under our lease right now?
-            while True:
-                if not isinstance(action, str) and not fenced:
-                    # Confirm under the fence with fresh state before letting go.
-                    if not store.fence_lease(session, item_id, token, self.clock()):
-                        return
-                    session.get(WorkItem, item_id, populate_existing=True)
-                    action = self._next_action(item)
-                if action is None:
-                    terminal = item.phase in TERMINAL_PHASES
-                    self._let_go(
-                        session, item, actor, {"source": "worker" if terminal else "decider"}
-                    )
-                    return
-                if isinstance(action, Wait):
-                    self._hold(session, item, action)
-                    return
-                if fenced and (
-                    self._stopping.is_set()
-                    or time.monotonic() - started >= self.settings.deadline_seconds
-                ):
-                    # Keep the slot, give the worker back; the item is claimed again
-                    # behind the items that were already waiting.
-                    store.drop_lease(session, item_id, token, resume_at=self.clock())
-                    session.commit()
-                    return
-                # End the transaction: on SQLite the write lock is then taken only when
-                # the executor first touches the database, not for its whole run.
-                session.commit()
-                if not self._run_action(session, item, token, action, actor):
-                    return
-                # The item was re-read under the fence: decide on fresh state.
-                fenced = True
-                action = self._next_action(item)
-
-    def _let_go(
-        self, session: Session, item: WorkItem, actor: str, trigger: dict[str, Any]
-    ) -> None:
-        """Release the item's slot (idle, or done once terminal) and commit, under the fence."""
-        release_slot(session, item, actor=actor, trigger=trigger)
-        session.commit()
-
-    def _next_action(self, item: WorkItem) -> Decision:
-        if item.phase in TERMINAL_PHASES:
-            return None
-        return self.registry.get(item.type).decider(item, self.clock())
-
-    @staticmethod
-    def _hold(session: Session, item: WorkItem, wait: Wait) -> None:
-        """Keep the item's slot and give the worker back until `wait.until`.
-
-        The caller holds the lease fence in the open transaction. No audit row: a
-        long run is checked many times and nothing about the item changes.
-        """
-        item.run_after = wait.until
-        item.lease_owner = item.lease_token = None
-        item.leased_until = None
-        session.commit()
-
-    def _run_action(
-        self, session: Session, item: WorkItem, token: str, action: str, actor: str
-    ) -> bool:
-        """Run one executor and stage its changes, fenced; False when the item is let go.
-
-        On success the transaction is left open with the item re-read under the
-        fence, so the caller can decide (and release) in the same transaction.
-        """
-        item_id = item.id
-        item_type = self.registry.get(item.type)
-        executor = self.registry.executor(item.type, action)
-        old = snapshot(item)
-        try:
-            with fenced_executor(session, item_id, token):
-                executor(ActionContext(session, item, self.clock(), item_type.settings))
-                session.connection()  # make sure the fenced write transaction has begun
-                session.flush()
-        except LeaseLost:
-            session.rollback()
-            log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
-            return False
-        except Exception as err:
-            session.rollback()
-            self._record_failure(item_id, token, action, err, actor)
-            return False
-        trigger = {"source": "worker", "action": action}
-        audit(
-            session,
-            AuditRecord(
-                "action_completed",
-                actor,
-                item_id,
-                old_state=old,
-                new_state=snapshot(item),
-                trigger=trigger,
-            ),
-        )
-        if item.phase in TERMINAL_PHASES:
-            self._let_go(session, item, actor, trigger)
-            return False
-        session.get(WorkItem, item_id, populate_existing=True)
-        return True
-
-    def _record_failure(
-        self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str
-    ) -> None:
-        now = self.clock()
-        known = isinstance(err, RetryLater | PermanentFailure | Requeue)
-        message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
-        log.warning("work item %s: %s", item_id, message)
-        with self.sessions.begin() as session:
-            if not store.fence_lease(session, item_id, token, now):
-                return
-            item = session.get(WorkItem, item_id, populate_existing=True)
-            if item is None:
-                return
-            old = snapshot(item)
-            item.attempts += 1
-            item.error = message
-            trigger = {"source": "worker", "action": action, "error": message}
-            requeue = isinstance(err, Requeue)
-            if not requeue and (
-                isinstance(err, PermanentFailure) or item.attempts >= self.settings.max_attempts
-            ):
-                reason = (
-                    "permanent failure"
-                    if isinstance(err, PermanentFailure)
-                    else "max attempts reached"
-                )
-                set_phase(session, item, FAILED, actor=actor, trigger={**trigger, "reason": reason})
-                return
-            delay = backoff_delay(
-                item.attempts, self.settings.backoff_base_seconds, self.settings.backoff_max_seconds
-            )
-            if isinstance(err, RetryLater | Requeue) and err.retry_after:
-                delay = max(delay, err.retry_after)
-            item.run_after = now + timedelta(seconds=delay)
-            item.lease_owner = item.lease_token = None
-            item.leased_until = None
-            if requeue:
-                # Back in line at its old place (same seq); its slot is free meanwhile,
-                # and the dispatcher admits it again once run_after has passed.
-                item.admission = QUEUED
-                signal(session, PROJECT_QUEUED, item.project)
-            audit(
-                session,
-                AuditRecord(
-                    "requeued" if requeue else "action_failed",
-                    actor,
-                    item_id,
-                    old_state=old,
-                    new_state={**snapshot(item), "attempts": item.attempts},
-                    trigger={**trigger, "retry_in_seconds": delay},
-                ),
-            )

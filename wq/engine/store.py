@@ -11,16 +11,15 @@ import uuid
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
-from sqlalchemy import BindParameter, and_, func, literal, or_, select, text, update
+from sqlalchemy import BindParameter, and_, case, func, literal, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from wq.engine.models import ACTIVE, ADMITTED, SequenceCounter, WorkItem
 
 ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
-# Marks this process's NOTIFYs, so that its own listener can skip them (it already knows).
-ORIGIN = uuid.uuid4().hex[:12]
 _PROJECT_LOCK_SPACE = 0x5751  # "WQ": keeps our advisory keys apart from other users'
 _ITEM_LOCK_SPACE = 0x5752
 
@@ -78,6 +77,15 @@ def lock_item(session: Session, item_id: uuid.UUID) -> None:
         )
 
 
+class Claim(NamedTuple):
+    """One item leased by a claim; `previous_*` are set when an expired lease was taken over."""
+
+    id: uuid.UUID
+    token: str
+    previous_owner: str | None
+    previous_until: datetime | None
+
+
 def claim(
     session: Session,
     *,
@@ -86,17 +94,18 @@ def claim(
     types: Sequence[str],
     now: datetime,
     lease_until: datetime,
-) -> list[tuple[uuid.UUID, str]]:
-    """Lease up to `limit` admitted, active, unleased items; return (id, lease token).
+) -> list[Claim]:
+    """Lease up to `limit` admitted, active, unleased items.
 
     Every claim takes a fresh token. PostgreSQL skips rows other replicas hold
-    (`FOR UPDATE SKIP LOCKED`); SQLite runs inside the `BEGIN IMMEDIATE` lock.
+    (`FOR UPDATE SKIP LOCKED`); SQLite runs inside the `BEGIN IMMEDIATE` lock. An
+    item whose lease expired is taken over; its previous owner is returned.
     """
     if limit <= 0 or not types:
         return []
     token = str(uuid.uuid4())
     candidates = (
-        select(WorkItem.id)
+        select(WorkItem.id, WorkItem.lease_owner, WorkItem.leased_until)
         .where(
             WorkItem.admission == inline(ADMITTED),
             WorkItem.phase == inline(ACTIVE),
@@ -111,16 +120,37 @@ def claim(
     )
     if _is_postgres(session):
         candidates = candidates.with_for_update(skip_locked=True)
-    ids = list(session.execute(candidates).scalars())
-    if not ids:
+    rows = session.execute(candidates).all()
+    if not rows:
         return []
     session.execute(
         update(WorkItem)
-        .where(WorkItem.id.in_(ids))
+        .where(WorkItem.id.in_([row.id for row in rows]))
         .values(lease_owner=owner, lease_token=token, leased_until=lease_until)
         .execution_options(synchronize_session=False)
     )
-    return [(item_id, token) for item_id in ids]
+    return [Claim(row.id, token, row.lease_owner, row.leased_until) for row in rows]
+
+
+def next_due(session: Session, types: Sequence[str], now: datetime) -> datetime | None:
+    """When the next admitted item becomes claimable: a lease or a backoff runs out.
+
+    Only what is known now; new work announces itself through wake-ups.
+    """
+    if not types:
+        return None
+    lease_ends, backoff_ends = session.execute(
+        select(
+            func.min(case((WorkItem.leased_until > now, WorkItem.leased_until))),
+            func.min(case((WorkItem.run_after > now, WorkItem.run_after))),
+        ).where(
+            WorkItem.admission == inline(ADMITTED),
+            WorkItem.phase == inline(ACTIVE),
+            WorkItem.type.in_(types),
+        )
+    ).one()
+    known = [moment for moment in (lease_ends, backoff_ends) if moment is not None]
+    return min(known) if known else None
 
 
 def fence_lease(session: Session, item_id: uuid.UUID, token: str, now: datetime) -> bool:
@@ -158,13 +188,16 @@ def drop_lease(
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def notify(session: Session, payloads: Sequence[str]) -> None:
-    """Tell other replicas on the same PostgreSQL about new work (delivered on commit)."""
+def notify(session: Session, payloads: Sequence[str], origin: str) -> None:
+    """Tell other replicas on the same PostgreSQL about new work (delivered on commit).
+
+    `origin` names the wake-up hub that already knows, so its listener skips them.
+    """
     if payloads and _is_postgres(session):
         session.execute(
             text(
                 "SELECT pg_notify(:channel, payload)"
                 " FROM unnest(CAST(:payloads AS text[])) AS payload"
             ),
-            {"channel": NOTIFY_CHANNEL, "payloads": [f"{ORIGIN}|{p}" for p in payloads]},
+            {"channel": NOTIFY_CHANNEL, "payloads": [f"{origin}|{p}" for p in payloads]},
         )

@@ -42,17 +42,20 @@ def sweep_once(
     report = SweepReport()
     now = utcnow()
     with sessions.begin() as session:
-        expired = (
+        # Read the owners first (RETURNING would give the new, empty ones); the rows
+        # stay locked until commit, so a heartbeat cannot slip in between.
+        expired = session.execute(
+            select(WorkItem.id, WorkItem.lease_owner)
+            .where(WorkItem.leased_until < now)
+            .with_for_update(skip_locked=True)
+        ).all()
+        if expired:
             session.execute(
                 update(WorkItem)
-                .where(WorkItem.leased_until < now)
+                .where(WorkItem.id.in_([item_id for item_id, _ in expired]))
                 .values(lease_owner=None, lease_token=None, leased_until=None)
-                .returning(WorkItem.id)
                 .execution_options(synchronize_session=False)
             )
-            .scalars()
-            .all()
-        )
         report.leases_reclaimed = len(expired)
         if expired:
             audit(
@@ -62,9 +65,10 @@ def sweep_once(
                         "lease_expired",
                         SWEEP,
                         item_id,
+                        old_state={"lease_owner": previous_owner},
                         trigger={"source": "sweep", "reason": "lease expired"},
                     )
-                    for item_id in expired
+                    for item_id, previous_owner in expired
                 ),
             )
             signal(session, ITEMS_ADMITTED)

@@ -21,6 +21,7 @@ WAKEUP_KEY = "wq_wakeup"
 PROJECT_QUEUED = "queued"
 ITEMS_ADMITTED = "admitted"
 EVENT_STORED = "event"
+NO_HUB = "-"  # the origin of NOTIFYs from sessions without a hub: nobody skips them
 
 
 @dataclass
@@ -30,17 +31,24 @@ class Pending:
     projects: set[str] = field(default_factory=set)
     event_items: set[uuid.UUID] = field(default_factory=set)
     claim: bool = False
+    resync: bool = False  # admit every project: wake-ups may have been missed
 
     def __bool__(self) -> bool:
-        return bool(self.projects or self.event_items or self.claim)
+        return bool(self.projects or self.event_items or self.claim or self.resync)
 
 
 class Wakeup:
-    """A hub that gathers signals and wakes the thread waiting on it."""
+    """A hub that gathers signals and wakes the thread waiting on it.
+
+    Each hub has its own `origin`: NOTIFYs sent from its sessions carry it, so its own
+    listener skips them (the hub already has them) while every other hub, in another
+    process or in this one, receives them.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._pending = Pending()
+        self.origin = uuid.uuid4().hex[:12]
 
     def deliver(self, kind: str, subject: str) -> None:
         """Record one signal (from this process or a NOTIFY) and wake the waiter."""
@@ -67,6 +75,12 @@ class Wakeup:
         """Wake the waiter with nothing specific to do (a slot may be free)."""
         self.deliver(ITEMS_ADMITTED, "")
 
+    def resync(self) -> None:
+        """Wake the waiter for a full admission pass (signals may have been lost)."""
+        with self._cond:
+            self._pending.resync = True
+            self._cond.notify_all()
+
     def wait(self, timeout: float) -> Pending:
         """Block until something is signalled or the timeout passes; take what was signalled."""
         with self._cond:
@@ -84,7 +98,9 @@ def signal(session: Session, kind: str, subject: str = "") -> None:
 
 @on_commit.before("signal")
 def _notify_replicas(session: Session, signals: list[tuple[str, str]]) -> None:
-    store.notify(session, [f"{kind}:{subject}" for kind, subject in signals])
+    hub = session.info.get(WAKEUP_KEY)
+    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
+    store.notify(session, [f"{kind}:{subject}" for kind, subject in signals], origin)
 
 
 @on_commit.handler("signal")
