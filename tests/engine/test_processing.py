@@ -163,10 +163,10 @@ def test_heartbeat_keeps_a_long_action_leased(store: Store, managers: list[Any])
     assert len(seen) >= 3, "the lease was extended while the action ran"
     wait_for(lambda: idle(store, item_id), message="idle")
     assert behaviour.actions_of(item_id) == list(STEPS)
-    # The rival polled all along, yet never took the item over: one holder ran it all.
-    assert [actor.partition("/")[0] for actor in actors_of(store, item_id, "action_completed")] == [
-        "holder"
-    ] * 3
+    # The other manager polled all along, yet never took the item over: whichever
+    # claimed it first ran all three actions.
+    owners = [actor.partition("/")[0] for actor in actors_of(store, item_id, "action_completed")]
+    assert len(owners) == 3 and len(set(owners)) == 1 and owners[0] in ("holder", "rival")
     assert "lease_taken_over" not in audit_types(store.sessions, item_id)
 
 

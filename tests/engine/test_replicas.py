@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -12,36 +11,17 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from tests.conftest import Store, empty_postgres, make_config
+from tests.conftest import Store, make_config
 from tests.engine.helpers import count_by, load, submit, submit_many
 from tests.support.chain import Behaviour, chain_registry, new_chain_item
 from tests.support.waiting import wait_for
+from tests.support.worker_process import spawn
 from wq.engine import items
-from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.models import WorkItem, utcnow
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def postgres_store(pg_database: str) -> Iterator[Store]:
-    """Several processes share a database only on PostgreSQL: no SQLite variant."""
-    engine = make_engine(pg_database, pool_size=5)
-    empty_postgres(engine)
-    yield Store(pg_database, engine, make_sessionmaker(engine), make_config(pg_database))
-    engine.dispose()
 
 
 def _start_worker(url: str, log_file: Path, poll: float) -> subprocess.Popen[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.worker_process", url, str(log_file), str(poll)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
+    return spawn(url, log_file, poll)
 
 
 @pytest.fixture

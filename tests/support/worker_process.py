@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,24 @@ from tests.support.chain import Behaviour, chain_registry
 from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.listener import NotifyListener
 from wq.engine.processing import ProcessingManager
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(
+    url: str, log_file: Path, poll: float, options: dict[str, Any] | None = None
+) -> subprocess.Popen[str]:
+    """Start a worker process and return once it printed "ready"."""
+    command = [sys.executable, "-m", "tests.support.worker_process", url, str(log_file), str(poll)]
+    if options:
+        command.append(json.dumps(options))
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if line != "ready":
+        process.kill()
+        raise AssertionError(f"the worker process did not start: {line!r}")
+    return process
 
 
 def main() -> None:
@@ -57,9 +77,17 @@ def main() -> None:
             sys.exit(1)
     print("ready", flush=True)
     stop.wait()
+    began = time.monotonic()
     leftovers = manager.stop()
+    stopped = time.monotonic()
     if listener:
         listener.stop()
+    print(
+        f"manager stopped after {stopped - began:.2f}s, listener after"
+        f" {time.monotonic() - stopped:.2f}s more",
+        file=sys.stderr,
+        flush=True,
+    )
     print("stopped", *leftovers, flush=True)
     # Worker threads still running (past the grace) are daemon threads: exit anyway.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 
 from tests.conftest import Store
 from tests.fakes.gitlab import FakeGitLab
@@ -172,7 +173,15 @@ def test_transient_errors_back_off_and_429_honours_retry_after(
     _, item_id = harness.submit()
     wait_for(lambda: harness.item(item_id).mr_iid is not None, message="created after 502")
     item = harness.item(item_id)
-    assert item.attempts == 1 and "502" in (item.error or "")
+    # The 502 was counted; the success after it ended the run of failures.
+    assert (item.attempts, item.error) == (0, None)
+    with harness.store.sessions() as session:
+        failures = session.execute(
+            select(AuditEntry.trigger).where(
+                AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_failed"
+            )
+        ).scalars()
+        assert ["502" in trigger["error"] for trigger in failures] == [True]
 
     gitlab.fail_next("POST", r"/merge_requests$", 429, retry_after=30)
     _, other = harness.submit(source_branch="wq/other")
