@@ -137,7 +137,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
         finally:
             log.info("shutting down: no new claims, waiting for running actions")
             if consumer is not None:
-                consumer.stop(timeout=1.0)  # a daemon thread: a long poll is abandoned
+                consumer.stop()
             manager.stop()  # bounded by the grace that began with the signal
             if listener is not None:
                 listener.stop()

@@ -12,7 +12,7 @@ from tests.fakes.gitlab import FakeGitLab
 from tests.support.waiting import wait_for
 from tests.types.mr.harness import DASHBOARD, PROJECT, Harness
 from tests.types.mr.helpers import mr_registry
-from wq.engine.models import utcnow
+from wq.engine.models import AuditEntry, utcnow
 
 
 def test_full_chain_creates_branch_commit_mr_and_dashboard_note(
