@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from wq.engine.config import ConfigError
+from wq.types.mr.job_retry import JobRetryConfig, JobRetryConfigError, parse_job_retry
 
 MANAGED_LABEL = "managed-by::workqueue"
 
@@ -38,6 +40,11 @@ class MrSettings(BaseModel):
     max_file_actions: Annotated[int, Field(gt=0)] = 1000
     max_file_bytes: Annotated[int, Field(gt=0)] = 10 * 1024 * 1024
     max_labels: Annotated[int, Field(ge=0)] = 50
+
+    @cached_property
+    def job_retry_config(self) -> JobRetryConfig | None:
+        """The typed CI job retry config (None: no job is ever retried)."""
+        return None if self.job_retry is None else parse_job_retry(self.job_retry)
 
     def entry_for(self, project: str) -> tuple[str, ProjectEntry] | None:
         """The project's entry: exact path first, then the longest `/`-prefix."""
@@ -71,6 +78,10 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> MrSettings:
         key = ".".join(str(part) for part in first["loc"])
         message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         raise ConfigError(f"{prefix}.{key}: {message}") from None
+    try:
+        settings.job_retry_config  # noqa: B018 - parse now so bad matchers refuse to start
+    except JobRetryConfigError as err:
+        raise ConfigError(f"{prefix}.{err}") from None
     for key, entry in settings.projects.items():
         if not os.environ.get(entry.token_env):
             raise ConfigError(

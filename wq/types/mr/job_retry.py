@@ -1,0 +1,335 @@
+"""`handled_types.mr.job_retry`: the CI job retry matcher tree (pure: no I/O).
+
+A port of the idea behind CKI's pipeline-herder. The config holds default
+`retry_delays` and `retry_limit` and a tree of matchers. Every node inherits each
+field it does not set from its parent; the conditions are `failure_reason`,
+`messages` (any one of them found in the job trace) and `job_name` (a regex on the
+job's name). A node matches when it has at least one condition and all of them hold.
+
+Which node wins: nodes are tried in document order, but inside a subtree the children
+are tried before their parent. A child inherits its parent's conditions, so it can
+only narrow them; trying the parent first would make every child of a node with
+conditions unreachable. A node without conditions is a pure group and never matches.
+
+Parsing is strict (fail closed): an unknown field, a bad regex or a bad duration
+raises `JobRetryConfigError` naming the path, e.g. `job_retry.matchers[2].messages[1]`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Action = Literal["retry", "report"]
+ACTIONS: tuple[Action, ...] = ("retry", "report")
+DEFAULT_RETRY_DELAYS: tuple[float, ...] = (0.0,)
+DEFAULT_RETRY_LIMIT = 3
+DEFAULT_ACTION: Action = "retry"
+ROOT = "job_retry"
+
+_TOP_FIELDS = {"retry_delays", "retry_limit", "matchers"}
+_NODE_FIELDS = {
+    "name",
+    "description",
+    "failure_reason",
+    "messages",
+    "job_name",
+    "tail_lines",
+    "action",
+    "retry_limit",
+    "retry_delays",
+    "matchers",
+}
+_DURATION = re.compile(r"^(\d+)([smh]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
+# Colour codes and GitLab's collapsible-section markers, which sit inside trace
+# lines and would otherwise split literals a person copied from the rendered log.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\x1b\[0K|section_(?:start|end):\d+:[^\r\n]*?\r")
+
+
+class JobRetryConfigError(ValueError):
+    """The job retry config is invalid; the message starts with the path at fault."""
+
+
+def parse_duration(value: Any, path: str) -> float:
+    """Seconds of a duration written as "0", "30s", "5m" or "1h" (a bare number is seconds)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise JobRetryConfigError(f'{path}: must be a duration such as "0", "30s", "5m", "1h"')
+    match = _DURATION.match(str(value).strip())
+    if match is None:
+        raise JobRetryConfigError(
+            f'{path}: invalid duration {value!r} (use "0", "30s", "5m", "1h")'
+        )
+    return float(int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class MessagePattern:
+    """One entry of `messages`: a literal (per-line substring) or a `/regex/`."""
+
+    source: str
+    regex: re.Pattern[str] | None
+
+    def found_in(self, lines: Sequence[str], text: str) -> bool:
+        """Whether the pattern occurs in the (already tail-cut) trace."""
+        if self.regex is not None:
+            return self.regex.search(text) is not None
+        return any(self.source in line for line in lines)
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """A node of the tree with every inherited field resolved."""
+
+    path: str
+    name: str | None
+    description: str | None
+    failure_reason: str | None
+    messages: tuple[MessagePattern, ...]
+    job_name: re.Pattern[str] | None
+    tail_lines: int | None
+    action: Action
+    retry_limit: int
+    retry_delays: tuple[float, ...]
+    children: tuple[Matcher, ...] = field(default=())
+
+    @property
+    def has_condition(self) -> bool:
+        """A node without conditions only groups its children."""
+        return bool(self.failure_reason or self.messages or self.job_name is not None)
+
+    @property
+    def label(self) -> str:
+        """The name for audits and metrics (the path when the node has no name)."""
+        return self.name or self.path
+
+    def matches(self, failure_reason: str | None, job_name: str, trace: str | None) -> bool:
+        """Whether this node's own (resolved) conditions all hold.
+
+        `trace` None means "not fetched": a node that needs messages does not match.
+        """
+        if not self.has_condition:
+            return False
+        if self.failure_reason and self.failure_reason != failure_reason:
+            return False
+        if self.job_name is not None and self.job_name.search(job_name) is None:
+            return False
+        if self.messages:
+            if trace is None:
+                return False
+            lines = trace_lines(trace, self.tail_lines)
+            text = "\n".join(lines)
+            if not any(pattern.found_in(lines, text) for pattern in self.messages):
+                return False
+        return True
+
+    def delay_for(self, attempt: int) -> float:
+        """Seconds to wait before retrying attempt `attempt` (0-based; the last repeats)."""
+        index = min(max(attempt, 0), len(self.retry_delays) - 1)
+        return self.retry_delays[index]
+
+    def walk(self) -> Iterator[Matcher]:
+        """The subtree in matching order: children (recursively) before the node."""
+        for child in self.children:
+            yield from child.walk()
+        yield self
+
+
+@dataclass(frozen=True)
+class JobRetryConfig:
+    """The parsed `job_retry` block."""
+
+    retry_delays: tuple[float, ...]
+    retry_limit: int
+    matchers: tuple[Matcher, ...]
+
+    def nodes(self) -> Iterator[Matcher]:
+        """Every node in matching order."""
+        for matcher in self.matchers:
+            yield from matcher.walk()
+
+    def needs_trace(self, failure_reason: str | None, job_name: str) -> bool:
+        """Whether the trace must be fetched: a node needing messages could still win.
+
+        True when a node with messages has its other conditions met and no node
+        without messages earlier in the order already matches.
+        """
+        for node in self.nodes():
+            if not node.has_condition:
+                continue
+            if node.messages:
+                if _others_hold(node, failure_reason, job_name):
+                    return True
+            elif node.matches(failure_reason, job_name, None):
+                return False
+        return False
+
+    def max_tail_lines(self) -> int | None:
+        """The most trace lines any message node reads (None: the whole trace)."""
+        tails = [node.tail_lines for node in self.nodes() if node.messages]
+        if not tails or any(tail is None for tail in tails):
+            return None
+        return max(tail for tail in tails if tail is not None)
+
+    def match(self, failure_reason: str | None, job_name: str, trace: str | None) -> Matcher | None:
+        """The first matching node, or None."""
+        for node in self.nodes():
+            if node.matches(failure_reason, job_name, trace):
+                return node
+        return None
+
+
+def _others_hold(node: Matcher, failure_reason: str | None, job_name: str) -> bool:
+    if node.failure_reason and node.failure_reason != failure_reason:
+        return False
+    return node.job_name is None or node.job_name.search(job_name) is not None
+
+
+def trace_lines(trace: str, tail_lines: int | None = None) -> list[str]:
+    """The trace as clean lines (colour codes stripped), only the last `tail_lines`."""
+    lines = _ANSI.sub("", trace).replace("\r\n", "\n").split("\n")
+    # A carriage return inside a line is a terminal overwrite: the last part is shown.
+    lines = [line.rsplit("\r", 1)[-1] for line in lines]
+    if lines and lines[-1] == "":
+        lines.pop()
+    if tail_lines is not None:
+        lines = lines[-tail_lines:] if tail_lines > 0 else []
+    return lines
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise JobRetryConfigError(f"{path}: must be a mapping")
+    return value
+
+
+def _int(value: Any, path: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise JobRetryConfigError(f"{path}: must be an integer >= {minimum}")
+    return value
+
+
+def _text(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise JobRetryConfigError(f"{path}: must be a non-empty string")
+    return value
+
+
+def _regex(source: str, path: str) -> re.Pattern[str]:
+    try:
+        return re.compile(source)
+    except re.error as err:
+        raise JobRetryConfigError(f"{path}: invalid regex {source!r}: {err}") from None
+
+
+def _delays(value: Any, path: str) -> tuple[float, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise JobRetryConfigError(f"{path}: must be a non-empty list of durations")
+    return tuple(parse_duration(item, f"{path}[{index}]") for index, item in enumerate(value))
+
+
+def _messages(value: Any, path: str) -> tuple[MessagePattern, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise JobRetryConfigError(f"{path}: must be a non-empty list of strings")
+    patterns = []
+    for index, item in enumerate(value):
+        source = _text(item, f"{path}[{index}]")
+        regex = None
+        if len(source) >= 2 and source.startswith("/") and source.endswith("/"):
+            regex = _regex(source[1:-1], f"{path}[{index}]")
+        patterns.append(MessagePattern(source, regex))
+    return tuple(patterns)
+
+
+def _children(value: Any, path: str, parent: Matcher) -> tuple[Matcher, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise JobRetryConfigError(f"{path}: must be a list of matchers")
+    return tuple(_node(item, f"{path}[{index}]", parent) for index, item in enumerate(value))
+
+
+def _node(value: Any, path: str, parent: Matcher) -> Matcher:
+    data = _mapping(value, path)
+    for key in data:
+        if key not in _NODE_FIELDS:
+            raise JobRetryConfigError(f"{path}.{key}: unknown field")
+    action = data.get("action", parent.action)
+    if action not in ACTIONS:
+        raise JobRetryConfigError(f"{path}.action: must be one of retry, report")
+    node = Matcher(
+        path=path,
+        name=_text(data["name"], f"{path}.name") if "name" in data else parent.name,
+        description=(
+            _text(data["description"], f"{path}.description")
+            if "description" in data
+            else parent.description
+        ),
+        failure_reason=(
+            _text(data["failure_reason"], f"{path}.failure_reason")
+            if "failure_reason" in data
+            else parent.failure_reason
+        ),
+        messages=(
+            _messages(data["messages"], f"{path}.messages")
+            if "messages" in data
+            else parent.messages
+        ),
+        job_name=(
+            _regex(_text(data["job_name"], f"{path}.job_name"), f"{path}.job_name")
+            if "job_name" in data
+            else parent.job_name
+        ),
+        tail_lines=(
+            _int(data["tail_lines"], f"{path}.tail_lines", 1)
+            if "tail_lines" in data
+            else parent.tail_lines
+        ),
+        action=action,
+        retry_limit=(
+            _int(data["retry_limit"], f"{path}.retry_limit", 0)
+            if "retry_limit" in data
+            else parent.retry_limit
+        ),
+        retry_delays=(
+            _delays(data["retry_delays"], f"{path}.retry_delays")
+            if "retry_delays" in data
+            else parent.retry_delays
+        ),
+    )
+    if "matchers" in data:
+        children = _children(data["matchers"], f"{path}.matchers", node)
+        node = Matcher(**{**node.__dict__, "children": children})
+    return node
+
+
+def parse_job_retry(data: Any, path: str = ROOT) -> JobRetryConfig:
+    """Validate a `job_retry` mapping; raise JobRetryConfigError naming the path at fault."""
+    block = _mapping(data, path)
+    for key in block:
+        if key not in _TOP_FIELDS:
+            raise JobRetryConfigError(f"{path}.{key}: unknown field")
+    delays = (
+        _delays(block["retry_delays"], f"{path}.retry_delays")
+        if "retry_delays" in block
+        else DEFAULT_RETRY_DELAYS
+    )
+    limit = (
+        _int(block["retry_limit"], f"{path}.retry_limit", 0)
+        if "retry_limit" in block
+        else DEFAULT_RETRY_LIMIT
+    )
+    root = Matcher(
+        path=path,
+        name=None,
+        description=None,
+        failure_reason=None,
+        messages=(),
+        job_name=None,
+        tail_lines=None,
+        action=DEFAULT_ACTION,
+        retry_limit=limit,
+        retry_delays=delays,
+    )
+    matchers = _children(block.get("matchers", []), f"{path}.matchers", root)
+    return JobRetryConfig(retry_delays=delays, retry_limit=limit, matchers=matchers)
