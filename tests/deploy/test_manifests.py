@@ -228,3 +228,20 @@ def test_the_image_entrypoint_starts() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "--config" in result.stdout
+
+
+def test_the_migration_job_command_works_with_the_jobs_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = render()
+    path = tmp_path / "config.yml"
+    path.write_text(find(objects, "ConfigMap", "wq-config")["data"]["config.yml"])
+    migrate = find(objects, "Job", "wq-db-migrate")["spec"]["template"]["spec"]["containers"][0]
+    for entry in migrate["env"]:
+        monkeypatch.setenv(entry["name"], "dummy")
+    # The Secret's URL, here a throwaway SQLite file; the Job's own argv otherwise.
+    monkeypatch.setenv("WQ_DATABASE_URL", f"sqlite:///{tmp_path / 'wq.db'}")
+    assert migrate["command"][:3] == ["wq", "db", "migrate"]
+    config = migrate["command"][migrate["command"].index("--config") + 1]
+    assert config == "/etc/workqueue/config.yml"
+    assert commands.db_migrate(str(path)) == 0
