@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 import wq
-from wq.cli import admission, cancel, deployer, identity, items, submit
+from wq.cli import admission, cancel, deployer, identity, items, submit, tui
 
 app = typer.Typer(
     name="wq",
@@ -46,6 +46,7 @@ cancel.register(app)
 admission.register(app)
 identity.register(app)
 deployer.register(app)
+tui.register(app)
 
 
 def main() -> None:

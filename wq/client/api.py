@@ -212,6 +212,14 @@ class ApiClient:
             if not cursor or not page["items"]:
                 return
 
+    def history(self, item_id: str, *, limit: int = 50, cursor: str | None = None) -> Json:
+        """One page of an item's audit entries, newest first (`entries`, `next_cursor`)."""
+        return self.request(
+            "GET",
+            f"/api/work-items/{quote(item_id, safe='')}/history",
+            params={"limit": limit, "cursor": cursor},
+        )
+
     def retry(self, item_id: str) -> Json:
         """Bring a failed or cancelled item back to active."""
         return self.request("POST", f"/api/work-items/{quote(item_id, safe='')}/retry")

@@ -1,0 +1,179 @@
+"""The `wq tui` app: wires the views, the header identity, actions and commands.
+
+The views live in their own modules; this module only holds what they share: the API
+client, the whoami document (who may retry), the server-side item filters, and the
+dialogs that actions open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from wq.client.api import ApiClient
+from wq.client.errors import ClientError
+from wq.tui.detail import ItemDetailScreen
+from wq.tui.dialogs import ConfirmScreen, PromptScreen
+from wq.tui.help import HelpScreen
+from wq.tui.items import ItemsScreen
+from wq.tui.messages import Identified, Retried
+from wq.tui.pools import PoolsScreen
+
+FILTER_KEYS = ("type", "phase", "project", "admission")
+WHOAMI_RETRY = 5.0
+
+
+class WqApp(App[None]):
+    """A live dashboard of one wq daemon."""
+
+    TITLE = "wq"
+    CSS_PATH = Path(__file__).with_name("wq.tcss")
+    MODES: ClassVar[dict[str, Any]] = {"pools": PoolsScreen, "items": ItemsScreen}
+    DEFAULT_MODE = "pools"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "switch_mode('pools')", "Pools"),
+        Binding("i", "switch_mode('items')", "Items"),
+        Binding("colon", "command", "Command", key_display=":"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, api: ApiClient, *, refresh: float = 2.0, readonly: bool = False) -> None:
+        super().__init__()
+        self.api = api
+        self.refresh_seconds = refresh
+        self.readonly = readonly
+        self.whoami: dict[str, Any] | None = None
+        self.filters: dict[str, str] = {}
+        self.sub_title = self._identity_line("…")
+
+    # Identity ----------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self._identify()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="whoami")
+    def _identify(self) -> None:
+        try:
+            self.post_message(Identified(self.api.whoami()))
+        except ClientError as err:
+            self.call_from_thread(self._identify_failed, err.message)
+
+    def _identify_failed(self, error: str) -> None:
+        self.sub_title = self._identity_line(f"? ({error})")
+        self.set_timer(WHOAMI_RETRY, self._identify)
+
+    @on(Identified)
+    def _identified(self, message: Identified) -> None:
+        self.whoami = message.whoami
+        name = message.whoami.get("authentication", {}).get("identity") or "?"
+        self.sub_title = self._identity_line(str(name))
+        self.refresh_bindings()
+
+    def _identity_line(self, who: str) -> str:
+        return f"{who} @ {self.api.url}{'  [readonly]' if self.readonly else ''}"
+
+    def may_retry(self, item_type: str | None = None) -> bool:
+        """Retry is offered: not read-only, and whoami grants it (on this type, if given)."""
+        if self.readonly or self.whoami is None:
+            return False
+        permissions = self.whoami.get("authorization", {}).get("effective_permissions", {})
+        if item_type is not None:
+            return "retry" in permissions.get(item_type, [])
+        return any("retry" in granted for granted in permissions.values())
+
+    # Navigation --------------------------------------------------------------------
+
+    def show_items(self, **filters: str) -> None:
+        """The Items view with these server-side filters."""
+        self.filters = {key: value for key, value in filters.items() if value}
+        self.switch_mode("items")
+
+    def open_item(self, item_id: str) -> None:
+        """Push the detail of one item."""
+        self.push_screen(ItemDetailScreen(item_id))
+
+    def action_help(self) -> None:
+        """Show the keys."""
+        self.push_screen(HelpScreen())
+
+    def prompt(self, prefix: str, value: str, done: Callable[[str | None], None]) -> None:
+        """Ask for one line."""
+        self.push_screen(PromptScreen(prefix, value), done)
+
+    def action_command(self) -> None:
+        """The `:` command line."""
+        self.prompt(":", "", self.run_command)
+
+    def run_command(self, line: str | None) -> None:
+        """Run one `:` command (`pools`, `items [all | key=value ...]`, `q`)."""
+        words = (line or "").split()
+        if not words:
+            return
+        verb, args = words[0], words[1:]
+        if verb in ("q", "quit"):
+            self.exit()
+        elif verb in ("p", "pools"):
+            self.switch_mode("pools")
+        elif verb in ("i", "items"):
+            filters = dict(self.filters)
+            if args[:1] == ["all"]:
+                filters, args = {}, args[1:]
+            for arg in args:
+                key, sep, value = arg.partition("=")
+                if not sep or key not in FILTER_KEYS:
+                    self.notify(
+                        f"not a filter: {arg!r} (use {'|'.join(FILTER_KEYS)}=VALUE)",
+                        severity="error",
+                    )
+                    return
+                filters[key] = value
+            self.show_items(**filters)
+        elif verb in ("h", "help"):
+            self.action_help()
+        else:
+            self.notify(f"unknown command :{verb} (? for help)", severity="error")
+
+    # Actions ----------------------------------------------------------------------
+
+    def copy_id(self, item_id: str) -> None:
+        """Copy an item id to the clipboard (OSC 52)."""
+        self.copy_to_clipboard(item_id)
+        self.notify(f"copied {item_id}")
+
+    def confirm_retry(self, item: dict[str, Any], done: Callable[[], None]) -> None:
+        """Ask, then retry; refused outright in read-only mode or without permission."""
+        if not self.may_retry(item["type"]):
+            reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
+            self.notify(f"retry refused: {reason}", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._retry(item["id"], done)
+
+        self.push_screen(
+            ConfirmScreen(f"Retry {item['type']} item {item['id']} ({item['phase']})?"), answered
+        )
+
+    @work(thread=True, exit_on_error=False, group="action")
+    def _retry(self, item_id: str, done: Callable[[], None]) -> None:
+        try:
+            self.api.retry(item_id)
+        except ClientError as err:
+            self.post_message(Retried(item_id, err.message))
+        else:
+            self.post_message(Retried(item_id))
+        self.call_from_thread(done)
+
+    @on(Retried)
+    def _retried(self, message: Retried) -> None:
+        if message.error:
+            self.notify(f"retry failed: {message.error}", severity="error")
+        else:
+            self.notify(f"retried {message.item_id}")

@@ -1,0 +1,149 @@
+"""The Item detail view: details, every dimension, and the history timeline."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Static
+
+from wq.tui.format import age, dimension_label, dimension_mark, short
+from wq.tui.polling import PollingScreen
+from wq.tui.status import StatusLine
+from wq.tui.table import keep_cursor
+
+HISTORY_LIMIT = 100
+SUMMARY = (
+    "id",
+    "type",
+    "project",
+    "phase",
+    "admission",
+    "lane",
+    "seq",
+    "attempts",
+    "error",
+    "created_at",
+    "updated_at",
+    "queued_at",
+    "admitted_at",
+    "run_after",
+    "lease_owner",
+)
+
+
+@dataclass
+class DetailData:
+    """The item and the newest page of its history."""
+
+    item: dict[str, Any]
+    history: list[dict[str, Any]]
+
+
+def _compact(value: Any) -> str:
+    if value is None:
+        return "-"
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+class ItemDetailScreen(PollingScreen):
+    """One item, refreshed live."""
+
+    BINDINGS = [  # noqa: RUF012
+        Binding("escape", "back", "Back"),
+        Binding("r", "retry", "Retry"),
+        Binding("y", "copy", "Copy id"),
+    ]
+
+    def __init__(self, item_id: str) -> None:
+        super().__init__()
+        self.item_id = item_id
+        self.item: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="detail"):
+            yield Static("loading…", id="summary", markup=False)
+            yield Static("Details", classes="section")
+            yield Static("", id="details", markup=False)
+            yield Static("Dimensions", classes="section")
+            dimensions: DataTable[str] = DataTable(id="dimensions", cursor_type="row")
+            for column in ("dimension", "state", "pending until", "updated", "detail"):
+                dimensions.add_column(column, key=column)
+            yield dimensions
+            yield Static("History (newest first)", classes="section")
+            history: DataTable[str] = DataTable(id="history", cursor_type="row")
+            for column in ("at", "actor", "event", "old → new", "trigger"):
+                history.add_column(column, key=column)
+            yield history
+        yield StatusLine()
+        yield Footer()
+
+    def fetch(self) -> DetailData:
+        api = self.wq.api
+        item = api.item(self.item_id)
+        history = api.history(self.item_id, limit=HISTORY_LIMIT)
+        return DetailData(item, history["entries"])
+
+    def show(self, data: DetailData) -> None:
+        item = self.item = data.item
+        self.query_one("#summary", Static).update(
+            "\n".join(
+                f"{key:>12}  {item.get(key) if item.get(key) is not None else '-'}"
+                for key in SUMMARY
+            )
+        )
+        self.query_one("#details", Static).update(
+            json.dumps(item.get("details") or {}, indent=2, ensure_ascii=False, sort_keys=True)
+        )
+        dimensions = self.query_one("#dimensions", DataTable)
+        with keep_cursor(dimensions):
+            dimensions.clear()
+            for row in item["dimensions"]:
+                until = row.get("pending_until")
+                dimensions.add_row(
+                    dimension_label(row),
+                    dimension_mark(row),
+                    f"{until} ({age(until)})" if until else "-",
+                    age(row.get("updated_at")),
+                    short(_compact(row.get("detail")), 60),
+                    key=dimension_label(row),
+                )
+        history = self.query_one("#history", DataTable)
+        with keep_cursor(history):
+            history.clear()
+            for entry in data.history:
+                history.add_row(
+                    entry["at"],
+                    entry["actor"],
+                    entry["event_type"],
+                    short(
+                        f"{_compact(entry.get('old_state'))} → {_compact(entry.get('new_state'))}",
+                        70,
+                    ),
+                    short(_compact(entry.get("trigger")), 40),
+                    key=str(entry["id"]),
+                )
+        self.status.note(f"item {self.item_id}: {len(data.history)} history entries")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "retry":
+            return self.wq.may_retry()
+        return True
+
+    def action_back(self) -> None:
+        """Back to the list."""
+        self.dismiss()
+
+    def action_retry(self) -> None:
+        """Retry this item, after confirmation."""
+        if self.item is not None:
+            self.wq.confirm_retry(self.item, done=lambda: self.schedule(0))
+
+    def action_copy(self) -> None:
+        """Copy this item's id."""
+        self.wq.copy_id(self.item_id)

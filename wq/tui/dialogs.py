@@ -1,0 +1,62 @@
+"""Modal dialogs: a yes/no confirmation and a one-line prompt (`:` commands, `/` filter)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask before anything that changes state; `y` or Yes confirms, `n`/`esc` declines."""
+
+    BINDINGS = [  # noqa: RUF012
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Grid(id="confirm"):
+            yield Label(self.question, id="question", markup=False)
+            with Horizontal(id="buttons"):
+                yield Button("Yes (y)", variant="warning", id="yes")
+                yield Button("No (n)", variant="primary", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        """Close with the answer."""
+        self.dismiss(yes)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of input at the bottom; enter returns it, esc returns None."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]  # noqa: RUF012
+
+    def __init__(self, prefix: str, value: str = "") -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="prompt"):
+            yield Label(self.prefix, id="prompt-prefix", markup=False)
+            yield Input(self.value, id="prompt-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        """Close without an answer."""
+        self.dismiss(None)

@@ -1,0 +1,122 @@
+"""Live refresh the Dolphie way, for every view.
+
+A view's `fetch` runs in a thread worker and posts `Loaded` or `Failed`; the next poll
+is scheduled only when the last one has finished, so a slow server is never asked twice
+at once. Polls are skipped while the view is not on top (a modal, another view) and
+resume at once when it is. Errors back off exponentially, keep the last good data on
+screen and show in the status line; the first good answer clears them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from textual import on, work
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.worker import Worker, WorkerState
+
+from wq.client.errors import ClientError
+from wq.tui.messages import Failed, Loaded
+from wq.tui.status import StatusLine
+
+if TYPE_CHECKING:
+    from wq.tui.app import WqApp
+
+MAX_BACKOFF = 30.0
+
+
+class PollingScreen(Screen[None]):
+    """A screen whose data comes from `fetch` (blocking, in a worker) and goes to `show`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+        self.busy = False
+        self.last_good: datetime | None = None
+        self._timer: Timer | None = None
+
+    @property
+    def wq(self) -> WqApp:
+        """The app, typed."""
+        from wq.tui.app import WqApp
+
+        assert isinstance(self.app, WqApp)
+        return self.app
+
+    # Subclasses ------------------------------------------------------------------
+
+    def fetch(self) -> Any:
+        """Get the view's data (runs in a worker thread; may raise `ClientError`)."""
+        raise NotImplementedError
+
+    def show(self, data: Any) -> None:
+        """Put fetched data on screen (runs on the UI thread)."""
+        raise NotImplementedError
+
+    # Scheduling ------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.poll()
+
+    def on_screen_resume(self) -> None:
+        if not self.busy:
+            self.schedule(0)
+
+    def schedule(self, delay: float) -> None:
+        """Poll after `delay` seconds (replacing any poll already planned)."""
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(max(delay, 0.001), self.poll)
+
+    def poll(self) -> None:
+        """Fetch now unless the view is hidden or a poll is still running."""
+        if self.busy:
+            return
+        if not self.is_current:
+            self.schedule(self.wq.refresh_seconds)
+            return
+        self.busy = True
+        self._fetch()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="poll")
+    def _fetch(self) -> None:
+        try:
+            data = self.fetch()
+        except ClientError as err:
+            self.post_message(Failed(err.message))
+        else:
+            self.post_message(Loaded(data))
+
+    @on(Worker.StateChanged)
+    def _worker_failed(self, event: Worker.StateChanged) -> None:
+        # The one place where an unexpected worker error becomes a visible notice.
+        if event.state is WorkerState.ERROR:
+            self.post_message(Failed(f"{type(event.worker.error).__name__}: {event.worker.error}"))
+
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
+        message.stop()
+        self.busy = False
+        self.failures = 0
+        self.last_good = datetime.now().astimezone()
+        try:
+            self.show(message.data)
+        finally:
+            self.status.ok(self.last_good)
+            self.schedule(self.wq.refresh_seconds)
+
+    @on(Failed)
+    def _failed(self, message: Failed) -> None:
+        message.stop()
+        self.busy = False
+        self.failures += 1
+        delay = min(MAX_BACKOFF, self.wq.refresh_seconds * 2 ** (self.failures - 1))
+        self.status.error(message.error, retry_in=delay, since=self.last_good)
+        self.schedule(delay)
+
+    @property
+    def status(self) -> StatusLine:
+        """This view's status line."""
+        return self.query_one(StatusLine)
