@@ -30,7 +30,7 @@ Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
 
 
 def run(daemon: RunningDaemon, scenario: Scenario, **options: Any) -> None:
-    """Run the app on a 120×36 screen for one scenario."""
+    """Run the app on a 120x36 screen for one scenario."""
     token = options.pop("token", None)
 
     async def main() -> None:
