@@ -218,8 +218,11 @@ def test_retry_is_refused_read_only_and_without_permission(daemon: RunningDaemon
         await until(pilot, lambda: app.whoami is not None, message="whoami")
         assert not app.may_retry("mr")
         assert app.screen.check_action("retry", ()) is False  # hidden from the footer
+        assert app.screen.check_action("cancel", ()) is False
         await pilot.press("r")
         await pilot.press("y")  # were a dialog open, this would confirm it
+        await pilot.press("c")
+        await pilot.press("y")
         await app.workers.wait_for_complete()
         assert isinstance(app.screen, ItemsScreen)
         assert phase(daemon, item["id"]) == "cancelled"
@@ -242,5 +245,21 @@ def test_cursor_stays_on_its_item_across_refreshes(daemon: RunningDaemon) -> Non
         assert rows(table)[table.cursor_row] == chosen
         assert table.cursor_row == 3
         assert set(created) < set(rows(table))
+
+    run(daemon, scenario)
+
+
+def test_cancel_asks_first_then_cancels(daemon: RunningDaemon) -> None:
+    project = project_of("cancel")
+    item = daemon.submit(project=project)
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        table = await open_items(app, pilot, f"items project={project}")
+        await until(pilot, lambda: rows(table) == [item["id"]], message="the item")
+        await until(pilot, lambda: app.may_retry("mr"), message="whoami")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), message="the dialog")
+        await pilot.press("y")
+        await until(pilot, lambda: phase(daemon, item["id"]) == "cancelled", message="cancel")
 
     run(daemon, scenario)

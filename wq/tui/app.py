@@ -161,10 +161,28 @@ class WqApp(App[None]):
             ConfirmScreen(f"Retry {item['type']} item {item['id']} ({item['phase']})?"), answered
         )
 
+    def confirm_cancel(self, item: dict[str, Any], done: Callable[[], None]) -> None:
+        """Ask, then cancel an active item; refused as retry is (the same permission)."""
+        if not self.may_retry(item["type"]):
+            reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
+            self.notify(f"cancel refused: {reason}", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._retry(item["id"], done, cancel=True)
+
+        self.push_screen(
+            ConfirmScreen(f"Cancel {item['type']} item {item['id']} ({item['phase']})?"), answered
+        )
+
     @work(thread=True, exit_on_error=False, group="action")
-    def _retry(self, item_id: str, done: Callable[[], None]) -> None:
+    def _retry(self, item_id: str, done: Callable[[], None], cancel: bool = False) -> None:
         try:
-            self.api.retry(item_id)
+            if cancel:
+                self.api.cancel(item_id)
+            else:
+                self.api.retry(item_id)
         except ClientError as err:
             self.post_message(Retried(item_id, err.message))
         else:

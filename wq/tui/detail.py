@@ -56,6 +56,7 @@ class ItemDetailScreen(PollingScreen):
     BINDINGS = [  # noqa: RUF012
         Binding("escape", "back", "Back"),
         Binding("r", "retry", "Retry"),
+        Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
     ]
 
@@ -131,7 +132,7 @@ class ItemDetailScreen(PollingScreen):
         self.status.note(f"item {self.item_id}: {len(data.history)} history entries")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "retry":
+        if action in ("retry", "cancel"):
             return self.wq.may_retry()
         return True
 
@@ -143,6 +144,11 @@ class ItemDetailScreen(PollingScreen):
         """Retry this item, after confirmation."""
         if self.item is not None:
             self.wq.confirm_retry(self.item, done=lambda: self.schedule(0))
+
+    def action_cancel(self) -> None:
+        """Cancel this item, after confirmation."""
+        if self.item is not None:
+            self.wq.confirm_cancel(self.item, done=lambda: self.schedule(0))
 
     def action_copy(self) -> None:
         """Copy this item's id."""

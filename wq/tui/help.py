@@ -17,6 +17,7 @@ wq tui — keys
   :items all         drop the filters
   /                  filter the loaded items by text (id, type, project, phase, error)
   r                  retry the item (asks first; not in --readonly or without permission)
+  c                  cancel the item (asks first; same rules as r)
   y                  copy the item id
   :q / q             quit
   ?                  this help (esc closes)

@@ -39,6 +39,7 @@ class ItemsScreen(PollingScreen):
         Binding("enter", "open", "Detail"),
         Binding("slash", "text_filter", "Filter", key_display="/"),
         Binding("r", "retry", "Retry"),
+        Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
     ]
 
@@ -163,7 +164,7 @@ class ItemsScreen(PollingScreen):
         self.wq.prompt("/", self.text, apply)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "retry":
+        if action in ("retry", "cancel"):
             return self.wq.may_retry()
         return True
 
@@ -172,6 +173,12 @@ class ItemsScreen(PollingScreen):
         item = self.current()
         if item is not None:
             self.wq.confirm_retry(item, done=lambda: self.schedule(0))
+
+    def action_cancel(self) -> None:
+        """Cancel the item under the cursor, after confirmation."""
+        item = self.current()
+        if item is not None:
+            self.wq.confirm_cancel(item, done=lambda: self.schedule(0))
 
     def action_copy(self) -> None:
         """Copy the id of the item under the cursor."""
