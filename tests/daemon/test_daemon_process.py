@@ -26,7 +26,7 @@ from sqlalchemy import inspect
 
 import wq
 from tests.conftest import throwaway_pg_database
-from wq.engine.config import SYSTEM_CONFIG_PATH, PoolConfig
+from wq.engine.config import SYSTEM_CONFIG_PATHS, PoolConfig
 from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.models import utcnow
 
@@ -225,8 +225,9 @@ def test_version(tmp_path: Path) -> None:
 
 @pytest.fixture
 def no_system_config() -> None:
-    if SYSTEM_CONFIG_PATH.exists():
-        pytest.skip(f"{SYSTEM_CONFIG_PATH} exists, so the daemon would not be the embedded one")
+    for path in SYSTEM_CONFIG_PATHS:
+        if path.exists():
+            pytest.skip(f"{path} exists, so the daemon would not be the embedded one")
 
 
 @pytest.mark.usefixtures("no_system_config")
@@ -488,6 +489,44 @@ def test_daemon_refuses_bad_configuration(refusals: dict[str, Outcome], case: st
         assert "listening on" not in outcome.stderr
     for needle in REFUSALS[case].names:
         assert needle in message, f"{needle!r} not in {message!r}"
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_embedded_default_is_refused_on_the_network_and_in_a_cluster(tmp_path: Path) -> None:
+    # Both start at once (independent), then both must have refused.
+    cases = {
+        "network": (["--host", "0.0.0.0"], {}, "0.0.0.0 is not a loopback address"),
+        "cluster": ([], {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "KUBERNETES_SERVICE_HOST"),
+    }
+    running = {}
+    for name, (args, extra, _) in cases.items():
+        root = tmp_path / name
+        root.mkdir()
+        running[name] = (
+            root,
+            subprocess.Popen(
+                wq_args("daemon", "--port", "0", *args),
+                env=clean_env(root, **extra),
+                cwd=root,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+    for name, (root, proc) in running.items():
+        try:
+            _, stderr = proc.communicate(timeout=COMMAND_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"{name}: the embedded default started anyway")
+        assert proc.returncode != 0, stderr
+        lines = error_lines(stderr)
+        assert cases[name][2] in lines[-1], stderr
+        assert "config file" in lines[-1]
+        assert "Traceback" not in stderr
+        # Refused before anything was created.
+        assert not (root / "data").exists()
 
 
 def test_config_check(tmp_path: Path) -> None:

@@ -107,3 +107,21 @@ def test_no_config_is_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> N
     config = load_config()
     assert config.embedded
     assert config.database_url is None
+
+
+def test_system_config_paths_wq_first_then_the_seed_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wq.engine import config as config_module
+
+    ours, seeds = tmp_path / "etc-wq.yml", tmp_path / "etc-workqueue.yml"
+    monkeypatch.setattr(config_module, "SYSTEM_CONFIG_PATHS", (ours, seeds))
+    for var in ("WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    assert config_module.locate_config(None) is None
+    seeds.write_text("processing: {workers: 2}\n", encoding="utf-8")
+    assert config_module.locate_config(None) == seeds
+    ours.write_text("processing: {workers: 3}\n", encoding="utf-8")
+    assert config_module.locate_config(None) == ours
+    monkeypatch.setenv("WORKQUEUE_SERVICE_CONFIG", str(seeds))
+    assert load_config().processing.workers == 2

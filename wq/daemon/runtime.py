@@ -64,11 +64,17 @@ class Runtime:
 
 
 def build_registry(config: Config) -> TypeRegistry:
-    """Register the types the config handles (every known type when it names none)."""
+    """Register the types the config handles.
+
+    `handled_types` omitted means every known type in the embedded default and none
+    in a config file (the reference service's rule; the daemon warns at start).
+    """
     registry = TypeRegistry()
     load_all_models()
     handled = config.handled_types
-    names = list(KNOWN_TYPES) if handled is None else list(handled)
+    # Omitted: the embedded default handles everything, a config file nothing.
+    everything = list(KNOWN_TYPES) if config.embedded else []
+    names = everything if handled is None else list(handled)
     for name in names:
         if name not in KNOWN_TYPES:
             known = ", ".join(sorted(KNOWN_TYPES)) or "none"
@@ -81,10 +87,24 @@ def build_registry(config: Config) -> TypeRegistry:
     return registry
 
 
-def build_runtime(config: Config, registry: TypeRegistry | None = None) -> Runtime:
-    """Connect to the database and assemble the runtime (does not migrate or start)."""
+def wants_local_token(config: Config, *, loopback: bool) -> bool:
+    """`auth.local_token`: true forces the local token on, false off, null (the
+    default) on only while the daemon listens on loopback: the all-permissions token
+    is for the machine itself, not the network."""
+    if config.auth.local_token is None:
+        return loopback
+    return config.auth.local_token
+
+
+def build_runtime(
+    config: Config, registry: TypeRegistry | None = None, *, loopback: bool = True
+) -> Runtime:
+    """Connect to the database and assemble the runtime (does not migrate or start).
+
+    `loopback` says whether the daemon listens on loopback only (the local token's rule).
+    """
     registry = registry if registry is not None else build_registry(config)
-    local_tier = LocalTokenTier() if config.auth.local_token is not False else None
+    local_tier = LocalTokenTier() if wants_local_token(config, loopback=loopback) else None
     authenticator = build_authenticator(
         config, known_types=set(KNOWN_TYPES) | set(registry.names), local_tier=local_tier
     )

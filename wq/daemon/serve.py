@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -29,6 +30,9 @@ from wq.engine.db import is_sqlite
 from wq.engine.listener import NotifyListener
 
 log = logging.getLogger("wq.daemon")
+
+# The reference service's audit export; wq audits into its database instead.
+AUDIT_BUCKET_ENV = "WORKQUEUE_SERVICE_AUDIT_S3_BUCKET"
 
 
 class StartupError(RuntimeError):
@@ -94,18 +98,48 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def refuse_embedded_default(config: Config, host: str) -> None:
+    """The embedded default is for one machine: refuse it on the network or in a cluster."""
+    if not config.embedded:
+        return
+    where = "--config, $WQ_CONFIG or /etc/wq/config.yml"
+    if not _is_loopback(host):
+        raise StartupError(
+            f"no config file, and {host} is not a loopback address: the embedded default "
+            f"serves this machine only; give a config file ({where})"
+        )
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise StartupError(
+            "no config file, and this runs in a Kubernetes cluster (KUBERNETES_SERVICE_HOST "
+            f"is set): give a config file ({where})"
+        )
+
+
+def _warn_about_config(config: Config) -> None:
+    if not config.embedded and config.handled_types is None:
+        log.warning(
+            "config %s has no handled_types: this daemon handles no work-item type",
+            config.source,
+        )
+    if os.environ.get(AUDIT_BUCKET_ENV):
+        log.warning(
+            "%s is set, but wq keeps its audit trail in the database; the variable is ignored",
+            AUDIT_BUCKET_ENV,
+        )
+
+
 def run_daemon(config: Config, *, host: str | None = None, port: int | None = None) -> None:
     """Run until SIGTERM/SIGINT."""
     host = host or config.server.host
     port = config.server.port if port is None else port
-    runtime = build_runtime(config)
+    refuse_embedded_default(config, host)
+    loopback = _is_loopback(host)
+    runtime = build_runtime(config, loopback=loopback)
     log.info("config: %s", config.source)
+    _warn_about_config(config)
     log.info("database: %s", runtime.engine.url.render_as_string(hide_password=True))
     prepare_database(runtime)
-    if runtime.local_tier is not None and not _is_loopback(host) and not config.auth.local_token:
-        # The all-permissions local token is for the machine itself, not the network.
-        runtime.authenticator.tiers.remove(runtime.local_tier)
-        runtime.local_tier = None
+    if runtime.local_tier is None and config.auth.local_token is None:
         log.info("local token: off (listening beyond loopback; set auth.local_token to force)")
     sock = _bind(host, port)
     url = _url_for(host, sock.getsockname()[1])

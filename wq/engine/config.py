@@ -16,6 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 SYSTEM_CONFIG_PATH = Path("/etc/wq/config.yml")
+# The reference service's default location, looked at after wq's own.
+SEED_CONFIG_PATH = Path("/etc/workqueue/config.yml")
+SYSTEM_CONFIG_PATHS = (SYSTEM_CONFIG_PATH, SEED_CONFIG_PATH)
 CONFIG_ENV_VARS = ("WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG")
 DATABASE_ENV_VARS = ("WQ_DATABASE_URL", "DATABASE_URL")
 
@@ -113,6 +116,7 @@ class Config(_Section):
     events: EventsConfig = EventsConfig()
     # Validated by the daemon's authorization layer, which owns its schema.
     authorization: dict[str, Any] | None = None
+    # Omitted: every known type in the embedded default, none in a config file.
     handled_types: dict[str, dict[str, Any]] | None = None
     _source: str = PrivateAttr(default="embedded default")
 
@@ -196,14 +200,16 @@ def read_config_file(path: Path) -> Config:
 
 
 def locate_config(explicit: str | None) -> Path | None:
-    """The config file to use: the flag, then `WQ_CONFIG`, then /etc/wq/config.yml."""
+    """The config file to use: the flag, `WQ_CONFIG` (or `WORKQUEUE_SERVICE_CONFIG`),
+    then /etc/wq/config.yml, then /etc/workqueue/config.yml."""
     if explicit:
         return Path(explicit)
     for var in CONFIG_ENV_VARS:
         if os.environ.get(var):
             return Path(os.environ[var])
-    if SYSTEM_CONFIG_PATH.exists():
-        return SYSTEM_CONFIG_PATH
+    for path in SYSTEM_CONFIG_PATHS:
+        if path.exists():
+            return path
     return None
 
 
