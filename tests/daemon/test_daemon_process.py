@@ -561,6 +561,28 @@ def test_config_check(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()
 
 
+def test_config_check_without_the_environment_lists_what_a_start_needs(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "wq.yml",
+        "events:\n  webhook_secret_env: HOOK_SECRET\n"
+        "handled_types:\n  mr:\n    projects:\n"
+        "      org/a: {token_env: TOKEN_A}\n      org/b: {token_env: TOKEN_B}\n",
+    )
+    # Even with one of them set here: a structure check ignores this environment.
+    env = clean_env(tmp_path, TOKEN_A="set-on-this-laptop")
+    plain = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
+    assert plain.returncode != 0
+    assert "HOOK_SECRET" in plain.stderr
+    structure = run_wq("config", "check", "--no-env", str(config), env=env, cwd=tmp_path)
+    assert structure.returncode == 0, structure.stderr
+    assert "a real start needs: HOOK_SECRET, TOKEN_A, TOKEN_B" in structure.stdout
+    # A structural error is still an error.
+    broken = write(tmp_path / "broken.yml", "handled_types:\n  mr:\n    projcts: {}\n")
+    result = run_wq("config", "check", "--no-env", str(broken), env=env, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "handled_types.mr.projcts" in result.stderr
+
+
 # --------------------------------------------------------------------------- PostgreSQL schema
 
 

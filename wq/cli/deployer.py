@@ -48,11 +48,19 @@ def db_current(config: ConfigOption = None) -> None:
 
 
 @config_app.command("check")
-def config_check(path: Annotated[str, typer.Argument(help="The config file to validate")]) -> None:
+def config_check(
+    path: Annotated[str, typer.Argument(help="The config file to validate")],
+    no_env: Annotated[
+        bool,
+        typer.Option(
+            "--no-env", help="Check the structure only and list the variables a start needs"
+        ),
+    ] = False,
+) -> None:
     """Validate a config file without starting anything."""
     from wq.daemon import commands
 
-    raise typer.Exit(commands.config_check(path))
+    raise typer.Exit(commands.config_check(path, no_env=no_env))
 
 
 def register(app: typer.Typer) -> None:
