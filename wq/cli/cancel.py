@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -16,8 +15,9 @@ from wq.cli.common import (
     client,
     errors,
     fail,
+    for_each_item,
+    item_ids,
     output_mode,
-    usage_error,
 )
 from wq.cli.output import emit, table
 
@@ -40,23 +40,10 @@ def cancel(
     no_auth: NoAuthOption = False,
 ) -> None:
     """Cancel active items: at once, or `requested` while a running task is stopped."""
-    wanted = [*(id_options or []), *(ids or [])]
-    if not wanted:
-        usage_error("name at least one item: wq cancel --id ID")
+    wanted = item_ids(ids, id_options, "cancel")
     mode = output_mode(output, json_flag)
-    from wq.client.errors import ClientError
-
-    done: list[dict[str, Any]] = []
-    first_error: ClientError | None = None
     with errors(), client(url, no_auth) as api:
-        for item_id in wanted:
-            try:
-                done.append(api.cancel(item_id))
-            except ClientError as err:
-                if err.exit_code == 4 and err.status is None:
-                    raise  # no credentials at all: the same for every id
-                sys.stderr.write(f"wq: error: {item_id}: {err.message}\n")
-                first_error = first_error or err
+        done, first_error = for_each_item(wanted, api.cancel)
     if mode in (Output.json, Output.yaml):
         emit(done, mode, _view)
     else:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import contextlib
 import enum
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 if TYPE_CHECKING:
     from wq.client.api import ApiClient
+    from wq.client.errors import ClientError
 
 
 class Output(enum.StrEnum):
@@ -93,3 +94,34 @@ def errors() -> Iterator[None]:
         with contextlib.suppress(OSError):
             sys.stdout.close()
         raise typer.Exit(0) from None
+
+
+def item_ids(ids: list[str] | None, id_options: list[str] | None, command: str) -> list[str]:
+    """The ids named as arguments and with --id; a usage error when there are none."""
+    wanted = [*(id_options or []), *(ids or [])]
+    if not wanted:
+        usage_error(f"name at least one item: wq {command} --id ID")
+    return wanted
+
+
+def for_each_item(
+    item_ids: list[str], call: Callable[[str], dict[str, Any]]
+) -> tuple[list[dict[str, Any]], ClientError | None]:
+    """Call the API for each id; a failing id is reported on stderr and the rest go on.
+
+    Returns the answers and the first error. Missing credentials stop at once: every
+    other id would fail the same way.
+    """
+    from wq.client.errors import ClientError
+
+    answers: list[dict[str, Any]] = []
+    first_error: ClientError | None = None
+    for item_id in item_ids:
+        try:
+            answers.append(call(item_id))
+        except ClientError as err:
+            if err.exit_code == 4 and err.status is None:
+                raise
+            sys.stderr.write(f"wq: error: {item_id}: {err.message}\n")
+            first_error = first_error or err
+    return answers, first_error

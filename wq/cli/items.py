@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +17,8 @@ from wq.cli.common import (
     client,
     errors,
     fail,
+    for_each_item,
+    item_ids,
     output_mode,
     usage_error,
 )
@@ -203,23 +204,10 @@ def retry(
     no_auth: NoAuthOption = False,
 ) -> None:
     """Bring failed or cancelled items back to active (attempts reset)."""
-    wanted = [*(id_options or []), *(ids or [])]
-    if not wanted:
-        usage_error("name at least one item: wq retry --id ID")
+    wanted = item_ids(ids, id_options, "retry")
     mode = output_mode(output, json_flag)
-    from wq.client.errors import ClientError
-
-    retried: list[dict[str, Any]] = []
-    first_error: ClientError | None = None
     with errors(), client(url, no_auth) as api:
-        for item_id in wanted:
-            try:
-                retried.append(api.retry(item_id))
-            except ClientError as err:
-                if err.exit_code == 4 and err.status is None:
-                    raise  # no credentials at all: the same for every id
-                sys.stderr.write(f"wq: error: {item_id}: {err.message}\n")
-                first_error = first_error or err
+        retried, first_error = for_each_item(wanted, api.retry)
     if mode in (Output.json, Output.yaml):
         emit(retried, mode, list_view)
     else:
