@@ -120,4 +120,8 @@ def test_work_signalled_while_listen_was_down_is_picked_up_after_the_reconnect(
         timeout=20,
         message="the item picked up after LISTEN reconnected",
     )
-    assert len(_listener_pids(store)) == 1 and listener not in _listener_pids(store)
+    wait_for(
+        lambda: len(pids := _listener_pids(store)) == 1 and listener not in pids,
+        timeout=20,
+        message="one new LISTEN connection",
+    )

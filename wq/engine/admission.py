@@ -119,7 +119,11 @@ def admit_project(
             .returning(WorkItem.id, WorkItem.seq)
             .execution_options(synchronize_session=False)
         )
-        admitted.extend(Admitted(item_id, project, lane, int(seq or 0)) for item_id, seq in rows)
+        # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
+        admitted.extend(
+            Admitted(item_id, project, lane, int(seq or 0))
+            for item_id, seq in sorted(rows, key=lambda row: row[1] or 0)
+        )
     if admitted:
         audit(
             session,

@@ -35,6 +35,8 @@ from wq.types.task.settings import CommandRunnerConfig
 
 # How long a run directory may exist before its supervisor has announced itself.
 STARTING_GRACE_SECONDS = 60.0
+# How long a just-announced supervisor may take to exec.
+EXEC_GRACE_SECONDS = 5.0
 
 
 class TemplateError(ValueError):
@@ -152,7 +154,11 @@ class CommandRunner:
     def _supervisor_alive(self, run_id: str, run_dir: Path) -> bool | None:
         """True/False, or None when the supervisor has not announced itself yet."""
         child = self._children.get(run_id)
-        if child is not None and child.poll() is not None:
+        if child is not None:
+            if child.poll() is None:
+                # Our own supervisor, still running: perhaps not exec'd yet, when its
+                # /proc cmdline is still this process's.
+                return True
             self._children.pop(run_id, None)  # reaped
             return False
         announced = self._read(run_dir / "supervisor.json")
@@ -168,7 +174,12 @@ class CommandRunner:
         cmdline = Path(f"/proc/{pid}/cmdline")
         if cmdline.exists():  # the pid may have been reused by another program
             with contextlib.suppress(OSError):
-                return str(run_dir).encode() in cmdline.read_bytes()
+                if str(run_dir).encode() in cmdline.read_bytes():
+                    return True
+                # Announced by its parent right after the fork: until it has exec'd,
+                # its cmdline is still the parent's. Only time tells it from a reused pid.
+                announced_at = (run_dir / "supervisor.json").stat().st_mtime
+                return None if time.time() - announced_at < EXEC_GRACE_SECONDS else False
         return True
 
     def poll(self, run_id: str) -> RunStatus:
