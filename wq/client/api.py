@@ -186,6 +186,16 @@ class ApiClient:
         )
         return result
 
+    def queue_page(
+        self, project: str, lane: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Json:
+        """One page of a lane's queue with true positions (`entries`, `next_cursor`)."""
+        return self.request(
+            "GET",
+            f"/api/queue/{quote(lane, safe='')}",
+            params={"project": project, "limit": limit, "cursor": cursor},
+        )
+
     def item(self, item_id: str) -> Json:
         """One work item with details and dimensions."""
         return self.request("GET", f"/api/work-items/{quote(item_id, safe='')}")
@@ -217,6 +227,14 @@ class ApiClient:
         return self.request(
             "GET",
             f"/api/work-items/{quote(item_id, safe='')}/history",
+            params={"limit": limit, "cursor": cursor},
+        )
+
+    def pending_events(self, item_id: str, *, limit: int = 50, cursor: str | None = None) -> Json:
+        """One page of an item's unapplied events, next applied first (`events`, `next_cursor`)."""
+        return self.request(
+            "GET",
+            f"/api/work-items/{quote(item_id, safe='')}/pending-events",
             params={"limit": limit, "cursor": cursor},
         )
 

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from wq.engine.models import WorkItem
 
@@ -118,4 +118,23 @@ class HistoryPage(BaseModel):
     """One page of an item's history, newest first; pass `next_cursor` back as `cursor`."""
 
     entries: list[AuditEntryPublic]
+    next_cursor: str | None
+
+
+class PendingEventPublic(BaseModel):
+    """An event stored for an item and not yet applied to it."""
+
+    id: int
+    event_type: str
+    event_at: datetime | None
+    created_at: datetime
+    payload: Any = None
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class PendingEventPage(BaseModel):
+    """One page of an item's pending events, oldest (next applied) first."""
+
+    events: list[PendingEventPublic]
     next_cursor: str | None

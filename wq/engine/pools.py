@@ -107,27 +107,53 @@ def queue(
     lanes = [lane] if lane else list(LANES)
     entries: list[QueueEntry] = []
     for name in lanes:
-        rows = session.execute(
-            select(WorkItem)
-            .where(
-                WorkItem.project == project,
-                WorkItem.lane == name,
-                WorkItem.admission == inline(QUEUED),
-            )
-            .order_by(WorkItem.seq)
-            .limit(limit)
-        ).scalars()
-        entries.extend(
-            QueueEntry(
-                position=position,
-                id=item.id,
-                type=item.type,
-                project=item.project,
-                lane=item.lane,
-                seq=item.seq or 0,
-                autonomous=item.autonomous,
-                queued_at=item.queued_at,
-            )
-            for position, item in enumerate(rows, start=1)
-        )
+        entries.extend(queue_page(session, project, name, limit=limit).entries)
     return entries
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    """One page of a lane's FIFO; `next_after` (a seq) continues it."""
+
+    entries: list[QueueEntry]
+    next_after: int | None
+
+
+def queue_page(
+    session: Session, project: str, lane: str, *, limit: int = 100, after: int | None = None
+) -> QueuePage:
+    """Up to `limit` queued items of one lane after seq `after`, with their true positions.
+
+    Both statements are ranges of the partial `ix_work_items_queue` index (project, lane,
+    seq): the page reads only its rows, and the position of its first row counts only
+    the index entries before it.
+    """
+    where = [
+        WorkItem.project == project,
+        WorkItem.lane == lane,
+        WorkItem.admission == inline(QUEUED),
+    ]
+    ahead = 0
+    query = select(WorkItem).where(*where)
+    if after is not None:
+        query = query.where(WorkItem.seq > after)
+        ahead = session.execute(
+            select(func.count()).select_from(WorkItem).where(*where, WorkItem.seq <= after)
+        ).scalar_one()
+    rows = list(session.execute(query.order_by(WorkItem.seq).limit(limit + 1)).scalars())
+    page = rows[:limit]
+    entries = [
+        QueueEntry(
+            position=position,
+            id=item.id,
+            type=item.type,
+            project=item.project,
+            lane=item.lane,
+            seq=item.seq or 0,
+            autonomous=item.autonomous,
+            queued_at=item.queued_at,
+        )
+        for position, item in enumerate(page, start=ahead + 1)
+    ]
+    more = len(rows) > limit and bool(page)
+    return QueuePage(entries=entries, next_after=entries[-1].seq if more else None)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from pydantic import BaseModel, ConfigDict
 
 from wq.daemon.auth import Principal
 from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require
@@ -16,6 +17,7 @@ from wq.engine.models import utcnow
 
 router = APIRouter(prefix="/api", tags=["admission"])
 ReadPrincipal = Annotated[Principal, Depends(require("read"))]
+QUEUE_CURSOR = re.compile(r"[0-9]{1,19}")
 
 
 class LanePublic(BaseModel):
@@ -61,6 +63,8 @@ class PoolPublic(BaseModel):
 class QueueEntryPublic(BaseModel):
     """One queued item and its position in its lane."""
 
+    model_config = ConfigDict(from_attributes=True)
+
     position: int
     id: uuid.UUID
     type: str
@@ -69,6 +73,13 @@ class QueueEntryPublic(BaseModel):
     seq: int
     autonomous: bool
     queued_at: datetime | None
+
+
+class QueuePagePublic(BaseModel):
+    """One page of a lane's FIFO, next first; pass `next_cursor` back as `cursor`."""
+
+    entries: list[QueueEntryPublic]
+    next_cursor: str | None
 
 
 @router.get("/pools", response_model=list[PoolPublic])
@@ -105,7 +116,42 @@ def read_queue(
     out, and the others keep their true positions.
     """
     return [
-        QueueEntryPublic(**vars(entry))
+        QueueEntryPublic.model_validate(entry)
         for entry in pools.queue(session, project, lane, limit)
         if principal.allows("read", entry.type)
     ]
+
+
+@router.get("/queue/{lane}", response_model=QueuePagePublic)
+def read_queue_page(
+    lane: Literal["alert", "normal"],
+    session: ReadSessionDep,
+    principal: ReadPrincipal,
+    project: Annotated[
+        str, Query(min_length=1, pattern=NO_NUL, description="the project whose queue to show")
+    ],
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=32, description="next_cursor of the previous page")
+    ] = None,
+) -> QueuePagePublic:
+    """One lane of a project's queue in admission order, a page at a time.
+
+    Positions are true positions in the lane (1 = admitted next) on every page. Items
+    of types the caller may not read are left out, so a page can be short; follow
+    `next_cursor` until it is null.
+    """
+    after = None
+    if cursor is not None:
+        if not QUEUE_CURSOR.fullmatch(cursor) or int(cursor) >= 2**63:
+            raise HTTPException(422, "cursor: not a cursor this API returned")
+        after = int(cursor)
+    page = pools.queue_page(session, project, lane, limit=limit, after=after)
+    return QueuePagePublic(
+        entries=[
+            QueueEntryPublic.model_validate(entry)
+            for entry in page.entries
+            if principal.allows("read", entry.type)
+        ],
+        next_cursor=str(page.next_after) if page.next_after is not None else None,
+    )

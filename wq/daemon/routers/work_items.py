@@ -15,9 +15,17 @@ from sqlalchemy import and_, or_, select
 
 from wq.daemon.auth import authorize, authorize_item, authorize_lookup
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
-from wq.daemon.schemas import AuditEntryPublic, HistoryPage, WorkItemPage, WorkItemPublic
+from wq.daemon.schemas import (
+    AuditEntryPublic,
+    HistoryPage,
+    PendingEventPage,
+    PendingEventPublic,
+    WorkItemPage,
+    WorkItemPublic,
+)
 from wq.engine import history as history_service
 from wq.engine import items as item_service
+from wq.engine import pending as pending_service
 from wq.engine.models import WorkItem, utcnow
 
 router = APIRouter(prefix="/api/work-items", tags=["work items"])
@@ -42,6 +50,16 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         return created.astimezone(UTC), uuid.UUID(item_id)
     except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
         raise HTTPException(422, "cursor: not a cursor this API returned") from None
+
+
+def _id_cursor(cursor: str | None) -> int | None:
+    """A numeric cursor this API returned (an audit or event id), or 422."""
+    if cursor is None:
+        return None
+    # Checked before int(): str.isdigit() accepts digits int() refuses ("²").
+    if not HISTORY_CURSOR.fullmatch(cursor) or not 0 < int(cursor) < 2**63:
+        raise HTTPException(422, "cursor: not a cursor this API returned")
+    return int(cursor)
 
 
 class WorkItemRef(BaseModel):
@@ -120,12 +138,7 @@ def read_item_history(
     ] = None,
 ) -> HistoryPage:
     """An item's audit entries, newest first (404 for a type the caller may not read)."""
-    before = None
-    if cursor is not None:
-        # Checked before int(): str.isdigit() accepts digits int() refuses ("²").
-        if not HISTORY_CURSOR.fullmatch(cursor) or not 0 < int(cursor) < 2**63:
-            raise HTTPException(422, "cursor: not a cursor this API returned")
-        before = int(cursor)
+    before = _id_cursor(cursor)
     authorize_lookup(principal, "read")
     item = session.get(WorkItem, item_id)
     if item is None:
@@ -147,6 +160,31 @@ def read_item_history(
             for entry in page.entries
         ],
         next_cursor=str(page.next_before) if page.next_before is not None else None,
+    )
+
+
+@router.get("/{item_id}/pending-events", response_model=PendingEventPage)
+def read_item_pending_events(
+    request: Request,
+    item_id: uuid.UUID,
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=32, description="next_cursor of the previous page")
+    ] = None,
+) -> PendingEventPage:
+    """Events stored for an item and not applied yet, in the order they will be applied."""
+    after = _id_cursor(cursor)
+    authorize_lookup(principal, "read")
+    item = session.get(WorkItem, item_id)
+    if item is None:
+        raise item_service.ItemNotFound(str(item_id))
+    authorize_item(request, principal, "read", item.id, item.type)
+    page = pending_service.pending_events(session, item_id=item.id, limit=limit, after=after)
+    return PendingEventPage(
+        events=[PendingEventPublic.model_validate(event) for event in page.events],
+        next_cursor=str(page.next_after) if page.next_after is not None else None,
     )
 
 
