@@ -224,6 +224,57 @@ def test_pipelines_jobs_trace_and_retry(fake: FakeGitLab, project) -> None:
     assert project.jobs.get(retried["id"]).trace() == b"ok\n"
 
 
+def test_job_lists_are_newest_first_and_scopes_are_checked(fake: FakeGitLab, project) -> None:
+    _open_mr(project)
+    pipeline = fake.add_pipeline(
+        PATH, "feature", jobs=["build", {"name": "test", "status": "failed"}, "lint"]
+    )
+    jobs = project.pipelines.get(pipeline.id, lazy=True).jobs
+    listed = jobs.list(get_all=True)
+    assert [job.id for job in listed] == sorted(pipeline.job_ids, reverse=True)
+    assert [job.name for job in jobs.list(scope="failed", get_all=True)] == ["test"]
+    both = jobs.list(scope=["failed", "success"], get_all=True)
+    assert len(both) == 3
+    assert all(not hasattr(job, "failure_reason") for job in both if job.status != "failed")
+    for bad in ("finished", ["failed", "broken"]):
+        with pytest.raises(glexc.GitlabListError) as err:
+            jobs.list(scope=bad, get_all=True)
+        assert err.value.response_code == 400
+        assert "scope does not have a valid value" in err.value.error_message
+    with pytest.raises(glexc.GitlabListError) as missing:
+        project.pipelines.get(999999, lazy=True).jobs.list(get_all=True)
+    assert missing.value.response_code == 404
+
+
+def test_trace_and_retry_of_unknown_or_unretryable_jobs(fake: FakeGitLab, project, gl) -> None:
+    _open_mr(project)
+    pipeline = fake.add_pipeline(
+        PATH, "feature", jobs=[{"name": "test", "status": "running", "trace": "step 1\n"}]
+    )
+    job = project.jobs.get(pipeline.job_ids[0], lazy=True)
+    response = gl.http_get(f"/projects/{project.id}/jobs/{job.id}/trace", raw=True)
+    assert response.headers["Content-Type"].startswith("text/plain")
+    assert response.headers["Content-Disposition"] == f'infile; filename="{job.id}.log"'
+    chunks = b"".join(job.trace(streamed=True, iterator=True, chunk_size=3))
+    assert chunks == b"step 1\n"
+    with pytest.raises(glexc.GitlabJobRetryError) as running:
+        job.retry()  # a running job is not retryable
+    assert running.value.response_code == 403
+    gone = project.jobs.get(424242, lazy=True)
+    with pytest.raises(glexc.GitlabGetError) as no_trace:
+        gone.trace()
+    with pytest.raises(glexc.GitlabJobRetryError) as no_retry:
+        gone.retry()
+    assert no_trace.value.response_code == no_retry.value.response_code == 404
+    fake.set_job(PATH, job.id, status="failed")
+    fake.add_token("glpat-reader", projects=[PATH], access="read")
+    reader = type(gl)(fake.url, private_token="glpat-reader", timeout=5)
+    with pytest.raises(glexc.GitlabJobRetryError) as read_only:
+        reader.projects.get(PATH, lazy=True).jobs.get(job.id, lazy=True).retry()
+    assert read_only.value.response_code == 403
+    assert len(fake.jobs(PATH, pipeline.id)) == 1  # nothing was retried
+
+
 def test_head_pipeline_follows_the_source_branch_head(fake: FakeGitLab, project) -> None:
     mr = _open_mr(project)
     fake.add_pipeline(PATH, "feature", status="success")

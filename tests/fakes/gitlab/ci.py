@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.gitlab.api import Ctx, Response, message_error, ok, route
+from tests.fakes.gitlab.api import Ctx, Response, message_error, ok, param_error, route
 from tests.fakes.gitlab.state import (
     ACTIVE_JOB_STATUSES,
     NULL_SHA,
@@ -14,6 +14,25 @@ from tests.fakes.gitlab.state import (
     Pipeline,
     Project,
     now_iso,
+)
+
+# CommitStatus::AVAILABLE_STATUSES: the values the jobs lists' `scope` accepts.
+JOB_SCOPES = frozenset(
+    {
+        "created",
+        "waiting_for_resource",
+        "preparing",
+        "waiting_for_callback",
+        "pending",
+        "running",
+        "success",
+        "failed",
+        "canceling",
+        "canceled",
+        "skipped",
+        "manual",
+        "scheduled",
+    }
 )
 
 
@@ -193,11 +212,16 @@ class CiMixin(GitLabState):
         return self._paginate(ctx, [self._pipeline_json(project, p) for p in selected])
 
     def _filter_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[Job]:
+        """Jobs newest first, in the statuses `scope` names (one or a list; Grape
+        refuses a status GitLab does not know)."""
+        jobs = sorted(jobs, key=lambda job: -job.id)
         scope = ctx.get("scope")
-        if scope:
-            scopes = set(scope if isinstance(scope, list) else [scope])
-            jobs = [job for job in jobs if job.status in scopes]
-        return jobs
+        if scope is None:
+            return jobs
+        scopes = scope if isinstance(scope, list) else [scope]
+        if any(value not in JOB_SCOPES for value in scopes):
+            raise param_error("scope does not have a valid value")
+        return [job for job in jobs if job.status in scopes] if scopes else jobs
 
     @route("GET", "projects/:project/pipelines/:pipeline_id/jobs")
     def _list_pipeline_jobs(self, ctx: Ctx) -> Response:
@@ -214,7 +238,7 @@ class CiMixin(GitLabState):
     @route("GET", "projects/:project/jobs")
     def _list_jobs(self, ctx: Ctx) -> Response:
         project = ctx.proj
-        jobs = self._filter_jobs(ctx, sorted(project.jobs.values(), key=lambda j: -j.id))
+        jobs = self._filter_jobs(ctx, list(project.jobs.values()))
         return self._paginate(ctx, [self._job_json(project, job) for job in jobs])
 
     @route("GET", "projects/:project/jobs/:job_id")
@@ -224,7 +248,11 @@ class CiMixin(GitLabState):
     @route("GET", "projects/:project/jobs/:job_id/trace")
     def _get_trace(self, ctx: Ctx) -> Response:
         job = self._job(ctx)
-        return ok(job.trace.encode(), 200, {"Content-Type": "text/plain; charset=utf-8"})
+        headers = {
+            "Content-Type": "text/plain",
+            "Content-Disposition": f'infile; filename="{job.id}.log"',
+        }
+        return ok(job.trace.encode(), 200, headers)
 
     @route("POST", "projects/:project/jobs/:job_id/retry")
     def _retry_job(self, ctx: Ctx) -> Response:

@@ -110,24 +110,62 @@ def test_children_inherit_and_override() -> None:
     assert big.path == "job_retry.matchers[2].matchers[1]"
 
 
-def test_a_child_narrows_its_parent_and_wins_before_it() -> None:
+def test_a_parent_is_tried_before_its_children() -> None:
     config = parse_job_retry(
         {
             "matchers": [
                 {
                     "name": "clone",
                     "messages": ["fatal: unable to access"],
-                    "matchers": [{"name": "clone-docs", "job_name": "^docs$", "action": "report"}],
+                    "action": "report",
+                    "matchers": [
+                        # Overrides the parent's condition: reachable, inherits the action.
+                        {"name": "rpc", "messages": ["/error: RPC failed/"], "retry_limit": 9},
+                    ],
                 }
             ]
         }
     )
-    docs = config.match("script_failure", "docs", GIT_CLONE_TRACE)
-    assert docs is not None and docs.name == "clone-docs" and docs.action == "report"
-    other = config.match("script_failure", "build", GIT_CLONE_TRACE)
-    assert other is not None and other.name == "clone" and other.action == "retry"
-    # The child inherited the message condition: without it in the trace, nothing matches.
-    assert config.match("script_failure", "docs", "all good\n") is None
+    clone = config.match("script_failure", "build", GIT_CLONE_TRACE)
+    assert clone is not None and clone.name == "clone"
+    rpc = config.match("script_failure", "build", RPC_TRACE)
+    assert rpc is not None and rpc.name == "rpc"
+    assert (rpc.action, rpc.retry_limit) == ("report", 9)
+    # A trace with both: the parent comes first in the document.
+    both = config.match("script_failure", "build", GIT_CLONE_TRACE + RPC_TRACE)
+    assert both is not None and both.name == "clone"
+
+
+@pytest.mark.parametrize(
+    "child",
+    [
+        {"name": "docs", "job_name": "^docs$"},  # only narrows
+        {"name": "same", "action": "report"},  # changes no condition
+        {"name": "tail", "messages": ["fatal: unable to access"]},  # the same message again
+    ],
+)
+def test_a_child_its_parent_always_beats_is_refused(child: dict[str, Any]) -> None:
+    with pytest.raises(JobRetryConfigError) as err:
+        parse_job_retry(
+            {
+                "matchers": [
+                    {"name": "clone", "messages": ["fatal: unable to access"], "matchers": [child]}
+                ]
+            }
+        )
+    assert str(err.value).startswith("job_retry.matchers[0].matchers[0]: can never match")
+    # A different tail is a different condition: allowed.
+    parse_job_retry(
+        {
+            "matchers": [
+                {
+                    "name": "clone",
+                    "messages": ["fatal: unable to access"],
+                    "matchers": [{"name": "end", "tail_lines": 5}],
+                }
+            ]
+        }
+    )
 
 
 def test_first_match_in_document_order_wins() -> None:

@@ -6,10 +6,11 @@ field it does not set from its parent; the conditions are `failure_reason`,
 `messages` (any one of them found in the job trace) and `job_name` (a regex on the
 job's name). A node matches when it has at least one condition and all of them hold.
 
-Which node wins: nodes are tried in document order, but inside a subtree the children
-are tried before their parent. A child inherits its parent's conditions, so it can
-only narrow them; trying the parent first would make every child of a node with
-conditions unreachable. A node without conditions is a pure group and never matches.
+Which node wins: the first matching node in document order (a parent before its
+children, siblings top to bottom). A node without conditions is a pure group and never
+matches. Since a parent is tried first, a child that keeps every condition its parent
+has (it only adds conditions, or changes nothing but `action` or limits) could never
+match; such a config is refused, naming the child.
 
 Parsing is strict (fail closed): an unknown field, a bad regex or a bad duration
 raises `JobRetryConfigError` naming the path, e.g. `job_retry.matchers[2].messages[1]`.
@@ -131,10 +132,25 @@ class Matcher:
         return self.retry_delays[index]
 
     def walk(self) -> Iterator[Matcher]:
-        """The subtree in matching order: children (recursively) before the node."""
+        """The subtree in matching order: document order, the node before its children."""
+        yield self
         for child in self.children:
             yield from child.walk()
-        yield self
+
+    def shadows(self, child: Matcher) -> bool:
+        """Whether this node matches whenever `child` does (so `child`, tried later, never
+        wins): this node has conditions and `child` keeps every one of them."""
+        if not self.has_condition:
+            return False
+        if self.failure_reason and child.failure_reason != self.failure_reason:
+            return False
+        if self.job_name is not None and (
+            child.job_name is None or child.job_name.pattern != self.job_name.pattern
+        ):
+            return False
+        return not self.messages or (
+            child.messages == self.messages and child.tail_lines == self.tail_lines
+        )
 
 
 @dataclass(frozen=True)
@@ -299,6 +315,13 @@ def _node(value: Any, path: str, parent: Matcher) -> Matcher:
     )
     if "matchers" in data:
         children = _children(data["matchers"], f"{path}.matchers", node)
+        for child in children:
+            if node.shadows(child):
+                raise JobRetryConfigError(
+                    f"{child.path}: can never match: it keeps every condition of its "
+                    f"parent {path}, which is tried first; move the parent's conditions "
+                    "into its children"
+                )
         node = Matcher(**{**node.__dict__, "children": children})
     return node
 
