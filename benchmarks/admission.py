@@ -63,7 +63,7 @@ from wq.engine import schema
 from wq.engine.admission import dispatch
 from wq.engine.config import Config, parse_config
 from wq.engine.db import make_engine, make_sessionmaker
-from wq.engine.models import ALERT_LANE, NORMAL_LANE
+from wq.engine.models import ALERT_LANE, NORMAL_LANE, utcnow
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TYPE_NAME = "bench"
@@ -74,8 +74,9 @@ ALERT_CAPACITY = 1
 CATEGORIES: tuple[tuple[str, str], ...] = (
     ("skip-scan", "WITH RECURSIVE"),
     ("lock", "pg_advisory_xact_lock"),
-    ("in-flight", "count("),
+    # The set-based admit UPDATE counts in-flight items inside it: match it first.
     ("admit", "UPDATE work_items"),
+    ("in-flight", "count("),
     ("audit", "INSERT INTO audit_log"),
     ("notify", "pg_notify"),
 )
@@ -358,14 +359,14 @@ def run_case(
     try:
         for _ in range(warmup):
             reset(maintenance, vacuum)
-            dispatch(sessions, config)
+            dispatch(sessions, config, now=utcnow())
             case.violations += in_flight_violations(maintenance)
         for _ in range(passes):
             reset(maintenance, vacuum)
             before = plan_counts(engine)
             clock.clear()
             started = time.perf_counter()
-            admitted = dispatch(sessions, config)
+            admitted = dispatch(sessions, config, now=utcnow())
             elapsed = time.perf_counter() - started
             seconds, calls = dict(clock.seconds), dict(clock.calls)
             after = plan_counts(engine)
@@ -377,7 +378,7 @@ def run_case(
             case.statement_calls = calls
             # The next pass right away: every pool is full (or nothing is left queued).
             started = time.perf_counter()
-            case.next_admitted.append(len(dispatch(sessions, config)))
+            case.next_admitted.append(len(dispatch(sessions, config, now=utcnow())))
             case.next_ms.append((time.perf_counter() - started) * 1000)
             for name, (generic, custom) in after.items():
                 old_generic, old_custom = before.get(name, (0, 0))
@@ -497,7 +498,7 @@ def capture_plans(url: str, config: Config) -> list[Plan]:
         reset(engine, vacuum=True)
         clock.clear()
         clock.capture = True
-        dispatch(make_sessionmaker(engine), config)
+        dispatch(make_sessionmaker(engine), config, now=utcnow())
         clock.capture = False
         reset(engine, vacuum=True)
     finally:

@@ -343,7 +343,7 @@ def test_two_dispatchers_racing_never_exceed_capacity(store: Store) -> None:
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["enqueue", "alert", "admit", "release", "finish", "retry"]),
+        st.sampled_from(["enqueue", "alert", "admit", "race", "release", "finish", "retry"]),
         st.integers(0, 2),
     ),
     min_size=1,
@@ -369,10 +369,15 @@ def test_random_interleavings_keep_the_invariants(store: Store, ops: list[tuple[
             created.append(
                 enqueue(store, config, project, lane="alert" if op == "alert" else "normal")
             )
-        elif op == "admit":
+        elif op in ("admit", "race"):
             with store.sessions() as session:
                 before = {item.id: item for item in session.execute(select(WorkItem)).scalars()}
-            admitted = dispatch(store.sessions, config, now=utcnow())
+            # "race": two replicas' passes over every project at once, like two daemons.
+            admitted = (
+                _race(store, config)
+                if op == "race"
+                else dispatch(store.sessions, config, now=utcnow())
+            )
             for entry in admitted:  # FIFO: nothing older was left waiting in that lane
                 waiting = [
                     item
@@ -402,6 +407,24 @@ def test_random_interleavings_keep_the_invariants(store: Store, ops: list[tuple[
         states = session.execute(select(WorkItem.id, WorkItem.admission)).all()
     assert sorted(item_id for item_id, _ in states) == sorted(created)  # none lost or doubled
     assert {admission for _, admission in states} <= {"queued", "admitted", "idle", "done"}
+
+
+def _race(store: Store, config: Config) -> list[Any]:
+    """Two dispatch passes started together from two threads; what both admitted."""
+    barrier = threading.Barrier(2)
+    results: list[list[Any]] = [[], []]
+
+    def pass_(index: int) -> None:
+        barrier.wait()
+        results[index] = dispatch(store.sessions, config, now=utcnow())
+
+    threads = [threading.Thread(target=pass_, args=(index,)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len({entry.id for entry in results[0]} & {entry.id for entry in results[1]}) == 0
+    return results[0] + results[1]
 
 
 def _assert_bounds(store: Store) -> None:

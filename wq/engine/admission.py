@@ -1,10 +1,10 @@
 """The admission dispatcher: per-project pools, strict FIFO by seq, reserved alert lane.
 
 Each project has a normal pool of capacity N and an alert pool of capacity M that
-normal work never uses. A pass admits, per project and under that project's lock,
-the alert lane first and then the normal lane, each in `seq` order up to its free
-slots. In-flight counts are read from the database on every pass, never carried
-over, so a crash or a second replica cannot leak or double-count a slot.
+normal work never uses. A pass admits, for all signalled projects at once and under
+one admission lock, the heads of every lane in `seq` order up to its free slots.
+In-flight counts are read from the database on every pass, never carried over, so a
+crash or a second replica cannot leak or double-count a slot.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select, update
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
-from wq.engine.config import Config, PoolConfig
+from wq.engine.config import Config
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem
 from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, signal
@@ -65,17 +65,6 @@ def projects_with_queued(session: Session) -> list[str]:
     return [str(project) for project in session.execute(queued_projects_query()).scalars()]
 
 
-def _has_queued(session: Session, project: str) -> bool:
-    return (
-        session.execute(
-            select(WorkItem.id)
-            .where(WorkItem.project == project, WorkItem.admission == inline(QUEUED))
-            .limit(1)
-        ).first()
-        is not None
-    )
-
-
 def in_flight(session: Session, project: str) -> dict[str, int]:
     """Admitted items of a project per lane, counted now."""
     rows = session.execute(
@@ -86,44 +75,37 @@ def in_flight(session: Session, project: str) -> dict[str, int]:
     return {lane: int(count) for lane, count in rows}
 
 
-def admit_project(
-    session: Session, project: str, pool: PoolConfig, now: datetime
+def _capacities(config: Config, projects: Iterable[str]) -> list[tuple[str, str, int]]:
+    """(project, lane, capacity) of every lane to look at, alert lanes first."""
+    lanes: list[tuple[str, str, int]] = []
+    for project in sorted(set(projects)):
+        pool = config.pool_for(project)
+        lanes.append((project, ALERT_LANE, pool.alert_capacity))
+        lanes.append((project, NORMAL_LANE, pool.capacity))
+    return [lane for lane in lanes if lane[2] > 0]
+
+
+_LANE_ORDER = {ALERT_LANE: 0, NORMAL_LANE: 1}
+
+
+def admit(
+    session: Session, config: Config, projects: Iterable[str], now: datetime
 ) -> list[Admitted]:
-    """Admit the heads of one project's lanes into its free slots (caller commits)."""
-    if not _has_queued(session, project):
-        return []  # a slot was released but nothing waits: no lock, no counting
-    store.lock_project(session, project)
-    counts = in_flight(session, project)
-    admitted: list[Admitted] = []
-    for lane, capacity in ((ALERT_LANE, pool.alert_capacity), (NORMAL_LANE, pool.capacity)):
-        free = capacity - counts.get(lane, 0)
-        if free <= 0:
-            continue
-        heads = (
-            select(WorkItem.id)
-            .where(
-                WorkItem.project == project,
-                WorkItem.lane == lane,
-                WorkItem.admission == inline(QUEUED),
-                # An item whose run could not start waits out its backoff in line.
-                or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
-            )
-            .order_by(WorkItem.seq)
-            .limit(free)
-            .scalar_subquery()
-        )
-        rows = session.execute(
-            update(WorkItem)
-            .where(WorkItem.id.in_(heads), WorkItem.admission == inline(QUEUED))
-            .values(admission=ADMITTED, admitted_at=now, updated_at=now)
-            .returning(WorkItem.id, WorkItem.seq)
-            .execution_options(synchronize_session=False)
-        )
-        # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
-        admitted.extend(
-            Admitted(item_id, project, lane, int(seq or 0))
-            for item_id, seq in sorted(rows, key=lambda row: row[1] or 0)
-        )
+    """Admit the heads of the given projects' lanes into their free slots (caller commits).
+
+    One set-based statement for all lanes (`store.admit_heads`), serialised across
+    replicas by one admission lock per pass; audit rows in FIFO order per lane.
+    """
+    lanes = _capacities(config, projects)
+    if not lanes:
+        return []
+    store.lock_admission(session)
+    rows = store.admit_heads(session, lanes, now)
+    # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
+    admitted = sorted(
+        (Admitted(item_id, project, lane, int(seq or 0)) for item_id, project, lane, seq in rows),
+        key=lambda entry: (entry.project, _LANE_ORDER.get(entry.lane, 2), entry.seq),
+    )
     if admitted:
         audit(
             session,
@@ -136,13 +118,13 @@ def admit_project(
                         "admission": QUEUED,
                         "lane": entry.lane,
                         "seq": entry.seq,
-                        "project": project,
+                        "project": entry.project,
                     },
                     new_state={
                         "admission": ADMITTED,
                         "lane": entry.lane,
                         "seq": entry.seq,
-                        "project": project,
+                        "project": entry.project,
                     },
                     trigger={"source": "dispatcher"},
                     at=now,
@@ -163,14 +145,9 @@ def dispatch(
 ) -> list[Admitted]:
     """One admission pass over the given projects (all with queued work when None).
 
-    Each project is admitted in its own short transaction, so one project's lock is
-    never held while another is admitted.
+    One short transaction for the whole pass, whatever the number of projects.
     """
-    if projects is None:
-        with sessions.begin() as session:
+    with sessions.begin() as session:
+        if projects is None:
             projects = projects_with_queued(session)
-    admitted: list[Admitted] = []
-    for project in sorted(set(projects)):
-        with sessions.begin() as session:
-            admitted.extend(admit_project(session, project, config.pool_for(project), now))
-    return admitted
+        return admit(session, config, projects, now)

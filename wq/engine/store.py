@@ -1,8 +1,8 @@
 """The dialect seam: the few statements that differ between PostgreSQL and SQLite.
 
 Everything else in the engine is the same SQLAlchemy code on both databases. Here:
-the admission sequence, per-project and per-item locks, the batch claim, and the
-cross-process wake-up (`NOTIFY`).
+the admission sequence, the admission, per-project and per-item locks, the set-based
+admission statement, the batch claim, and the cross-process wake-up (`NOTIFY`).
 """
 
 from __future__ import annotations
@@ -13,15 +13,29 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import BindParameter, and_, case, func, literal, or_, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    String,
+    Uuid,
+    and_,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import Session
 
-from wq.engine.models import ACTIVE, ADMITTED, SequenceCounter, WorkItem
+from wq.engine.models import ACTIVE, ADMITTED, QUEUED, SequenceCounter, WorkItem
 
 ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
 _PROJECT_LOCK_SPACE = 0x5751  # "WQ": keeps our advisory keys apart from other users'
 _ITEM_LOCK_SPACE = 0x5752
+_ADMISSION_LOCK_SPACE = 0x5753  # one key: the whole admission pass
 
 
 def inline(value: str) -> BindParameter[str]:
@@ -66,6 +80,104 @@ def lock_project(session: Session, project: str) -> None:
             text("SELECT pg_advisory_xact_lock(:space, :key)"),
             {"space": _PROJECT_LOCK_SPACE, "key": _lock_key(project)},
         )
+
+
+def lock_admission(session: Session) -> None:
+    """Serialize admission passes across replicas until the transaction ends.
+
+    One lock per pass (a pass takes milliseconds): in-flight counts read under it
+    cannot be overtaken by another replica's admissions. SQLite: `BEGIN IMMEDIATE`.
+    """
+    if _is_postgres(session):
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:space, :key)"),
+            {"space": _ADMISSION_LOCK_SPACE, "key": 0},
+        )
+
+
+# PostgreSQL: every lane in one statement. For each (project, lane, capacity) the
+# in-flight count (index-only on ix_work_items_in_flight) gives the free slots, and a
+# LATERAL probe of ix_work_items_queue takes that many heads in seq order, so a pass
+# reads what it admits, never the backlog behind it.
+_ADMIT_HEADS_PG = text(
+    f"""
+UPDATE work_items AS w
+SET admission = '{ADMITTED}', admitted_at = :now, updated_at = :now
+FROM unnest(CAST(:projects AS text[]), CAST(:lanes AS text[]), CAST(:capacities AS int[]))
+    AS c(project, lane, capacity)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS busy FROM work_items AS a
+    WHERE a.project = c.project AND a.lane = c.lane AND a.admission = '{ADMITTED}'
+) AS f
+CROSS JOIN LATERAL (
+    SELECT q.id FROM work_items AS q
+    WHERE q.project = c.project AND q.lane = c.lane AND q.admission = '{QUEUED}'
+        AND (q.run_after IS NULL OR q.run_after <= :now)
+    ORDER BY q.seq
+    LIMIT greatest(c.capacity - f.busy, 0)
+) AS h
+WHERE w.id = h.id AND w.admission = '{QUEUED}'
+RETURNING w.id, w.project, w.lane, w.seq
+"""
+).columns(id=Uuid(), project=String(), lane=String(), seq=BigInteger())
+
+
+def admit_heads(
+    session: Session, lanes: Sequence[tuple[str, str, int]], now: datetime
+) -> list[tuple[uuid.UUID, str, str, int | None]]:
+    """Admit the heads of each (project, lane, capacity) into its free slots.
+
+    Returns (id, project, lane, seq) of every admitted item, unordered. The caller
+    holds the admission lock. PostgreSQL: one statement for all lanes; SQLite (one
+    writer, no round trips): one statement per lane in the same transaction.
+    """
+    if not lanes:
+        return []
+    if _is_postgres(session):
+        rows = session.execute(
+            _ADMIT_HEADS_PG,
+            {
+                "now": now,
+                "projects": [lane[0] for lane in lanes],
+                "lanes": [lane[1] for lane in lanes],
+                "capacities": [lane[2] for lane in lanes],
+            },
+        )
+        return [(row.id, row.project, row.lane, row.seq) for row in rows]
+    admitted: list[tuple[uuid.UUID, str, str, int | None]] = []
+    for project, lane, capacity in lanes:
+        busy = (
+            select(func.count())
+            .select_from(WorkItem)
+            .where(
+                WorkItem.project == project,
+                WorkItem.lane == lane,
+                WorkItem.admission == inline(ADMITTED),
+            )
+            .scalar_subquery()
+        )
+        heads = (
+            select(WorkItem.id)
+            .where(
+                WorkItem.project == project,
+                WorkItem.lane == lane,
+                WorkItem.admission == inline(QUEUED),
+                # An item whose run could not start waits out its backoff in line.
+                or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
+            )
+            .order_by(WorkItem.seq)
+            .limit(func.max(0, capacity - busy))
+            .scalar_subquery()
+        )
+        rows = session.execute(
+            update(WorkItem)
+            .where(WorkItem.id.in_(heads), WorkItem.admission == inline(QUEUED))
+            .values(admission=ADMITTED, admitted_at=now, updated_at=now)
+            .returning(WorkItem.id, WorkItem.seq)
+            .execution_options(synchronize_session=False)
+        )
+        admitted.extend((item_id, project, lane, seq) for item_id, seq in rows)
+    return admitted
 
 
 def lock_item(session: Session, item_id: uuid.UUID) -> None:
