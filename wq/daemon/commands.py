@@ -32,6 +32,8 @@ def _setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # Alembic announces each of its plugins at INFO on every start: noise for operators.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
 def daemon(config_path: str | None, host: str | None, port: int | None) -> int:
