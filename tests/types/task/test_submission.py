@@ -39,8 +39,15 @@ def count(runtime: Any) -> int:
             "kind 'review' is repository-scoped: a repository is required",
         ),
         ({"project": "p", "kind": "echo", "lane": "fast"}, "lane: Input should be"),
-        ({"project": "", "kind": "echo"}, "project: String should have at least 1 character"),
+        ({"project": "", "kind": "echo"}, "project: Value error, must not be empty"),
         ({"project": "p", "kind": "echo", "payload": [1]}, "payload: Input should be"),
+        ({"project": "../etc", "kind": "echo"}, "project: Value error, must not contain"),
+        ({"project": "/p", "kind": "echo"}, "project: Value error, must be a path"),
+        ({"project": "a\nb", "kind": "echo"}, "project: Value error, must not contain control"),
+        (
+            {"project": "p", "kind": "review", "repository": "p/../q"},
+            "repository: Value error, must not contain empty, '.' or '..' segments",
+        ),
         ({"project": "p", "kind": "echo", "extra": 1}, "extra: Extra inputs are not permitted"),
     ],
 )

@@ -34,8 +34,8 @@ from wq.types.mr.validation import (
     branch_problem,
     label_problem,
     path_problem,
-    project_problem,
 )
+from wq.types.project import ProjectPath
 
 # A JSON string with no NUL: PostgreSQL can store none in text or JSONB.
 NO_NUL = r"^[^\x00]*$"
@@ -105,13 +105,12 @@ Label = Annotated[
     AfterValidator(_checked(label_problem)),
 ]
 Project = Annotated[
-    str,
+    ProjectPath,
     Field(
         min_length=1,
         max_length=MAX_PROJECT_LENGTH,
         description="the GitLab project path, e.g. group/subgroup/project",
     ),
-    AfterValidator(_checked(project_problem)),
 ]
 
 

@@ -79,17 +79,6 @@ def branch_problem(name: str) -> str | None:
     return None
 
 
-def project_problem(path: str) -> str | None:
-    """Why `path` is not a GitLab project path (`group/sub/project`), or None."""
-    if _CONTROL.search(path):
-        return "must not contain control characters"
-    if "\\" in path or path.startswith("/") or path.endswith("/"):
-        return "must be a path like group/project (no backslash, no leading or trailing /)"
-    if any(segment in ("", ".", "..") for segment in path.split("/")):
-        return "must not contain empty, '.' or '..' segments"
-    return None
-
-
 def label_problem(label: str) -> str | None:
     """Why GitLab could not take `label` as one label, or None."""
     if not label.strip():

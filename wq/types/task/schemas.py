@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from wq.types.project import ProjectPath
+
 NonEmpty = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\x00]*$")]
 
 
@@ -14,9 +16,18 @@ class TaskCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    project: NonEmpty
+    project: Annotated[
+        ProjectPath,
+        Field(min_length=1, max_length=512, description="the project, e.g. group/project"),
+    ]
     kind: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00]*$")]
-    repository: NonEmpty | None = None
+    repository: (
+        Annotated[
+            ProjectPath,
+            Field(min_length=1, max_length=512, description="a repository, e.g. group/repo"),
+        ]
+        | None
+    ) = None
     payload: dict[str, Any] = Field(default_factory=dict)
     lane: Literal["normal", "alert"] | None = Field(
         default=None, description="the kind's default lane when absent"
