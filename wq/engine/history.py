@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from wq.engine.models import AuditEntry
@@ -24,15 +24,19 @@ class HistoryPage:
     next_before: int | None
 
 
+def history_query(item_id: uuid.UUID, limit: int, before: int | None) -> Select[tuple[AuditEntry]]:
+    """The page query: one row more than `limit`, to tell whether another page follows."""
+    query = select(AuditEntry).where(AuditEntry.work_item_id == item_id)
+    if before is not None:
+        query = query.where(AuditEntry.id < before)
+    return query.order_by(AuditEntry.id.desc()).limit(limit + 1)
+
+
 def item_history(
     session: Session, *, item_id: uuid.UUID, limit: int, before: int | None = None
 ) -> HistoryPage:
     """Up to `limit` audit entries of `item_id` with an id below `before` (all if None)."""
-    query = select(AuditEntry).where(AuditEntry.work_item_id == item_id)
-    if before is not None:
-        query = query.where(AuditEntry.id < before)
-    query = query.order_by(AuditEntry.id.desc()).limit(limit + 1)
-    rows = list(session.execute(query).scalars())
+    rows = list(session.execute(history_query(item_id, limit, before)).scalars())
     page = rows[:limit]
     more = len(rows) > limit and bool(page)
     return HistoryPage(entries=page, next_before=page[-1].id if more else None)
