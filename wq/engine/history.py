@@ -24,7 +24,7 @@ class HistoryPage:
     next_before: int | None
 
 
-def history_query(item_id: uuid.UUID, limit: int, before: int | None) -> Select[tuple[AuditEntry]]:
+def history_query(item_id: uuid.UUID, limit: int, before: int | None) -> Select[AuditEntry]:
     """The page query: one row more than `limit`, to tell whether another page follows."""
     query = select(AuditEntry).where(AuditEntry.work_item_id == item_id)
     if before is not None:
