@@ -6,6 +6,7 @@ and there is never a traceback.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -111,3 +112,16 @@ def test_retry_of_several_ids_reports_each(daemon: RunningDaemon, cache_home: Pa
     assert result.code == 3, result  # the first failure decides
     assert missing in result.stderr and item["id"] in result.stderr
     assert "2 of 2 retries failed" in result.stderr
+
+
+def test_cancel_of_several_ids_reports_each_and_prints_the_rest(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    item = daemon.submit(project=BLOCKED)  # queued: cancelled at once
+    missing = str(uuid.uuid4())
+    result = invoke(["cancel", "--id", missing, item["id"], "-o", "json"], env(daemon, cache_home))
+    assert result.code == 3, result
+    assert f"wq: error: {missing}: " in result.stderr
+    assert "1 of 2 cancels failed" in result.stderr
+    (answer,) = json.loads(result.stdout)
+    assert answer["item"]["id"] == item["id"] and answer["item"]["phase"] == "cancelled"

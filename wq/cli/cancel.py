@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from wq.cli.common import (
+    ItemIdOptions,
+    ItemIdsArgument,
     JsonOption,
     NoAuthOption,
     Output,
     OutputOption,
     UrlOption,
-    client,
-    errors,
-    fail,
-    for_each_item,
+    act_on_items,
     item_ids,
     output_mode,
 )
-from wq.cli.output import emit, table
+from wq.cli.output import table
 
 
 def _view(results: list[dict[str, Any]], wide: bool) -> Any:
@@ -30,27 +29,24 @@ def _view(results: list[dict[str, Any]], wide: bool) -> Any:
 
 
 def cancel(
-    ids: Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)] = None,
-    id_options: Annotated[
-        list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
-    ] = None,
+    ids: ItemIdsArgument = None,
+    id_options: ItemIdOptions = None,
     output: OutputOption = Output.table,
     json_flag: JsonOption = False,
     url: UrlOption = None,
     no_auth: NoAuthOption = False,
 ) -> None:
     """Cancel active items: at once, or `requested` while a running task is stopped."""
-    wanted = item_ids(ids, id_options, "cancel")
-    mode = output_mode(output, json_flag)
-    with errors(), client(url, no_auth) as api:
-        done, first_error = for_each_item(wanted, api.cancel)
-    if mode in (Output.json, Output.yaml):
-        emit(done, mode, _view)
-    else:
-        for result in done:
-            typer.echo(f"{result['action']} {result['item']['id']}: {result['item']['phase']}")
-    if first_error is not None:
-        fail(f"{len(wanted) - len(done)} of {len(wanted)} cancels failed", first_error.exit_code)
+    act_on_items(
+        item_ids(ids, id_options, "cancel"),
+        url=url,
+        no_auth=no_auth,
+        mode=output_mode(output, json_flag),
+        call=lambda api: api.cancel,
+        render=_view,
+        line=lambda result: f"{result['action']} {result['item']['id']}: {result['item']['phase']}",
+        plural="cancels",
+    )
 
 
 def register(app: typer.Typer) -> None:

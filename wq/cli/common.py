@@ -47,6 +47,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Short for -o json.")]
 WatchOption = Annotated[
     bool, typer.Option("--watch", "-w", help="Redraw in place until Ctrl-C (tables only).")
 ]
+ItemIdsArgument = Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)]
+ItemIdOptions = Annotated[
+    list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
+]
 IntervalOption = Annotated[
     float, typer.Option("--interval", min=0.2, help="Seconds between redraws with --watch.")
 ]
@@ -102,6 +106,34 @@ def item_ids(ids: list[str] | None, id_options: list[str] | None, command: str) 
     if not wanted:
         usage_error(f"name at least one item: wq {command} --id ID")
     return wanted
+
+
+def act_on_items(
+    ids: list[str],
+    *,
+    url: str | None,
+    no_auth: bool,
+    mode: Output,
+    call: Callable[[ApiClient], Callable[[str], dict[str, Any]]],
+    render: Callable[[Any, bool], Any],
+    line: Callable[[dict[str, Any]], str],
+    plural: str,
+) -> None:
+    """Call the API for each id, then print the answers: documents, or one `line` each.
+
+    Exits with the first failure's code when any id failed (the others still ran).
+    """
+    from wq.cli.output import emit
+
+    with errors(), client(url, no_auth) as api:
+        done, first_error = for_each_item(ids, call(api))
+    if mode in (Output.json, Output.yaml):
+        emit(done, mode, render)
+    else:
+        for answer in done:
+            typer.echo(line(answer))
+    if first_error is not None:
+        fail(f"{len(ids) - len(done)} of {len(ids)} {plural} failed", first_error.exit_code)
 
 
 def for_each_item(

@@ -8,16 +8,17 @@ import typer
 
 from wq.cli.common import (
     IntervalOption,
+    ItemIdOptions,
+    ItemIdsArgument,
     JsonOption,
     NoAuthOption,
     Output,
     OutputOption,
     UrlOption,
     WatchOption,
+    act_on_items,
     client,
     errors,
-    fail,
-    for_each_item,
     item_ids,
     output_mode,
     usage_error,
@@ -194,27 +195,24 @@ def status(
 
 
 def retry(
-    ids: Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)] = None,
-    id_options: Annotated[
-        list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
-    ] = None,
+    ids: ItemIdsArgument = None,
+    id_options: ItemIdOptions = None,
     output: OutputOption = Output.table,
     json_flag: JsonOption = False,
     url: UrlOption = None,
     no_auth: NoAuthOption = False,
 ) -> None:
     """Bring failed or cancelled items back to active (attempts reset)."""
-    wanted = item_ids(ids, id_options, "retry")
-    mode = output_mode(output, json_flag)
-    with errors(), client(url, no_auth) as api:
-        retried, first_error = for_each_item(wanted, api.retry)
-    if mode in (Output.json, Output.yaml):
-        emit(retried, mode, list_view)
-    else:
-        for item in retried:
-            typer.echo(f"retried {item['id']}: {item['phase']}, {item['admission']}")
-    if first_error is not None:
-        fail(f"{len(wanted) - len(retried)} of {len(wanted)} retries failed", first_error.exit_code)
+    act_on_items(
+        item_ids(ids, id_options, "retry"),
+        url=url,
+        no_auth=no_auth,
+        mode=output_mode(output, json_flag),
+        call=lambda api: api.retry,
+        render=list_view,
+        line=lambda item: f"retried {item['id']}: {item['phase']}, {item['admission']}",
+        plural="retries",
+    )
 
 
 def register(app: typer.Typer) -> None:
