@@ -1,114 +1,75 @@
-"""The deployment files: the Kustomize base validates offline, wires what wq needs, and
-the Containerfile builds the server image as documented."""
+"""What holds for the Kustomize base and for an overlay built on it (the example one):
+every object validates offline, the oauth-proxy is configured as the seed requires, and
+the manifests wire what wq needs (probes, Secrets, the config, the namespace)."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
+from tests.deploy.manifests import (
+    BASE,
+    EXAMPLE,
+    KUBERNETES_VERSION,
+    PROXY_ARGS,
+    PROXY_COOKIE_SECRET,
+    PROXY_SKIP_AUTH,
+    Obj,
+    config,
+    config_text,
+    container,
+    find,
+    from_secrets,
+    migrate_container,
+    pod_spec,
+    render,
+    start_needs,
+    validate,
+)
 from wq.daemon import commands
 
-ROOT = Path(__file__).resolve().parents[2]
-BASE = ROOT / "deploy" / "base"
-KUBERNETES_VERSION = "1.30.0"
-# Kinds kubernetes-validate has no schema for: their required fields are checked here.
-CUSTOM_KINDS = {
-    ("route.openshift.io/v1", "Route"): ("to",),
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): ("selector", "endpoints"),
-}
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace"}
-# What the seed requires of the oauth-proxy: OpenShift login, the session cookie refreshed
-# hourly so the OCP token inside stays valid, the access token passed to wq for
-# POST /oauth/token, the cookie secret from a Secret, and only /oauth/* authenticated.
-PROXY_SKIP_AUTH = "^/($|[^o]|o($|[^a])|oa($|[^u])|oau($|[^t])|oaut($|[^h])|oauth($|[^/]))"
-PROXY_ARGS = [
-    "--provider=openshift",
-    "--openshift-service-account=wq",
-    "--https-address=:8443",
-    "--upstream=http://localhost:8080",
-    "--tls-cert=/etc/tls/private/tls.crt",
-    "--tls-key=/etc/tls/private/tls.key",
-    "--cookie-secret-file=/etc/proxy/cookie/session_secret",
-    "--cookie-refresh=1h",
-    "--pass-access-token",
-    f"--skip-auth-regex={PROXY_SKIP_AUTH}",
-]
+RENDERINGS = [pytest.param(BASE, id="base"), pytest.param(EXAMPLE, id="example-overlay")]
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
 
 
-def render() -> list[dict[str, Any]]:
-    """What `kubectl kustomize deploy/base` gives: the resources with the namespace set.
-
-    The base uses only `namespace` and `resources`, so this is the whole rendering; the
-    first test makes sure it stays that way.
-    """
-    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
-    objects = []
-    for name in kustomization["resources"]:
-        for doc in yaml.safe_load_all((BASE / name).read_text()):
-            if doc is None:
-                continue
-            if doc["kind"] not in CLUSTER_SCOPED:
-                doc["metadata"]["namespace"] = kustomization["namespace"]
-            objects.append(doc)
-    return objects
+@pytest.fixture(params=RENDERINGS)
+def objects(request: pytest.FixtureRequest) -> list[Obj]:
+    """The objects one kustomization renders to."""
+    rendered: list[Obj] = render(request.param)
+    return rendered
 
 
-def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    """The one object of a kind and name."""
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} objects"
-    return found[0]
-
-
-def container(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    """A container of the wq Deployment."""
-    spec = find(objects, "Deployment", "wq")["spec"]["template"]["spec"]
-    return next(c for c in spec["containers"] if c["name"] == name)
-
-
-def test_kustomization_uses_only_what_the_test_renders() -> None:
-    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
-    assert set(kustomization) == {"apiVersion", "kind", "namespace", "resources"}
-    listed = set(kustomization["resources"])
-    assert listed == {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
-
-
-def test_every_object_validates_against_the_kubernetes_schemas() -> None:
-    objects = render()
+def test_every_object_validates_against_the_kubernetes_schemas(objects: list[Obj]) -> None:
     kinds = {o["kind"] for o in objects}
     assert {
         "Deployment", "Service", "Route", "ConfigMap", "ServiceAccount", "Role", "RoleBinding",
-        "Job", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor",
+        "ClusterRoleBinding", "Job", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor",
     } <= kinds  # fmt: skip
-    for obj in objects:
-        required = CUSTOM_KINDS.get((obj["apiVersion"], obj["kind"]))
-        if required is not None:
-            for field in required:
-                assert obj["spec"].get(field), f"{obj['kind']}: spec.{field} missing"
-            continue
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    validate(objects)
 
 
 def test_a_broken_object_is_refused_by_the_validator() -> None:
-    deployment = find(render(), "Deployment", "wq")
+    deployment = find(render(BASE), "Deployment", "wq")
     deployment["spec"]["replicas"] = "three"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
 
 
-def test_the_proxy_runs_with_exactly_the_required_flags() -> None:
-    proxy = container(render(), "oauth-proxy")
+def test_the_proxy_runs_with_exactly_the_required_flags(objects: list[Obj]) -> None:
+    proxy = container(objects, "oauth-proxy")
     assert proxy["args"] == PROXY_ARGS
-    volumes = find(render(), "Deployment", "wq")["spec"]["template"]["spec"]["volumes"]
-    cookie = next(v for v in volumes if v["name"] == "proxy-cookie")
-    assert cookie["secret"]["secretName"] == "wq-proxy-cookie"
+    # The cookie secret file comes from a Secret volume mounted where the flag reads it.
+    flag = "--cookie-secret-file="
+    cookie_file = Path(next(a for a in PROXY_ARGS if a.startswith(flag)).removeprefix(flag))
+    mount = next(m for m in proxy["volumeMounts"] if m["mountPath"] == str(cookie_file.parent))
+    volume = next(v for v in pod_spec(objects)["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == PROXY_COOKIE_SECRET
+    # The proxy forwards to wq's own port.
+    wq_port = container(objects, "wq")["ports"][0]["containerPort"]
+    assert f"--upstream=http://localhost:{wq_port}" in proxy["args"]
 
 
 @pytest.mark.parametrize(
@@ -132,11 +93,10 @@ def test_only_oauth_paths_go_through_the_proxy_login(path: str, authenticated: b
     assert (re.search(PROXY_SKIP_AUTH, path) is None) is authenticated
 
 
-def test_probes_and_replicas() -> None:
-    objects = render()
+def test_probes_spread_and_the_service_account_token(objects: list[Obj]) -> None:
     deployment = find(objects, "Deployment", "wq")
     assert deployment["spec"]["replicas"] >= 2
-    spec = deployment["spec"]["template"]["spec"]
+    spec = pod_spec(objects)
     assert spec["affinity"]["podAntiAffinity"]
     wq = container(objects, "wq")
     assert wq["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -146,102 +106,92 @@ def test_probes_and_replicas() -> None:
     assert tokens[0]["projected"]["sources"][0]["serviceAccountToken"]["audience"] == (
         "workqueue-service"
     )
-    job = find(objects, "Job", "wq-db-migrate")
-    assert job["spec"]["template"]["spec"]["containers"][0]["command"][:3] == [
-        "wq",
-        "db",
-        "migrate",
-    ]
+    assert migrate_container(objects)["command"][:3] == ["wq", "db", "migrate"]
 
 
-def _config(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(
-        find(objects, "ConfigMap", "wq-config")["data"]["config.yml"]
-    )
-    return data
+def test_the_pod_outlives_the_shutdown_grace(objects: list[Obj]) -> None:
+    # Killed before the grace is over, a replica would drop running actions.
+    grace = config(objects).get("processing", {}).get("shutdown_grace_seconds", 30)
+    assert pod_spec(objects)["terminationGracePeriodSeconds"] > grace + 5
 
 
-def test_every_secret_the_config_names_comes_from_a_secret() -> None:
-    objects = render()
-    config = _config(objects)
-    wanted = {config["events"]["webhook_secret_env"]}
-    wanted |= {p["token_env"] for p in config["handled_types"]["mr"]["projects"].values()}
-    env = {e["name"]: e for e in container(objects, "wq")["env"]}
-    for name in wanted:
-        assert "secretKeyRef" in env[name]["valueFrom"], name
-    assert "secretKeyRef" in env["WQ_DATABASE_URL"]["valueFrom"]
-    migrate = find(objects, "Job", "wq-db-migrate")["spec"]["template"]["spec"]["containers"][0]
-    assert {e["name"] for e in migrate["env"]} >= {
-        "WQ_DATABASE_URL",
-        config["events"]["webhook_secret_env"],
-    }
+def test_the_config_file_is_where_wq_reads_it(objects: list[Obj]) -> None:
+    wq = container(objects, "wq")
+    path = Path(wq["args"][wq["args"].index("--config") + 1])
+    mount = next(m for m in wq["volumeMounts"] if m["mountPath"] == str(path.parent))
+    volume = next(v for v in pod_spec(objects)["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"]["name"] == "wq-config"
+    assert path.name in find(objects, "ConfigMap", "wq-config")["data"]
+    assert config(objects)["server"]["host"] == "0.0.0.0"
 
 
-def test_the_configmap_passes_wq_config_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def unwired(objects: list[Obj], needs: list[str]) -> set[str]:
+    """The variables a start needs that the wq container does not get from a Secret."""
+    return set(needs) - from_secrets(container(objects, "wq"))
+
+
+def test_wq_config_check_no_env_passes_and_every_variable_it_needs_is_a_secret(
+    objects: list[Obj], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    objects = render()
+    needs = start_needs(objects, tmp_path, capsys)
+    assert "WQ_GITLAB_WEBHOOK_SECRET" in needs
+    assert unwired(objects, needs) == set()
+    assert "WQ_DATABASE_URL" in from_secrets(container(objects, "wq"))
+    # The check can fail: a container without one of them is caught.
+    env = container(objects, "wq")["env"]
+    env[:] = [e for e in env if e["name"] != needs[-1]]
+    assert unwired(objects, needs) == {needs[-1]}
+
+
+def test_the_config_passes_a_full_check_with_the_deployments_environment(
+    objects: list[Obj],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     path = tmp_path / "config.yml"
-    path.write_text(find(objects, "ConfigMap", "wq-config")["data"]["config.yml"])
+    path.write_text(config_text(objects))
     # The environment the Deployment gives the daemon (dummy values for its Secrets).
-    for entry in container(objects, "wq")["env"]:
-        monkeypatch.setenv(entry["name"], "dummy-" + entry["name"].lower())
-    assert commands.config_check(str(path)) == 0
+    for name in from_secrets(container(objects, "wq")):
+        monkeypatch.setenv(name, "dummy-" + name.lower())
+    assert commands.config_check(str(path)) == commands.EXIT_OK
     assert capsys.readouterr().out.strip() == f"{path}: ok"
     # The same check refuses the file when a Secret the config needs is not wired in.
     monkeypatch.delenv("GITLAB_TOKEN_RPMS")
-    assert commands.config_check(str(path)) != 0
-
-
-def _containerfile() -> list[tuple[str, str]]:
-    """(instruction, arguments) of the Containerfile, continuation lines joined."""
-    text = (ROOT / "Containerfile").read_text().replace("\\\n", " ")
-    lines = [line.strip() for line in text.splitlines()]
-    pairs = [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
-    return [(p[0].upper(), p[1]) for p in pairs]  # type: ignore[misc]
-
-
-def test_containerfile_runs_wq_daemon_as_a_non_root_user() -> None:
-    steps = _containerfile()
-    bases = [args for op, args in steps if op == "FROM"]
-    assert len(bases) >= 2, "multi-stage build"
-    assert all(re.match(r"\S+/python:3\.\d+-slim\b", b) for b in bases)
-    user = [args for op, args in steps if op == "USER"][-1]
-    assert user not in {"0", "root"}
-    entrypoint = yaml.safe_load([args for op, args in steps if op == "ENTRYPOINT"][-1])
-    assert entrypoint == ["wq", "daemon"]
-    cmd = yaml.safe_load([args for op, args in steps if op == "CMD"][-1])
-    assert cmd == ["--config", "/etc/workqueue/config.yml"]
-    assert any(op == "HEALTHCHECK" and "/healthz" in args for op, args in steps)
-    installs = " ".join(args for op, args in steps if op == "RUN")
-    assert "kerberos" not in installs
-    assert not any(
-        op in {"ARG", "ENV"} and re.search(r"TOKEN|SECRET|PASSWORD", args) for op, args in steps
-    )
-
-
-def test_the_image_entrypoint_starts() -> None:
-    # The image runs `wq daemon ARGS`; the same console script is installed here.
-    wq = Path(sys.executable).with_name("wq")
-    result = subprocess.run(
-        [str(wq), "daemon", "--help"], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert "--config" in result.stdout
+    assert commands.config_check(str(path)) != commands.EXIT_OK
+    assert "GITLAB_TOKEN_RPMS" in capsys.readouterr().err
 
 
 def test_the_migration_job_command_works_with_the_jobs_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    objects: list[Obj], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    objects = render()
     path = tmp_path / "config.yml"
-    path.write_text(find(objects, "ConfigMap", "wq-config")["data"]["config.yml"])
-    migrate = find(objects, "Job", "wq-db-migrate")["spec"]["template"]["spec"]["containers"][0]
+    path.write_text(config_text(objects))
+    migrate = migrate_container(objects)
     for entry in migrate["env"]:
         monkeypatch.setenv(entry["name"], "dummy")
     # The Secret's URL, here a throwaway SQLite file; the Job's own argv otherwise.
     monkeypatch.setenv("WQ_DATABASE_URL", f"sqlite:///{tmp_path / 'wq.db'}")
-    assert migrate["command"][:3] == ["wq", "db", "migrate"]
-    config = migrate["command"][migrate["command"].index("--config") + 1]
-    assert config == "/etc/workqueue/config.yml"
-    assert commands.db_migrate(str(path)) == 0
+    command = migrate["command"]
+    assert command[:3] == ["wq", "db", "migrate"]
+    assert command[command.index("--config") + 1] == "/etc/workqueue/config.yml"
+    assert commands.db_migrate(str(path)) == commands.EXIT_OK
+    # The Job's image is the Deployment's: migrations and code come from one release.
+    assert migrate["image"] == container(objects, "wq")["image"]
+
+
+def test_everything_lives_in_one_namespace(objects: list[Obj]) -> None:
+    namespaces = {
+        o["metadata"].get("namespace") for o in objects if o["kind"] not in CLUSTER_SCOPED
+    }
+    assert len(namespaces) == 1 and None not in namespaces, namespaces
+    (namespace,) = namespaces
+    # The proxy's TokenReview rights and the task runner's Role follow the ServiceAccount.
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        for binding in (o for o in objects if o["kind"] == kind):
+            for subject in binding["subjects"]:
+                assert (subject["name"], subject["namespace"]) == ("wq", namespace), binding
+    # The `kubernetes` task runner starts its Jobs where the Role allows it.
+    runners = config(objects)["handled_types"].get("task", {}).get("runners", {})
+    if "kubernetes" in runners:
+        assert runners["kubernetes"]["namespace"] == namespace
