@@ -70,7 +70,9 @@ class Runs:
             self.next_check[ctx.item.id] = ctx.now + CHECK_EVERY
             done = ctx.item.id in self.finished
         if done:
-            items.set_phase(ctx.session, ctx.item, COMPLETED, actor="test", trigger={})
+            items.set_phase(
+                ctx.session, ctx.item, COMPLETED, actor="test", trigger={"source": "worker"}
+            )
 
 
 class HoldCreate(BaseModel):

@@ -5,6 +5,7 @@ They import the engine lazily, inside the command, so `wq --help` stays fast.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -13,6 +14,14 @@ db_app = typer.Typer(
     help="Database schema migrations.", no_args_is_help=True, rich_markup_mode=None
 )
 config_app = typer.Typer(help="Configuration files.", no_args_is_help=True, rich_markup_mode=None)
+
+
+class LogFormat(StrEnum):
+    """How `wq daemon` writes its log lines."""
+
+    text = "text"
+    json = "json"
+
 
 ConfigOption = Annotated[
     str | None,
@@ -24,11 +33,19 @@ def daemon(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8080)")] = None,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            envvar="WQ_LOG_FORMAT",
+            help="Log lines as text or JSON (one object a line)",
+        ),
+    ] = LogFormat.text,
 ) -> None:
     """Run the engine: HTTP API, processing, admission and sweep."""
     from wq.daemon import commands
 
-    raise typer.Exit(commands.daemon(config, host, port))
+    raise typer.Exit(commands.daemon(config, host, port, log_format.value))
 
 
 @db_app.command("migrate")

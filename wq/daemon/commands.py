@@ -6,12 +6,12 @@ commands never load the engine.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import sys
 from typing import TYPE_CHECKING
 
+from wq.daemon.logs import setup_logging
 from wq.engine.config import ConfigError, load_config, read_config_file
 
 if TYPE_CHECKING:
@@ -26,19 +26,11 @@ def _fail(message: str) -> int:
     return EXIT_FAILURE
 
 
-def _setup_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # Alembic announces each of its plugins at INFO on every start: noise for operators.
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-
-
-def daemon(config_path: str | None, host: str | None, port: int | None) -> int:
-    """Run the daemon until it is told to stop."""
-    _setup_logging()
+def daemon(
+    config_path: str | None, host: str | None, port: int | None, log_format: str = "text"
+) -> int:
+    """Run the daemon until it is told to stop (logging text or JSON lines to stderr)."""
+    setup_logging(log_format)
     try:
         # Before the server's imports, so that a bad config is refused at once.
         config = load_config(config_path)

@@ -126,7 +126,7 @@ def admit(
                         "seq": entry.seq,
                         "project": entry.project,
                     },
-                    trigger={"source": "dispatcher"},
+                    trigger={"source": "dispatcher", "reason": "slot free"},
                     at=now,
                 )
                 for entry in admitted

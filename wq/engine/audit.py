@@ -1,8 +1,20 @@
-"""The audit trail: one row per audited state change, logged at INFO once committed.
+"""The audit trail: every audited state change goes through `audit()`.
 
-Field conventions follow the work-queue-service spec: `actor` is the caller identity,
-the worker thread name or "system"/"dispatcher"; `old_state`/`new_state` hold only
-the keys that changed meaning (None values dropped); `trigger` always has `source`.
+One entry is one `audit_log` row, written with the transaction that made the change;
+once that commits, the entry is logged at INFO on `wq.audit` and the archiver (when
+S3 archival is on, see `wq.engine.archive`) is woken to upload it. The database row
+is the source of truth for both.
+
+Field conventions (the work-queue-service spec's):
+
+- `actor`: the caller identity for API and auth entries, the worker's name for worker
+  entries, "system" (or the engine part: "dispatcher", "sweep") for the rest;
+- `old_state` / `new_state`: the item's state before and after, same keys in both;
+  `old_state` is omitted on creation and on auth entries; None values are dropped;
+- `trigger`: always a `source` (api, worker, decider, dispatcher, event, sweep, ...),
+  plus `action` for deliberate operations, `reason` for system and error transitions,
+  `error` for failure details;
+- `metadata`: context beside the transition (request details, type data on submit).
 """
 
 from __future__ import annotations
@@ -10,8 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, delete, insert
@@ -22,6 +35,9 @@ from wq.engine.models import AuditEntry, utcnow
 
 log = logging.getLogger("wq.audit")
 AUDIT_TABLE: Table = cast(Table, AuditEntry.__table__)
+
+# Called (without arguments) after audit rows committed: the archiver's wake-up.
+_committed_listeners: list[Callable[[], None]] = []
 
 
 @dataclass
@@ -36,6 +52,13 @@ class AuditRecord:
     trigger: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] | None = None
     at: datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        # Enforced here, so that no caller can write an entry nobody can attribute.
+        if not self.actor:
+            raise ValueError(f"audit entry {self.event_type!r} has no actor")
+        if not self.trigger.get("source"):
+            raise ValueError(f"audit entry {self.event_type!r} has no trigger source")
 
     def row(self) -> dict[str, Any]:
         """The audit_log row for this record."""
@@ -57,10 +80,39 @@ def _compact(state: dict[str, Any] | None) -> dict[str, Any] | None:
     return {key: value for key, value in state.items() if value is not None}
 
 
+def timestamp(at: datetime) -> str:
+    """An entry's time as written in its log line and archive: ISO 8601, UTC, microseconds."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def document(row: dict[str, Any], entry_id: int | None = None) -> dict[str, Any]:
+    """The JSON form of one entry (log line, S3 object): None fields are left out."""
+    item_id = row.get("work_item_id")
+    fields = {
+        "id": entry_id,
+        "timestamp": timestamp(row["at"]),
+        "event_type": row["event_type"],
+        "work_item_id": None if item_id is None else str(item_id),
+        "actor": row["actor"],
+        "old_state": row.get("old_state"),
+        "new_state": row.get("new_state"),
+        "trigger": row.get("trigger"),
+        "metadata": row.get("metadata"),
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 def audit(session: Session, *records: AuditRecord) -> None:
-    """Record audit rows: written in one statement when the transaction commits."""
+    """Record audit entries: their rows are written in one statement when the
+    transaction commits, then logged (and archived, when archival is on)."""
     for record in records:
         on_commit.defer(session, "audit", record.row())
+
+
+def on_committed(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call `listener` after every commit that wrote audit rows; returns the remover."""
+    _committed_listeners.append(listener)
+    return lambda: _committed_listeners.remove(listener)
 
 
 @on_commit.before("audit")
@@ -73,7 +125,13 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
 def _log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
     if log.isEnabledFor(logging.INFO):
         for row in rows:
-            log.info("audit %s", json.dumps(row, default=str, sort_keys=True))
+            entry = document(row)
+            # `audit` is the structured form for `--log-format json`.
+            log.info(
+                "audit %s", json.dumps(entry, default=str, sort_keys=True), extra={"audit": entry}
+            )
+    for listener in list(_committed_listeners):
+        listener()
 
 
 def prune(session: Session, *, retention_days: int, now: datetime) -> int:

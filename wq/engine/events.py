@@ -131,7 +131,14 @@ def drain_events(
     )
     count_event("applied", result.applied)
     count_event("discarded", result.discarded)
-    settle(session, item, registry, now, actor=actor, trigger={"source": "event"})
+    settle(
+        session,
+        item,
+        registry,
+        now,
+        actor=actor,
+        trigger={"source": "event", "reason": "events applied"},
+    )
     return result
 
 

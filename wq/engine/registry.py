@@ -48,6 +48,8 @@ class ActionContext:
     item: WorkItem
     now: datetime
     settings: Any
+    # Who runs the action (the worker's name): the audit actor of the changes it makes.
+    actor: str = "system"
 
 
 @dataclass

@@ -87,9 +87,12 @@ class ItemRunner:
                     action = self._next_action(item)
                 if action is None:
                     terminal = item.phase in TERMINAL_PHASES
-                    self._let_go(
-                        session, item, actor, {"source": "worker" if terminal else "decider"}
+                    trigger = (
+                        {"source": "worker", "reason": "phase is terminal"}
+                        if terminal
+                        else {"source": "decider", "reason": "nothing to do"}
                     )
+                    self._let_go(session, item, actor, trigger)
                     return
                 if isinstance(action, Wait):
                     self._hold(session, item, action)
@@ -158,7 +161,7 @@ class ItemRunner:
         failures, failure_message = item.attempts, item.error
         try:
             with fenced_executor(session, item_id, token):
-                executor(ActionContext(session, item, self.clock(), item_type.settings))
+                executor(ActionContext(session, item, self.clock(), item_type.settings, actor))
                 session.connection()  # make sure the fenced write transaction has begun
                 session.flush()
         except LeaseLost:

@@ -28,7 +28,6 @@ from wq.types.mr.settings import MrSettings
 from wq.types.mr.sync import sync_fields, take_over_labels, wanted_labels
 
 log = logging.getLogger(__name__)
-SYSTEM = "system"
 EMPTY_NOTE = (
     "Closing: the changes of this merge request are already on `{target}`, so its diff "
     "is empty. The work queue opened it and now closes it and deletes its branch."
@@ -101,7 +100,7 @@ def _close_empty(ctx: ActionContext, project: Any, mr: Any, item: MrItem) -> Non
 def _end(ctx: ActionContext, item: MrItem, phase: str, reason: str) -> None:
     """Move the item to a terminal phase from an executor, saying why."""
     set_phase(
-        ctx.session, item, phase, actor=SYSTEM, trigger={"source": "worker", "reason": reason}
+        ctx.session, item, phase, actor=ctx.actor, trigger={"source": "worker", "reason": reason}
     )
 
 

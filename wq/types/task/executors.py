@@ -27,7 +27,6 @@ from wq.types.task.runners import (
 from wq.types.task.runners.command import TemplateError
 from wq.types.task.settings import TaskSettings
 
-ACTOR = "task-runner"
 Executor = Callable[[ActionContext], None]
 
 
@@ -58,9 +57,10 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
             ctx.session,
             task,
             phase,
-            actor=ACTOR,
+            actor=ctx.actor,
             trigger={
-                "source": "runner",
+                "source": "worker",
+                "reason": "run ended",
                 "runner": task.runner,
                 "run_id": task.run_id,
                 "exit_status": status.exit_code,
@@ -145,6 +145,12 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         if task.running:
             finish(ctx, CANCELLED, status, "cancelled")
         else:
-            items.set_phase(ctx.session, task, CANCELLED, actor=ACTOR, trigger={"source": "runner"})
+            items.set_phase(
+                ctx.session,
+                task,
+                CANCELLED,
+                actor=ctx.actor,
+                trigger={"source": "worker", "action": "cancel", "reason": "run not started"},
+            )
 
     return {"start": start, "follow": follow, "cancel": cancel}
