@@ -194,6 +194,24 @@ def test_readyz_refuses_an_outdated_schema(anon: TestClient, store: Store) -> No
             conn.execute(update, {"revision": head})
 
 
+def test_readyz_stays_ready_on_a_schema_a_newer_release_migrated(
+    anon: TestClient, store: Store
+) -> None:
+    # An upgrade migrates first, then rolls out: until they are replaced, the old
+    # replicas see a revision their migrations do not know, and keep serving.
+    head = schema.cached_head_revision()
+    update = text(f"UPDATE {schema.VERSION_TABLE} SET version_num = :revision")
+    with store.engine.begin() as conn:
+        conn.execute(update, {"revision": "9999_from_a_newer_release"})
+    try:
+        ready = anon.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["schema_revision"] == "9999_from_a_newer_release"
+    finally:
+        with store.engine.begin() as conn:
+            conn.execute(update, {"revision": head})
+
+
 def test_openapi_docs_and_redoc_need_no_auth(anon: TestClient) -> None:
     spec = anon.get("/openapi.json")
     assert spec.status_code == 200

@@ -195,3 +195,13 @@ def test_everything_lives_in_one_namespace(objects: list[Obj]) -> None:
     runners = config(objects)["handled_types"].get("task", {}).get("runners", {})
     if "kubernetes" in runners:
         assert runners["kubernetes"]["namespace"] == namespace
+
+
+def test_the_upgrade_selector_picks_the_migration_job_alone(objects: list[Obj]) -> None:
+    # docs/operations.md, "Upgrading": `oc apply -k OVERLAY -l <this>` runs the Job first.
+    selected = [
+        (o["kind"], o["metadata"]["name"])
+        for o in objects
+        if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "migration"
+    ]
+    assert selected == [("Job", "wq-db-migrate")]

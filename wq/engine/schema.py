@@ -59,11 +59,30 @@ def head_revision(engine: Engine) -> str | None:
 
 
 @functools.cache
-def cached_head_revision() -> str | None:
-    """The newest revision of the installed migrations (read once per process)."""
+def _installed_scripts() -> ScriptDirectory:
     script = AlembicConfig()
     script.set_main_option("script_location", str(migrations_dir()))
-    return ScriptDirectory.from_config(script).get_current_head()
+    return ScriptDirectory.from_config(script)
+
+
+def cached_head_revision() -> str | None:
+    """The newest revision of the installed migrations (read once per process)."""
+    return _installed_scripts().get_current_head()
+
+
+@functools.cache
+def _installed_revisions() -> frozenset[str]:
+    return frozenset(script.revision for script in _installed_scripts().walk_revisions())
+
+
+def is_behind(current: str | None) -> bool:
+    """True when a database at `current` needs `wq db migrate` for this release: empty,
+    or at an older revision the installed migrations know. A revision they do not know
+    was written by a newer release's migrations (the first step of an upgrade): this
+    release keeps serving until the rollout replaces it."""
+    if current == cached_head_revision():
+        return False
+    return current is None or current in _installed_revisions()
 
 
 def current_revision(engine: Engine) -> str | None:

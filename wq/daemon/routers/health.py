@@ -2,7 +2,7 @@
 
 `/healthz` says the process answers (a liveness probe: restarting the daemon would
 not bring a database back); `/readyz` says it can serve the API (a readiness probe:
-database reachable, schema at the revision this version needs); `/metrics` is
+database reachable, schema not behind the revision this version needs); `/metrics` is
 Prometheus' text format at exactly that path.
 """
 
@@ -47,7 +47,7 @@ def read_health() -> Liveness:
     responses={503: {"model": Readiness, "description": "database unreachable or outdated"}},
 )
 def read_readiness(runtime: RuntimeDep, request: Request) -> JSONResponse:
-    """Readiness: the database answers and its schema is current (503 otherwise)."""
+    """Readiness: the database answers and its schema is not behind (503 otherwise)."""
     outage: OutageLog = request.app.state.outage
     dialect = runtime.engine.dialect.name
     try:
@@ -63,7 +63,9 @@ def read_readiness(runtime: RuntimeDep, request: Request) -> JSONResponse:
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
     head = schema.cached_head_revision()
-    if current != head:
+    # Behind only: after an upgrade's migrations, the old replicas stay in the Service
+    # until the rollout replaces them.
+    if schema.is_behind(current):
         body = Readiness(
             status="unavailable",
             database=dialect,
