@@ -132,7 +132,7 @@ class WorkItem(Base):
         "polymorphic_on": "type",
         "polymorphic_identity": "work_item",
     }
-    __table_args__ = (
+    __table_args__: tuple[Any, ...] = (
         # The dispatcher's queue: head of each (project, lane) in seq order.
         Index(
             "ix_work_items_queue",

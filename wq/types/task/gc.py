@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import Table, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.audit import AuditRecord, audit
@@ -52,13 +52,11 @@ def collect(
             except Exception:  # the rows go anyway; the runner's own TTL is the backstop
                 log.exception("removing run %s failed", run_id)
     ids: list[uuid.UUID] = [row[0] for row in rows]
+    items: Table = WorkItem.__table__  # type: ignore[assignment]  # a Table, typed FromClause
     with sessions.begin() as session:
         deleted = list(
             session.execute(
-                delete(WorkItem.__table__)
-                .where(WorkItem.__table__.c.id.in_(ids))
-                .where(*old)
-                .returning(WorkItem.__table__.c.id)
+                delete(items).where(items.c.id.in_(ids)).where(*old).returning(items.c.id)
             ).scalars()
         )
         if deleted:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-MISSING = "missing"
+RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"
+MISSING: Final = "missing"
 RunState = Literal["running", "succeeded", "failed", "missing"]
 
 

@@ -27,6 +27,7 @@ from wq.types.task.runners import (
     SUCCEEDED,
     RunnerUnavailable,
     RunSpec,
+    RunState,
     RunStatus,
     tail,
 )
@@ -191,7 +192,7 @@ class CommandRunner:
             result = self._read(run_dir / "exit.json")
             if result is not None:
                 code = int(result["exit_code"])
-                state = SUCCEEDED if code == 0 else FAILED
+                state: RunState = SUCCEEDED if code == 0 else FAILED
                 return RunStatus(state, exit_code=code, log_tail=self._tail(run_dir))
             alive = self._supervisor_alive(run_id, run_dir)
             if alive is None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 import httpx
 from lightkube import ApiError, Client, KubeConfig
-from lightkube.codecs import from_dict
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
@@ -55,6 +55,12 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+def _created_at(pod: Pod) -> datetime:
+    """When a pod was created (the oldest possible time when the API did not say)."""
+    created = pod.metadata.creationTimestamp if pod.metadata else None
+    return created or datetime.min.replace(tzinfo=UTC)
 
 
 class KubernetesRunner:
@@ -149,7 +155,7 @@ class KubernetesRunner:
 
     def start(self, spec: RunSpec) -> None:
         """Create the Job; an existing Job of that name is this run (attach)."""
-        job = from_dict(self.job_document(spec))
+        job = cast(Job, Job.from_dict(self.job_document(spec)))
         try:
             self.client.create(job, namespace=self.config.namespace)
         except ApiError as err:
@@ -171,15 +177,16 @@ class KubernetesRunner:
         )
         if not pods:
             return "", None
-        pod = max(pods, key=lambda p: p.metadata.creationTimestamp or "")
+        pod = max(pods, key=_created_at)
         exit_code = None
         for status in (pod.status.containerStatuses or []) if pod.status else []:
             if status.state and status.state.terminated:
                 exit_code = status.state.terminated.exitCode
         try:
-            lines = self.client.log(
-                pod.metadata.name, namespace=self.config.namespace, tail_lines=200
-            )
+            name = pod.metadata.name if pod.metadata else None
+            if name is None:
+                return "", exit_code
+            lines = self.client.log(name, namespace=self.config.namespace, tail_lines=200)
             text = "".join(lines)
         except ApiError:
             text = ""  # not started yet, or already gone
