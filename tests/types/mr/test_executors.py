@@ -34,7 +34,7 @@ def test_full_chain_creates_branch_commit_mr_and_dashboard_note(
     for deferred in ("needs_empty_check", "needs_reconcile"):
         row = item.status(deferred)
         assert row is not None and row.status == "true" and row.is_deferred(utcnow())
-    assert harness.actions(item_id) == ["ensure_mr", "ensure_dashboard_note"]
+    assert harness.actions(item_id) == ["ensure_mr", "ensure_dashboard_note", "retry_ci_jobs"]
 
 
 def test_no_dashboard_configured_means_no_note(

@@ -6,6 +6,7 @@ Priority order (first actionable wins; absent counts as actionable, deferred doe
 2. `needs_dashboard`    → ensure_dashboard_note: the dashboard link is on the MR
 3. `needs_empty_check`  → check_empty_diff: cancel the MR if its diff became empty
 4. `needs_reconcile`    → reconcile_mr: merge when mergeable, sync drifted fields
+5. `needs_ci_retry`     → retry_ci_jobs: retry the failed CI jobs the matchers recognise
 
 Adding a concern means a new dimension and executor; nothing else changes here but
 this list.
@@ -23,6 +24,7 @@ ACTIONS = {
     "needs_dashboard": "ensure_dashboard_note",
     "needs_empty_check": "check_empty_diff",
     "needs_reconcile": "reconcile_mr",
+    "needs_ci_retry": "retry_ci_jobs",
 }
 
 

@@ -22,6 +22,7 @@ from wq.engine.dimensions import set_dimension
 from wq.engine.items import set_phase
 from wq.engine.models import CANCELLED, COMPLETED
 from wq.engine.registry import ActionContext, Executor, RetryLater
+from wq.types.mr.ci_retry import retry_ci_jobs
 from wq.types.mr.gitlab import client, describe, title_for, translated
 from wq.types.mr.models import MrItem
 from wq.types.mr.settings import MrSettings
@@ -303,4 +304,5 @@ EXECUTORS: dict[str, Executor] = {
     "ensure_dashboard_note": ensure_dashboard_note,
     "check_empty_diff": check_empty_diff,
     "reconcile_mr": reconcile_mr,
+    "retry_ci_jobs": retry_ci_jobs,
 }

@@ -60,7 +60,8 @@ def client(settings: MrSettings, project: str) -> gitlab.Gitlab:
     )
 
 
-def _retry_after() -> float | None:
+def retry_after_seen() -> float | None:
+    """The Retry-After (seconds) of this thread's last 429 answer, once; None without."""
     value = getattr(_seen, "retry_after", None)
     _seen.retry_after = None
     try:
@@ -91,7 +92,7 @@ def translated() -> Iterator[None]:
     except (GitlabError, requests.exceptions.RequestException) as err:
         message = describe(err)
         if is_transient(err):
-            retry_after = _retry_after() if isinstance(err, GitlabError) else None
+            retry_after = retry_after_seen() if isinstance(err, GitlabError) else None
             raise RetryLater(message, retry_after=retry_after) from None
         raise PermanentFailure(message) from None
 

@@ -35,6 +35,8 @@ class MrSettings(BaseModel):
     reconcile_interval_seconds: Annotated[float, Field(gt=0)] = 1800.0
     request_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
     job_retry: dict[str, Any] | None = None
+    # Only this much of a job trace's end is kept for the retry matchers.
+    job_trace_max_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024
     # Per-item bounds on a submission (422 beyond them): a work item lives in one row
     # and is pushed as one GitLab commit, so neither may grow without bound.
     max_file_actions: Annotated[int, Field(gt=0)] = 1000
