@@ -1,26 +1,57 @@
-"""TUI fixtures: one real daemon on loopback (SQLite) per module, and the app's pilot helpers."""
+"""TUI fixtures: a real daemon on loopback per module and database, and pilot helpers."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from sqlalchemy.orm import Session
+from textual.app import App
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from tests.cli.daemon import RunningDaemon, running_daemon
+from tests.conftest import throwaway_pg_database
 from wq.client.api import ApiClient
 from wq.client.credentials import Credentials
+from wq.engine.db import make_engine
 
 DEADLINE = 30.0
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    """A `wq daemon` subprocess (the TUI's views do not depend on the database)."""
-    root = tmp_path_factory.mktemp("tui-daemon")
-    with running_daemon(root, f"sqlite:///{root / 'wq.db'}", "sqlite") as running:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def daemon(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningDaemon]:
+    """A `wq daemon` subprocess on loopback, on SQLite and on PostgreSQL.
+
+    `extra["database_url"]` lets a test seed what no API creates (an alert-lane `mr`
+    item, an event not applied yet) straight into the daemon's database.
+    """
+    root = tmp_path_factory.mktemp(f"tui-daemon-{request.param}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{root / 'wq.db'}"
+        with running_daemon(root, url, "sqlite") as running:
+            running.extra["database_url"] = url
+            yield running
+        return
+    with throwaway_pg_database("wq_tui") as url, running_daemon(root, url, "postgresql") as running:
+        running.extra["database_url"] = url
         yield running
+
+
+@contextlib.contextmanager
+def database(daemon: RunningDaemon) -> Iterator[Session]:
+    """A session on the daemon's own database (committed on exit)."""
+    engine = make_engine(daemon.extra["database_url"], pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            yield session
+    finally:
+        engine.dispose()
 
 
 def api_for(daemon: RunningDaemon, token: str | None = None) -> ApiClient:
@@ -38,3 +69,9 @@ async def until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         await pilot.pause(0.05)
+
+
+async def table_on_screen(app: App[None], pilot: Pilot[None], selector: str) -> DataTable[Any]:
+    """The current screen's table `selector`, once that screen has composed it."""
+    await until(pilot, lambda: app.screen.query(selector), message=f"the table {selector}")
+    return app.screen.query_one(selector, DataTable)

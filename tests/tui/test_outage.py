@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.cli.daemon import (
     base_env,
     running_daemon,
 )
+from tests.conftest import throwaway_pg_database
 from tests.tui.conftest import api_for, until
 from wq.tui.app import WqApp
 from wq.tui.status import StatusLine
@@ -33,8 +35,14 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def test_outage_is_shown_and_recovered(tmp_path: Path) -> None:
-    with running_daemon(tmp_path, f"sqlite:///{tmp_path / 'wq.db'}", "sqlite") as daemon:
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_outage_is_shown_and_recovered(tmp_path: Path, dialect: str) -> None:
+    with contextlib.ExitStack() as stack:
+        if dialect == "sqlite":
+            url = f"sqlite:///{tmp_path / 'wq.db'}"
+        else:
+            url = stack.enter_context(throwaway_pg_database("wq_tui_outage"))
+        daemon = stack.enter_context(running_daemon(tmp_path, url, dialect))
         project = f"{BLOCKED}/outage-{uuid.uuid4().hex[:6]}"
         daemon.submit(project=project)
         asyncio.run(scenario(daemon, project))

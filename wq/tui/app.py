@@ -8,6 +8,7 @@ dialogs that actions open.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,10 +20,12 @@ from wq.client.api import ApiClient
 from wq.client.errors import ClientError
 from wq.tui.detail import ItemDetailScreen
 from wq.tui.dialogs import ConfirmScreen, PromptScreen
+from wq.tui.format import short
 from wq.tui.help import HelpScreen
 from wq.tui.items import ItemsScreen
 from wq.tui.messages import Identified, Retried
 from wq.tui.pools import PoolsScreen
+from wq.tui.queue import QueueScreen
 
 FILTER_KEYS = ("type", "phase", "project", "admission")
 WHOAMI_RETRY = 5.0
@@ -33,18 +36,33 @@ class WqApp(App[None]):
 
     TITLE = "wq"
     CSS_PATH = Path(__file__).with_name("wq.tcss")
-    MODES: ClassVar[dict[str, Any]] = {"pools": PoolsScreen, "items": ItemsScreen}
+    MODES: ClassVar[dict[str, Any]] = {
+        "pools": PoolsScreen,
+        "queue": QueueScreen,
+        "items": ItemsScreen,
+    }
     DEFAULT_MODE = "pools"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "switch_mode('pools')", "Pools"),
+        Binding("u", "switch_mode('queue')", "Queue"),
         Binding("i", "switch_mode('items')", "Items"),
         Binding("colon", "command", "Command", key_display=":"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, api: ApiClient, *, refresh: float = 2.0, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        refresh: float = 2.0,
+        readonly: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         super().__init__()
+        # Ages and countdowns read this clock (a fixed one makes snapshots repeatable).
+        self.now: Callable[[], datetime] = clock or (lambda: datetime.now().astimezone())
+        self.queue_project: str | None = None
         self.api = api
         self.refresh_seconds = refresh
         self.readonly = readonly
@@ -65,7 +83,7 @@ class WqApp(App[None]):
             self.call_from_thread(self._identify_failed, err.message)
 
     def _identify_failed(self, error: str) -> None:
-        self.sub_title = self._identity_line(f"? ({error})")
+        self.sub_title = self._identity_line(f"? ({short(error, 40)})")
         self.set_timer(WHOAMI_RETRY, self._identify)
 
     @on(Identified)
@@ -94,6 +112,12 @@ class WqApp(App[None]):
         self.filters = {key: value for key, value in filters.items() if value}
         self.switch_mode("items")
 
+    def show_queue(self, project: str | None = None) -> None:
+        """The Queue view of `project` (the one shown last, or the most pressed, if None)."""
+        if project:
+            self.queue_project = project
+        self.switch_mode("queue")
+
     def open_item(self, item_id: str) -> None:
         """Push the detail of one item."""
         self.push_screen(ItemDetailScreen(item_id))
@@ -111,7 +135,7 @@ class WqApp(App[None]):
         self.prompt(":", "", self.run_command)
 
     def run_command(self, line: str | None) -> None:
-        """Run one `:` command (`pools`, `items [all | key=value ...]`, `q`)."""
+        """Run one `:` command (`pools`, `queue [PROJECT]`, `items [all | key=value ...]`, `q`)."""
         words = (line or "").split()
         if not words:
             return
@@ -120,6 +144,8 @@ class WqApp(App[None]):
             self.exit()
         elif verb in ("p", "pools"):
             self.switch_mode("pools")
+        elif verb in ("u", "queue"):
+            self.show_queue(args[0] if args else None)
         elif verb in ("i", "items"):
             filters = dict(self.filters)
             if args[:1] == ["all"]:

@@ -1,22 +1,32 @@
-"""The Item detail view: details, every dimension, and the history timeline."""
+"""The Item detail view: details, every dimension, pending events and the history timeline."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
-from wq.tui.format import age, dimension_label, dimension_mark, short
+from wq.tui.format import (
+    age,
+    compact,
+    dimension_label,
+    dimension_mark,
+    moment,
+    short,
+    state_change,
+)
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import keep_cursor
 
 HISTORY_LIMIT = 100
+PENDING_LIMIT = 50
 SUMMARY = (
     "id",
     "type",
@@ -38,16 +48,12 @@ SUMMARY = (
 
 @dataclass
 class DetailData:
-    """The item and the newest page of its history."""
+    """The item, its next pending events and the newest page of its history."""
 
     item: dict[str, Any]
     history: list[dict[str, Any]]
-
-
-def _compact(value: Any) -> str:
-    if value is None:
-        return "-"
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    pending: list[dict[str, Any]]
+    more_pending: bool = False
 
 
 class ItemDetailScreen(PollingScreen):
@@ -68,14 +74,20 @@ class ItemDetailScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll(id="detail"):
-            yield Static("loading…", id="summary", markup=False)
-            yield Static("Details", classes="section")
-            yield Static("", id="details", markup=False)
-            yield Static("Dimensions", classes="section")
+            with Horizontal(id="detail-top"):
+                yield Static("loading…", id="summary", markup=False)
+                with VerticalScroll(id="details-pane"):
+                    yield Static("", id="details", markup=False)
+            yield Static("Dimensions", classes="section", id="dimensions-title")
             dimensions: DataTable[str] = DataTable(id="dimensions", cursor_type="row")
             for column in ("dimension", "state", "pending until", "updated", "detail"):
                 dimensions.add_column(column, key=column)
             yield dimensions
+            yield Static("Pending events", classes="section", id="pending-title")
+            pending: DataTable[str] = DataTable(id="pending", cursor_type="row")
+            for column in ("stored", "event", "event at", "payload"):
+                pending.add_column(column, key=column)
+            yield pending
             yield Static("History (newest first)", classes="section")
             history: DataTable[str] = DataTable(id="history", cursor_type="row")
             for column in ("at", "actor", "event", "old → new", "trigger"):
@@ -87,11 +99,15 @@ class ItemDetailScreen(PollingScreen):
     def fetch(self) -> DetailData:
         api = self.wq.api
         item = api.item(self.item_id)
+        pending = api.pending_events(self.item_id, limit=PENDING_LIMIT)
         history = api.history(self.item_id, limit=HISTORY_LIMIT)
-        return DetailData(item, history["entries"])
+        return DetailData(
+            item, history["entries"], pending["events"], bool(pending.get("next_cursor"))
+        )
 
     def show(self, data: DetailData) -> None:
         item = self.item = data.item
+        now = self.wq.now()
         self.query_one("#summary", Static).update(
             "\n".join(
                 f"{key:>12}  {item.get(key) if item.get(key) is not None else '-'}"
@@ -108,28 +124,52 @@ class ItemDetailScreen(PollingScreen):
                 until = row.get("pending_until")
                 dimensions.add_row(
                     dimension_label(row),
-                    dimension_mark(row),
-                    f"{until} ({age(until)})" if until else "-",
-                    age(row.get("updated_at")),
-                    short(_compact(row.get("detail")), 60),
+                    dimension_mark(row, now),
+                    f"{moment(until)} ({age(until, now=now)})" if until else "-",
+                    age(row.get("updated_at"), now=now),
+                    short(compact(row.get("detail")), 60),
                     key=dimension_label(row),
                 )
+        self.query_one("#dimensions-title", Static).update(
+            "Dimensions" if item["dimensions"] else "Dimensions: none"
+        )
+        dimensions.display = bool(item["dimensions"])
+        self._show_pending(data, now)
         history = self.query_one("#history", DataTable)
         with keep_cursor(history):
             history.clear()
             for entry in data.history:
                 history.add_row(
-                    entry["at"],
+                    moment(entry["at"]),
                     entry["actor"],
                     entry["event_type"],
-                    short(
-                        f"{_compact(entry.get('old_state'))} → {_compact(entry.get('new_state'))}",
-                        70,
-                    ),
-                    short(_compact(entry.get("trigger")), 40),
+                    short(state_change(entry.get("old_state"), entry.get("new_state")), 60),
+                    short(compact(entry.get("trigger")), 30),
                     key=str(entry["id"]),
                 )
         self.status.note(f"item {self.item_id}: {len(data.history)} history entries")
+
+    def _show_pending(self, data: DetailData, now: datetime) -> None:
+        """Events stored and not applied yet (usually none: they apply within moments)."""
+        table = self.query_one("#pending", DataTable)
+        with keep_cursor(table):
+            table.clear()
+            for event in data.pending:
+                table.add_row(
+                    age(event.get("created_at"), now=now),
+                    event["event_type"],
+                    moment(event.get("event_at")),
+                    short(compact(event.get("payload")), 60),
+                    key=str(event["id"]),
+                )
+        count = f"{len(data.pending)}{'+' if data.more_pending else ''}"
+        title = (
+            f"Pending events ({count}, next applied first)"
+            if data.pending
+            else "Pending events: none"
+        )
+        self.query_one("#pending-title", Static).update(title)
+        table.display = bool(data.pending)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("retry", "cancel"):

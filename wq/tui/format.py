@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +36,35 @@ def dimension_label(dimension: dict[str, Any]) -> str:
     return f"{dimension['dimension']}:{variant}" if variant else str(dimension["dimension"])
 
 
+def moment(value: str | None) -> str:
+    """`2026-12-01 07:34:18` from an API timestamp (UTC, to the second), or `-`."""
+    parsed = parse_time(value)
+    return f"{parsed.astimezone(UTC):%Y-%m-%d %H:%M:%S}" if parsed else "-"
+
+
+def compact(value: Any) -> str:
+    """One-line JSON, keys sorted; `-` for null."""
+    if value is None:
+        return "-"
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def state_change(old: Any, new: Any) -> str:
+    """What an audit entry changed: `phase: failed → active, attempts: 3 → 0`.
+
+    Two documents show only the keys whose values differ; anything else (a creation,
+    a state that is not a document) shows whole, `old → new`.
+    """
+    if isinstance(old, dict) and isinstance(new, dict):
+        changed = [
+            f"{key}: {compact(old.get(key))} → {compact(new.get(key))}"
+            for key in sorted(old.keys() | new.keys())
+            if old.get(key) != new.get(key)
+        ]
+        return ", ".join(changed) if changed else "no change"
+    return f"{compact(old)} → {compact(new)}"
+
+
 def short(text: str | None, width: int) -> str:
     """One line of at most `width` characters."""
     if not text:
@@ -56,4 +86,14 @@ def pressure(pool: dict[str, Any]) -> tuple[int, float, float, str]:
     )
 
 
-__all__ = ["age", "bar", "dimension_label", "dimension_mark", "pressure", "short"]
+__all__ = [
+    "age",
+    "bar",
+    "compact",
+    "dimension_label",
+    "dimension_mark",
+    "moment",
+    "pressure",
+    "short",
+    "state_change",
+]

@@ -11,19 +11,25 @@ from textual.widgets import Static
 HELP = """\
 wq tui — keys
 
-  p / :pools         per-project pools (enter: that project's items)
-  i / :items         work items (enter: detail, esc: back)
-  :items k=v ...     filter on the server: type, phase, project, admission
-  :items all         drop the filters
-  /                  filter the loaded items by text (id, type, project, phase, error)
-  r                  retry the item (asks first; not in --readonly or without permission)
-  c                  cancel the item (asks first; same rules as r)
-  y                  copy the item id
-  :q / q             quit
-  ?                  this help (esc closes)
+Views
+  p   :pools            per-project pools, most pressed first
+                        (enter: that project's items, u: its queue)
+  u   :queue [PROJECT]  a project's FIFO per lane and its admitted items
+  i   :items            work items, newest first (enter: detail, esc: back)
+      :items k=v ...    filter on the server: type, phase, project, admission
+      :items all        drop the server filters
+  /                     filter the loaded items by text (id, type, project...)
 
-The views refresh by themselves; errors show in the status line and the last good
-data stays on screen until the server answers again.
+Actions on the item under the cursor
+  r   retry it (asks first; not with --readonly or without the retry permission)
+  c   cancel it (asks first; same rules as r)
+  y   copy its id
+  enter  open its detail (dimensions, pending events, history)
+
+  ?   this help (esc closes)      q  :q   quit
+
+Views refresh by themselves. When the server fails, the status line says so
+and when the data on screen is from; it retries with back-off.
 """
 
 

@@ -109,8 +109,9 @@ class ItemsScreen(PollingScreen):
                 self.dimensions = dimensions
             else:
                 table.clear()
+            now = self.wq.now()
             for item in rows:
-                marks = {dimension_label(d): dimension_mark(d) for d in item["dimensions"]}
+                marks = {dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]}
                 table.add_row(
                     item["id"],
                     item["type"],

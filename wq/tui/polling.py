@@ -100,7 +100,7 @@ class PollingScreen(Screen[None]):
         message.stop()
         self.busy = False
         self.failures = 0
-        self.last_good = datetime.now().astimezone()
+        self.last_good = self.wq.now()
         try:
             self.show(message.data)
         finally:

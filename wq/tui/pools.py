@@ -19,7 +19,10 @@ COLUMNS = ("project", "normal", "alert", "queued normal", "queued alert", "auton
 class PoolsScreen(PollingScreen):
     """In-flight against capacity per lane, queues and the oldest waiting item."""
 
-    BINDINGS = [Binding("enter", "open", "Items of project")]  # noqa: RUF012
+    BINDINGS = [  # noqa: RUF012
+        Binding("enter", "open", "Items of project"),
+        Binding("u", "queue", "Queue of project"),
+    ]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -49,12 +52,16 @@ class PoolsScreen(PollingScreen):
                     age(pool.get("oldest_queued_age_seconds")),
                     key=pool["project"],
                 )
-        self.status.note(f"{len(data)} projects with work")
+        self.status.note(f"{len(data)} project{'' if len(data) == 1 else 's'} with work")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # The table's own `enter` binding selects the row: that is what opens it.
         event.stop()
         self.action_open()
+
+    def action_queue(self) -> None:
+        """The queue of the project under the cursor."""
+        self.wq.show_queue(selected_key(self.query_one("#pools", DataTable)))
 
     def action_open(self) -> None:
         """The items of the project under the cursor."""

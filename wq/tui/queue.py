@@ -1,0 +1,202 @@
+"""The Queue view: one project's FIFO per lane, and the items admitted beside it.
+
+Each lane is a table of its own in admission order (position 1 is admitted next), with
+how long each item has waited; the lanes page through the API's cursor independently as
+the cursor nears the end of what is loaded. The admitted items (at most the pool's
+capacity, so one page) show how long they have held their slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Static
+
+from wq.tui.format import age, pressure
+from wq.tui.polling import PollingScreen
+from wq.tui.status import StatusLine
+from wq.tui.table import keep_cursor, selected_key
+
+PAGE = 100
+ADMITTED_PAGE = 500
+LANES = ("alert", "normal")
+LANE_COLUMNS = ("#", "id", "type", "auto", "waiting")
+# Admitted items are always active (a terminal phase frees the slot): no phase column, and
+# short ids so the pane fits beside the lanes (enter, y and c use the full id).
+ADMITTED_COLUMNS = ("id", "type", "lane", "holding", "attempts")
+
+
+@dataclass
+class QueueData:
+    """One poll of a project's queue: entries per lane, whether more exist, the admitted."""
+
+    project: str | None
+    lanes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    more: dict[str, bool] = field(default_factory=dict)
+    admitted: list[dict[str, Any]] = field(default_factory=list)
+    pool: dict[str, Any] | None = None
+
+
+class QueueScreen(PollingScreen):
+    """A project's queue: alert lane, normal lane, and the admitted items."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Detail"),
+        Binding("c", "cancel", "Cancel"),
+        Binding("y", "copy", "Copy id"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.project: str | None = None
+        self.want = dict.fromkeys(LANES, PAGE)
+        self.data = QueueData(project=None)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="queue-panes"):
+            with Vertical(id="lanes"):
+                for lane in LANES:
+                    yield Static(f"{lane.capitalize()} lane", classes="section", id=f"{lane}-title")
+                    table: DataTable[str] = DataTable(
+                        id=f"queue-{lane}", cursor_type="row", zebra_stripes=True
+                    )
+                    for column in LANE_COLUMNS:
+                        table.add_column(column, key=column)
+                    yield table
+            with Vertical(id="admitted-pane"):
+                yield Static("Admitted", classes="section", id="admitted-title")
+                admitted: DataTable[str] = DataTable(
+                    id="admitted", cursor_type="row", zebra_stripes=True
+                )
+                for column in ADMITTED_COLUMNS:
+                    admitted.add_column(column, key=column)
+                yield admitted
+        yield StatusLine()
+        yield Footer()
+
+    def fetch(self) -> QueueData:
+        api = self.wq.api
+        project = self.wq.queue_project
+        if project is None:
+            # No project chosen yet: the most pressed one, as the Pools view sorts them.
+            pools = sorted(api.pools(), key=pressure)
+            if not pools:
+                return QueueData(project=None)
+            project = str(pools[0]["project"])
+        data = QueueData(project=project, pool=api.pool(project))
+        same = project == self.project
+        for lane in LANES:
+            want = self.want[lane] if same else PAGE
+            entries: list[dict[str, Any]] = []
+            cursor: str | None = None
+            while True:
+                page = api.queue_page(
+                    project, lane, limit=min(1000, want - len(entries)), cursor=cursor
+                )
+                entries += page["entries"]
+                cursor = page.get("next_cursor")
+                if not cursor or len(entries) >= want:
+                    break
+            data.lanes[lane], data.more[lane] = entries, bool(cursor)
+        page = api.items_page(limit=ADMITTED_PAGE, project=project, admission="admitted")
+        data.admitted = page["items"]
+        return data
+
+    def show(self, data: QueueData) -> None:
+        if data.project != self.project:
+            self.want = dict.fromkeys(LANES, PAGE)
+            self.project = data.project
+        self.data = data
+        now = self.wq.now()
+        for lane in LANES:
+            table = self.query_one(f"#queue-{lane}", DataTable)
+            with keep_cursor(table):
+                table.clear()
+                for entry in data.lanes.get(lane, []):
+                    table.add_row(
+                        str(entry["position"]),
+                        entry["id"],
+                        entry["type"],
+                        "✓" if entry.get("autonomous") else "",
+                        age(entry.get("queued_at"), now=now),
+                        key=entry["id"],
+                    )
+            self._title(lane, data)
+        admitted = self.query_one("#admitted", DataTable)
+        with keep_cursor(admitted):
+            admitted.clear()
+            for item in data.admitted:
+                admitted.add_row(
+                    item["id"][:8],
+                    item["type"],
+                    item["lane"],
+                    age(item.get("admitted_at"), now=now),
+                    str(item["attempts"]),
+                    key=item["id"],
+                )
+        self.query_one("#admitted-title", Static).update(f"Admitted ({len(data.admitted)})")
+        self.status.note(
+            f"queue of {data.project}" if data.project else "no project has queued work"
+        )
+
+    def _title(self, lane: str, data: QueueData) -> None:
+        """`Normal lane: 12 queued, 3/10 in flight` from the pool document."""
+        pool = (data.pool or {}).get(lane) or {}
+        title = f"{lane.capitalize()} lane"
+        if pool:
+            title += f": {pool['queued']} queued, {pool['in_flight']}/{pool['capacity']} in flight"
+        if data.more.get(lane):
+            title += f" (first {len(data.lanes[lane])} loaded)"
+        self.query_one(f"#{lane}-title", Static).update(title)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # Near the end of a lane's loaded entries: ask for that lane's next page.
+        lane = (event.data_table.id or "").removeprefix("queue-")
+        near_end = event.cursor_row >= event.data_table.row_count - 5
+        if lane in LANES and self.data.more.get(lane) and near_end:
+            self.want[lane] = len(self.data.lanes[lane]) + PAGE
+            self.data.more[lane] = False
+            self.schedule(0)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # The table's own `enter` binding selects the row: that is what opens it.
+        event.stop()
+        self.action_open()
+
+    def current(self) -> dict[str, Any] | None:
+        """The entry or admitted item under the cursor of the focused table."""
+        table = self.focused if isinstance(self.focused, DataTable) else None
+        if table is None:
+            return None
+        key = selected_key(table)
+        rows = [*self.data.admitted, *(e for lane in LANES for e in self.data.lanes.get(lane, []))]
+        return next((row for row in rows if row["id"] == key), None)
+
+    def action_open(self) -> None:
+        """The detail of the item under the cursor."""
+        item = self.current()
+        if item is not None:
+            self.wq.open_item(item["id"])
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel":
+            return self.wq.may_retry()
+        return True
+
+    def action_cancel(self) -> None:
+        """Cancel the item under the cursor, after confirmation."""
+        item = self.current()
+        if item is not None:
+            full = {"phase": "active", **item}
+            self.wq.confirm_cancel(full, done=lambda: self.schedule(0))
+
+    def action_copy(self) -> None:
+        """Copy the id of the item under the cursor."""
+        item = self.current()
+        if item is not None:
+            self.wq.copy_id(item["id"])
