@@ -30,6 +30,7 @@ from tests.deploy.manifests import (
     validate,
 )
 from wq.daemon import commands
+from wq.daemon.logs import LOG_FORMATS
 
 RENDERINGS = [pytest.param(BASE, id="base"), pytest.param(EXAMPLE, id="example-overlay")]
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
@@ -205,3 +206,9 @@ def test_the_upgrade_selector_picks_the_migration_job_alone(objects: list[Obj]) 
         if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "migration"
     ]
     assert selected == [("Job", "wq-db-migrate")]
+
+
+def test_the_daemon_logs_json_lines_for_the_collector(objects: list[Obj]) -> None:
+    env = {e["name"]: e.get("value") for e in container(objects, "wq")["env"]}
+    assert env["WQ_LOG_FORMAT"] == "json"
+    assert env["WQ_LOG_FORMAT"] in LOG_FORMATS
