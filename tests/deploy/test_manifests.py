@@ -17,6 +17,7 @@ from tests.deploy.manifests import (
     PROXY_ARGS,
     PROXY_COOKIE_SECRET,
     PROXY_SKIP_AUTH,
+    ROOT,
     Obj,
     config,
     config_text,
@@ -212,3 +213,66 @@ def test_the_daemon_logs_json_lines_for_the_collector(objects: list[Obj]) -> Non
     env = {e["name"]: e.get("value") for e in container(objects, "wq")["env"]}
     assert env["WQ_LOG_FORMAT"] == "json"
     assert env["WQ_LOG_FORMAT"] in LOG_FORMATS
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_every_reference_between_the_objects_resolves(objects: list[Obj]) -> None:
+    pod_labels = find(objects, "Deployment", "wq")["spec"]["template"]["metadata"]["labels"]
+    spec = pod_spec(objects)
+    container_ports = {
+        p["name"]: p["containerPort"] for c in spec["containers"] for p in c["ports"]
+    }
+    service = find(objects, "Service", "wq")
+    assert _matches(service["spec"]["selector"], pod_labels)
+    service_ports = {p["name"] for p in service["spec"]["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= set(container_ports)
+    route = find(objects, "Route", "wq")
+    assert route["spec"]["to"]["name"] == service["metadata"]["name"]
+    assert route["spec"]["port"]["targetPort"] in service_ports
+    monitor = find(objects, "ServiceMonitor", "wq")
+    assert _matches(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= service_ports
+    assert _matches(
+        find(objects, "PodDisruptionBudget", "wq")["spec"]["selector"]["matchLabels"], pod_labels
+    )
+    policy = find(objects, "NetworkPolicy", "wq")["spec"]
+    assert _matches(policy["podSelector"]["matchLabels"], pod_labels)
+    allowed_in = {p["port"] for rule in policy["ingress"] for p in rule["ports"]}
+    assert allowed_in == set(container_ports.values())
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    assert spec["serviceAccountName"] in accounts
+    assert pod_spec(objects, "Job", "wq-db-migrate")["serviceAccountName"] in accounts
+    roles = {o["metadata"]["name"] for o in objects if o["kind"] == "Role"}
+    for binding in (o for o in objects if o["kind"] == "RoleBinding"):
+        assert binding["roleRef"]["name"] in roles
+    config_maps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
+    for volumes in (spec["volumes"], pod_spec(objects, "Job", "wq-db-migrate")["volumes"]):
+        assert {v["configMap"]["name"] for v in volumes if "configMap" in v} <= config_maps
+
+
+def _secrets_referenced(objects: list[Obj]) -> set[str]:
+    names: set[str] = set()
+    for kind, name in (("Deployment", "wq"), ("Job", "wq-db-migrate")):
+        spec = pod_spec(objects, kind, name)
+        names |= {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        for entry in spec["containers"]:
+            for env in entry.get("env", []):
+                if "secretKeyRef" in env.get("valueFrom", {}):
+                    names.add(env["valueFrom"]["secretKeyRef"]["name"])
+            names |= {e["secretRef"]["name"] for e in entry.get("envFrom", []) if "secretRef" in e}
+    return names
+
+
+def test_the_guide_creates_every_secret_the_manifests_use(objects: list[Obj]) -> None:
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    created = set(re.findall(r"create secret generic (\S+)", guide))
+    # OpenShift's service CA issues this one from the Service's annotation.
+    issued = {
+        find(objects, "Service", "wq")["metadata"]["annotations"][
+            "service.beta.openshift.io/serving-cert-secret-name"
+        ]
+    }
+    assert _secrets_referenced(objects) == created | issued
