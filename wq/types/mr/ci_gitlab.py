@@ -17,6 +17,7 @@ import requests
 from gitlab.exceptions import GitlabError
 
 from wq.types.mr.gitlab import describe, is_transient, retry_after_seen
+from wq.types.mr.job_retry import trace_tail as tail_of
 
 # Read in chunks this big; only the last `max_bytes` are kept.
 CHUNK_BYTES = 64 * 1024
@@ -72,17 +73,13 @@ def trace_tail(project: Any, job_id: int, max_bytes: int) -> str:
     dropped), decoded as UTF-8 with bad bytes replaced."""
     job = project.jobs.get(job_id, lazy=True)
     kept = bytearray()
-    cut = False
     with sorted_errors():
         for chunk in job.trace(streamed=True, iterator=True, chunk_size=CHUNK_BYTES):
             kept += chunk
-            if len(kept) > max_bytes:
-                del kept[: len(kept) - max_bytes]
-                cut = True
-    text = kept.decode("utf-8", errors="replace")
-    if cut:
-        text = text.split("\n", 1)[1] if "\n" in text else ""
-    return text
+            # One byte more than allowed tells `tail_of` that the first line was cut.
+            if len(kept) > max_bytes + 1:
+                del kept[: len(kept) - max_bytes - 1]
+    return tail_of(bytes(kept), max_bytes)
 
 
 def pipeline_jobs(project: Any, pipeline_id: int) -> list[PipelineJob]:

@@ -48,7 +48,7 @@ from wq.types.mr.ci_gitlab import (
 from wq.types.mr.ci_metrics import count_job
 from wq.types.mr.events import parse_time
 from wq.types.mr.gitlab import client
-from wq.types.mr.job_retry import JobRetryConfig, Matcher
+from wq.types.mr.job_retry import JobRetryConfig, Matcher, decide
 from wq.types.mr.models import MrItem
 from wq.types.mr.settings import MrSettings
 
@@ -162,24 +162,24 @@ class _Run:
             except Refused as err:
                 self.record("skipped", job, f"cannot read the trace: {err}")
                 return False
-        node = self.config.match(reason, name, trace)
+        attempt = _attempt(job)
+        verdict = decide(self.config, reason, name, trace, attempt)
+        node = verdict.node
         if node is None:
             self.record("skipped", job, "no matcher matched")
             return False
-        if node.action == "report":
+        if verdict.outcome == "report":
             self.record("reported", job, "a report matcher matched", node)
             return False
-        attempt = _attempt(job)
-        if attempt >= node.retry_limit:
+        if verdict.outcome == "limit_reached":
             self.record("reported", job, f"retry limit {node.retry_limit} reached", node)
             return False
-        if self.wait(job, node, attempt):
+        if self.wait(job, node, attempt, verdict.delay):
             return True
         return self.retry(job, node, build_id, pipeline_id, name)
 
-    def wait(self, job: dict[str, Any], node: Matcher, attempt: int) -> bool:
+    def wait(self, job: dict[str, Any], node: Matcher, attempt: int, delay: float) -> bool:
         """Whether the job's delay has yet to pass (then it is stamped `not_before`)."""
-        delay = node.delay_for(attempt)
         if delay <= 0:
             return False
         not_before = parse_time(job.get("not_before"))

@@ -28,6 +28,8 @@ ACTIONS: tuple[Action, ...] = ("retry", "report")
 DEFAULT_RETRY_DELAYS: tuple[float, ...] = (0.0,)
 DEFAULT_RETRY_LIMIT = 3
 DEFAULT_ACTION: Action = "retry"
+# How much of a trace's end the matchers see at most (`job_trace_max_bytes`).
+DEFAULT_TRACE_MAX_BYTES = 1024 * 1024
 ROOT = "job_retry"
 
 _TOP_FIELDS = {"retry_delays", "retry_limit", "matchers"}
@@ -197,10 +199,50 @@ class JobRetryConfig:
         return None
 
 
+Outcome = Literal["no_match", "report", "limit_reached", "retry"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the matchers decide for one failed job before GitLab is asked anything
+    more: the winning node, the outcome, and for a retry its delay in seconds."""
+
+    node: Matcher | None
+    outcome: Outcome
+    delay: float = 0.0
+
+
+def decide(
+    config: JobRetryConfig,
+    failure_reason: str | None,
+    job_name: str,
+    trace: str | None,
+    attempt: int,
+) -> Verdict:
+    """The verdict for a job on its `attempt` (its retries so far, 0-based)."""
+    node = config.match(failure_reason, job_name, trace)
+    if node is None:
+        return Verdict(None, "no_match")
+    if node.action == "report":
+        return Verdict(node, "report")
+    if attempt >= node.retry_limit:
+        return Verdict(node, "limit_reached")
+    return Verdict(node, "retry", node.delay_for(attempt))
+
+
 def _others_hold(node: Matcher, failure_reason: str | None, job_name: str) -> bool:
     if node.failure_reason and node.failure_reason != failure_reason:
         return False
     return node.job_name is None or node.job_name.search(job_name) is not None
+
+
+def trace_tail(data: bytes, max_bytes: int) -> str:
+    """The last `max_bytes` of a trace as text: a line the cut went through is dropped,
+    bytes that are not UTF-8 are replaced."""
+    if len(data) <= max_bytes:
+        return data.decode("utf-8", errors="replace")
+    text = data[-max_bytes:].decode("utf-8", errors="replace")
+    return text.split("\n", 1)[1] if "\n" in text else ""
 
 
 def trace_lines(trace: str, tail_lines: int | None = None) -> list[str]:

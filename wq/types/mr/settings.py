@@ -9,7 +9,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from wq.engine.config import ConfigError
-from wq.types.mr.job_retry import JobRetryConfig, JobRetryConfigError, parse_job_retry
+from wq.types.mr.job_retry import (
+    DEFAULT_TRACE_MAX_BYTES,
+    JobRetryConfig,
+    JobRetryConfigError,
+    parse_job_retry,
+)
 
 MANAGED_LABEL = "managed-by::workqueue"
 
@@ -36,7 +41,7 @@ class MrSettings(BaseModel):
     request_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
     job_retry: dict[str, Any] | None = None
     # Only this much of a job trace's end is kept for the retry matchers.
-    job_trace_max_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024
+    job_trace_max_bytes: Annotated[int, Field(gt=0)] = DEFAULT_TRACE_MAX_BYTES
     # Per-item bounds on a submission (422 beyond them): a work item lives in one row
     # and is pushed as one GitLab commit, so neither may grow without bound.
     max_file_actions: Annotated[int, Field(gt=0)] = 1000
