@@ -45,9 +45,10 @@ class CiStage:
         gitlab: FakeGitLab,
         monkeypatch: pytest.MonkeyPatch,
         job_retry: dict[str, Any] | None,
+        **settings: Any,
     ) -> None:
         self.store, self.gitlab = store, gitlab
-        extra = {} if job_retry is None else {"job_retry": job_retry}
+        extra = settings if job_retry is None else {"job_retry": job_retry, **settings}
         self.registry = mr_registry(monkeypatch, gitlab_url=gitlab.url, **extra)
         harness = self._harness()
         harness.manager.start()

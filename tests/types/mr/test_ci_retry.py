@@ -289,3 +289,38 @@ def test_delays_by_attempt_defer_and_the_sweep_wakes_the_item(
         "retried"
     ] * 2
     assert item.status("needs_ci_retry").status == "false"  # type: ignore[union-attr]
+
+
+def test_a_retry_call_failing_after_another_retry_keeps_both(
+    stage: CiStage, gitlab: FakeGitLab
+) -> None:
+    spec = {"status": "failed", "failure_reason": "runner_system_failure"}
+    pipeline = stage.pipeline({"name": "a", **spec}, {"name": "b", **spec})
+    a, b = stage.job(pipeline, "a"), stage.job(pipeline, "b")
+    gitlab.fail_next("POST", rf"/jobs/{b.id}/retry$", 502)
+    stage.fail(a, b)
+    item = stage.run()
+    # a's retry is kept (and audited) although b's failed; b went in the next run.
+    assert [(o, j) for o, j, _, _ in stage.outcomes()] == [("retried", a.id), ("retried", b.id)]
+    assert len(stage.retries_of(pipeline, "a")) == len(stage.retries_of(pipeline, "b")) == 2
+    assert stage.audits("action_failed") == [] and item.attempts == 0
+    assert stage.jobs_list() == []
+
+
+def test_only_the_end_of_a_long_trace_is_read(
+    store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stage = CiStage(store, gitlab, monkeypatch, JOB_RETRY, job_trace_max_bytes=200)
+    early = trace("git-clone-failure") + "x" * 300 + "\nERROR: Job failed: exit code 1\n"
+    late = "x" * 300 + "\nerror: RPC failed; curl 56 GnuTLS recv error (-9)\nfatal: early EOF\n"
+    pipeline = stage.pipeline(
+        {"name": "early", "status": "failed", "trace": early},
+        {"name": "late", "status": "failed", "trace": late},
+    )
+    stage.fail(stage.job(pipeline, "early"), stage.job(pipeline, "late"))
+    stage.run()
+    assert {(o, m) for o, _, m, _ in stage.outcomes()} == {
+        ("skipped", None),
+        ("retried", "git-clone"),
+    }
+    assert len(stage.retries_of(pipeline, "late")) == 2
