@@ -36,6 +36,16 @@ def dimension_label(dimension: dict[str, Any]) -> str:
     return f"{dimension['dimension']}:{variant}" if variant else str(dimension["dimension"])
 
 
+def dimension_header(label: str) -> str:
+    """A column header for a dimension: every dimension is a `needs_*`, so drop that."""
+    return label.removeprefix("needs_")
+
+
+def short_id(item_id: str) -> str:
+    """The first block of a UUID, as lists show it (actions and `y` use the whole id)."""
+    return item_id[:8]
+
+
 def moment(value: str | None) -> str:
     """`2026-12-01 07:34:18` from an API timestamp (UTC, to the second), or `-`."""
     parsed = parse_time(value)
@@ -90,10 +100,12 @@ __all__ = [
     "age",
     "bar",
     "compact",
+    "dimension_header",
     "dimension_label",
     "dimension_mark",
     "moment",
     "pressure",
     "short",
+    "short_id",
     "state_change",
 ]

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
-from wq.tui.format import dimension_label, dimension_mark, short
+from wq.tui.format import dimension_header, dimension_label, dimension_mark, short, short_id
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import keep_cursor, selected_key
@@ -104,8 +104,11 @@ class ItemsScreen(PollingScreen):
         with keep_cursor(table):
             if dimensions != self.dimensions or not table.columns:
                 table.clear(columns=True)
-                for column in (*FIXED, *dimensions, "last error"):
+                for column in FIXED:
                     table.add_column(column, key=column)
+                for name in dimensions:
+                    table.add_column(dimension_header(name), key=name)
+                table.add_column("last error", key="last error")
                 self.dimensions = dimensions
             else:
                 table.clear()
@@ -113,7 +116,7 @@ class ItemsScreen(PollingScreen):
             for item in rows:
                 marks = {dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]}
                 table.add_row(
-                    item["id"],
+                    short_id(item["id"]),
                     item["type"],
                     item["project"],
                     item["phase"],

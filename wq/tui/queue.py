@@ -16,7 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Static
 
-from wq.tui.format import age, pressure
+from wq.tui.format import age, pressure, short_id
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import keep_cursor, selected_key
@@ -132,7 +132,7 @@ class QueueScreen(PollingScreen):
             admitted.clear()
             for item in data.admitted:
                 admitted.add_row(
-                    item["id"][:8],
+                    short_id(item["id"]),
                     item["type"],
                     item["lane"],
                     age(item.get("admitted_at"), now=now),

@@ -1,0 +1,239 @@
+"""A canned wq API for the TUI's snapshots: fixed ids, fixed times, the real client.
+
+The documents go through the server's own response models before they are served, so
+they have exactly the shape the daemon gives; the TUI reads them through `ApiClient`
+over an `httpx.MockTransport`. Ages are computed against `NOW`, the app's clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from wq.client.api import ApiClient
+from wq.client.credentials import Credentials
+from wq.daemon.routers.identity import WhoamiPublic
+from wq.daemon.routers.pools import PoolPublic, QueuePagePublic
+from wq.daemon.schemas import HistoryPage, PendingEventPage, WorkItemPage, WorkItemPublic
+
+URL = "http://wq.example:8080"
+NOW = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
+PROJECTS = ("team/api", "team/web", "infra/dns")
+
+
+def ago(**delta: float) -> str:
+    return (NOW - timedelta(**delta)).isoformat()
+
+
+def item_id(n: int) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{URL}/items/{n}"))
+
+
+def dump(model: type[BaseModel], document: Any) -> Any:
+    """Validate with the server's model and serialise as the server would."""
+    return model.model_validate(document).model_dump(mode="json")
+
+
+def pool(project: str, in_flight: int, queued: int, alert_queued: int, oldest: float) -> Any:
+    return {
+        "project": project,
+        "capacity": 4,
+        "alert_capacity": 1,
+        "queued_autonomous_cap": 6,
+        "normal": {"capacity": 4, "in_flight": in_flight, "queued": queued},
+        "alert": {"capacity": 1, "in_flight": min(1, alert_queued), "queued": alert_queued},
+        "queued_autonomous": queued // 2,
+        "oldest_queued_at": ago(seconds=oldest) if queued + alert_queued else None,
+        "oldest_queued_age_seconds": oldest if queued + alert_queued else None,
+    }
+
+
+POOLS = [
+    pool("team/api", 4, 6, 1, 754.0),
+    pool("team/web", 2, 0, 0, 0.0),
+    pool("infra/dns", 4, 9, 0, 3600.0),
+]
+
+
+def dimension(name: str, status: str, *, until: str | None = None, detail: Any = None) -> Any:
+    return {
+        "dimension": name,
+        "variant": "",
+        "status": status,
+        "detail": detail,
+        "pending_until": until,
+        "updated_at": ago(minutes=3),
+    }
+
+
+def item(n: int, **fields: Any) -> Any:
+    """An `mr` item; `n` orders them (higher is newer)."""
+    document = {
+        "id": item_id(n),
+        "type": "mr",
+        "project": PROJECTS[n % len(PROJECTS)],
+        "phase": "active",
+        "attempts": n % 3,
+        "error": None,
+        "admission": "queued",
+        "lane": "normal",
+        "seq": 100 + n,
+        "autonomous": n % 2 == 0,
+        "dedup_key": None,
+        "idempotency_key": None,
+        "leased_until": None,
+        "lease_owner": None,
+        "run_after": None,
+        "last_event_at": None,
+        "queued_at": ago(minutes=40 - n),
+        "admitted_at": None,
+        "created_at": ago(minutes=40 - n),
+        "updated_at": ago(minutes=30 - n),
+        "details": {"source_branch": f"wq/bump-{n}", "target_branch": "main", "iid": 40 + n},
+        "dimensions": [
+            dimension("needs_reconcile", "false"),
+            dimension("needs_ci_retry", "true", detail={"jobs": [{"build_id": 7000 + n}]}),
+            dimension(
+                "needs_empty_check",
+                "true",
+                until=(NOW + timedelta(minutes=25 - n)).isoformat(),
+            ),
+        ],
+        **fields,
+    }
+    return dump(WorkItemPublic, document)
+
+
+ITEMS = [
+    item(n, **extra)
+    for n, extra in (
+        (12, {}),
+        (11, {"phase": "failed", "admission": "done", "error": "GitLab said 409: conflict"}),
+        (10, {"admission": "admitted", "admitted_at": ago(minutes=2), "project": "team/api"}),
+        (9, {}),
+        (8, {"phase": "cancelled", "admission": "done"}),
+        (7, {"admission": "idle"}),
+        (6, {}),
+        (5, {"phase": "completed", "admission": "done"}),
+        (4, {"lane": "alert", "project": "team/api"}),
+        (3, {}),
+        (2, {"admission": "admitted", "admitted_at": ago(minutes=9), "project": "team/api"}),
+        (1, {}),
+    )
+]
+
+HISTORY = [
+    {
+        "id": 31,
+        "at": ago(minutes=5),
+        "event_type": "phase_changed",
+        "actor": "system",
+        "old_state": {"phase": "active", "attempts": 2},
+        "new_state": {"phase": "failed", "attempts": 3},
+        "trigger": {"source": "executor", "action": "ensure_mr"},
+    },
+    {
+        "id": 22,
+        "at": ago(minutes=20),
+        "event_type": "admitted",
+        "actor": "system",
+        "old_state": {"admission": "queued"},
+        "new_state": {"admission": "admitted"},
+        "trigger": {"source": "dispatcher"},
+    },
+    {
+        "id": 11,
+        "at": ago(minutes=29),
+        "event_type": "created",
+        "actor": "ada",
+        "old_state": None,
+        "new_state": {"phase": "active", "admission": "queued", "lane": "normal"},
+        "trigger": {"source": "api"},
+    },
+]
+
+PENDING = [
+    {
+        "id": 7,
+        "event_type": "merge_request",
+        "event_at": ago(seconds=40),
+        "created_at": ago(seconds=38),
+        "payload": {"object_attributes": {"action": "approved", "iid": 51}},
+    },
+    {
+        "id": 8,
+        "event_type": "pipeline",
+        "event_at": ago(seconds=20),
+        "created_at": ago(seconds=19),
+        "payload": {"object_attributes": {"status": "failed", "id": 9001}},
+    },
+]
+
+WHOAMI = {
+    "authentication": {"tier": "openshift", "identity": "ada", "groups": ["admins"]},
+    "authorization": {
+        "effective_permissions": {"mr": ["read", "retry", "submit"]},
+        "matching_rules": [],
+    },
+}
+
+
+def queue_page(project: str, lane: str) -> Any:
+    queued = [i for i in ITEMS if i["project"] == project and i["admission"] == "queued"]
+    in_lane = sorted((i for i in queued if i["lane"] == lane), key=lambda i: i["seq"])
+    entries = [
+        {key: entry[key] for key in ("id", "type", "project", "lane", "seq", "autonomous")}
+        | {"position": position, "queued_at": entry["queued_at"]}
+        for position, entry in enumerate(in_lane, start=1)
+    ]
+    return dump(QueuePagePublic, {"entries": entries, "next_cursor": None})
+
+
+def items_page(params: httpx.QueryParams) -> Any:
+    found = [
+        i
+        for i in ITEMS
+        if all(
+            i[key] == params[key]
+            for key in ("type", "phase", "project", "admission")
+            if key in params
+        )
+    ]
+    return dump(WorkItemPage, {"items": found, "next_cursor": None})
+
+
+def handler(request: httpx.Request) -> httpx.Response:
+    """The daemon's read endpoints, from the documents above."""
+    path, params = request.url.path, request.url.params
+    body: Any
+    if path == "/api/whoami":
+        body = dump(WhoamiPublic, WHOAMI)
+    elif path == "/api/pools":
+        body = [dump(PoolPublic, p) for p in POOLS]
+    elif path.startswith("/api/pools/"):
+        body = dump(
+            PoolPublic, next(p for p in POOLS if p["project"] == path[len("/api/pools/") :])
+        )
+    elif path.startswith("/api/queue/"):
+        body = queue_page(params["project"], path.rsplit("/", 1)[1])
+    elif path == "/api/work-items":
+        body = items_page(params)
+    elif path.endswith("/history"):
+        body = dump(HistoryPage, {"entries": HISTORY, "next_cursor": None})
+    elif path.endswith("/pending-events"):
+        body = dump(PendingEventPage, {"events": PENDING, "next_cursor": None})
+    elif path.startswith("/api/work-items/"):
+        body = next(i for i in ITEMS if i["id"] == path.rsplit("/", 1)[1])
+    else:
+        return httpx.Response(404, json={"error": f"not canned: {path}"})
+    return httpx.Response(200, json=body)
+
+
+def canned_api() -> ApiClient:
+    """The real client over the canned transport."""
+    credentials = Credentials(URL, environ={"WQ_TOKEN": "canned"}, login=None)
+    return ApiClient(URL, credentials=credentials, transport=httpx.MockTransport(handler))

@@ -1,0 +1,82 @@
+"""SVG snapshots of each view at 120x36 (pytest-textual-snapshot), from a canned API.
+
+Everything on screen is fixed: ids, timestamps, and the clock the ages are computed
+against. Update after a deliberate change with `pytest tests/tui/test_snapshots.py
+--snapshot-update`, and look at the SVGs before committing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from tests.tui.canned import ITEMS, NOW, canned_api
+from wq.tui.app import WqApp
+from wq.tui.polling import PollingScreen
+
+SIZE = (120, 36)
+SnapCompare = Callable[..., bool]
+
+
+def make_app() -> WqApp:
+    # A long refresh: the one poll each view makes is the one on screen.
+    return WqApp(canned_api(), refresh=3600.0, clock=lambda: NOW)
+
+
+async def settle(pilot: Pilot[Any]) -> None:
+    """Wait for whoami and the current view's data, then for the redraw."""
+    app = pilot.app
+    assert isinstance(app, WqApp)
+    for _ in range(400):
+        screen = app.screen
+        if (
+            app.whoami is not None
+            and isinstance(screen, PollingScreen)
+            and screen.last_good is not None
+            and not screen.busy
+        ):
+            break
+        await pilot.pause(0.025)
+    else:
+        raise AssertionError("the view never loaded")
+    await pilot.pause()
+
+
+def steps(*actions: Callable[[WqApp], object]) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, WqApp)
+        await settle(pilot)
+        for action in actions:
+            action(app)
+            await pilot.pause(0.05)
+            await settle(pilot)
+
+    return run_before
+
+
+def test_pools_view(snap_compare: SnapCompare) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=steps())
+
+
+def test_queue_view(snap_compare: SnapCompare) -> None:
+    run_before = steps(lambda app: app.show_queue("team/api"))
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_items_view(snap_compare: SnapCompare) -> None:
+    assert snap_compare(
+        make_app(), terminal_size=SIZE, run_before=steps(lambda app: app.show_items())
+    )
+
+
+def test_item_detail_view(snap_compare: SnapCompare) -> None:
+    failed = next(item for item in ITEMS if item["phase"] == "failed")
+    run_before = steps(lambda app: app.open_item(failed["id"]))
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+pytestmark = pytest.mark.timeout(120)
