@@ -33,6 +33,14 @@ or retarget (409 "Another open merge request already exists for this source bran
 The test controls (``push``, ``add_project``, ``update_merge_request``) raise ValueError for
 what a git push or the web UI could not do.
 
+Jobs follow ``lib/api/ci/jobs.rb`` and ``pipelines.rb``: lists are newest first, retried
+jobs appear only with ``include_retried``, ``scope`` (one status or a list) is checked
+against GitLab's job statuses (400 "scope does not have a valid value"),
+``failure_reason`` is shown for failed jobs only, the trace is ``text/plain`` with
+GitLab's ``Content-Disposition``, and a retry answers 201 with the new job, or 403 "Job
+is not retryable" unless the job is the latest of its name and success, failed or
+canceled; 404 "404 Not found" for an unknown job or pipeline.
+
 Known differences from GitLab (kept deliberately small):
 
 - Every project is private: a request without a token is answered 401 (GitLab answers
@@ -44,7 +52,10 @@ Known differences from GitLab (kept deliberately small):
   discussions and CI-must-pass rules are not modelled. Merges always create a merge
   commit (merge method "merge"); scoped labels are not exclusive (a Premium feature).
 - ``merge_when_pipeline_succeeds`` merges when a test moves the head pipeline to success
-  through ``set_job``; there is no other background processing.
+  through ``set_job``; there is no other background processing (a retried job stays
+  ``pending`` until a test moves it).
+- Jobs are never archived (GitLab refuses to retry jobs of archived pipelines), and
+  traces have no size limit or live-trace chunking.
 - System notes are a simplified subset (title/description changes, close, reopen, merge,
   "added N commits" on push), with shorter bodies than GitLab's.
 - ``last_commit_id`` in commit actions and protected branches are not enforced.

@@ -82,12 +82,14 @@ class _Run:
     # ------------------------------------------------------------ GitLab, lazily
 
     def project(self) -> Any:
+        """The item's project (python-gitlab, lazy: no request until a call needs one)."""
         if self._project is None:
             gl = client(self.settings, self.item.project)
             self._project = gl.projects.get(self.item.project, lazy=True)
         return self._project
 
     def jobs_of(self, pipeline_id: int) -> list[PipelineJob]:
+        """A pipeline's jobs, listed once per run (the run's retries are added to it)."""
         if pipeline_id not in self._pipelines:
             self._pipelines[pipeline_id] = pipeline_jobs(self.project(), pipeline_id)
         return self._pipelines[pipeline_id]
@@ -102,6 +104,7 @@ class _Run:
         node: Matcher | None = None,
         **state: Any,
     ) -> None:
+        """Audit one outcome for one job, and count it once the run commits."""
         matcher = node.label if node is not None else None
         audit(
             self.ctx.session,
@@ -126,6 +129,7 @@ class _Run:
         on_commit.defer(self.ctx.session, _COUNT, (matcher or NO_MATCHER, event))
 
     def failed_transiently(self, job: dict[str, Any], err: Transient) -> bool:
+        """Keep the job for the next run (True) and remember the first such failure."""
         log.warning(
             "work item %s: job %s: %s; trying again later", self.item.id, job.get("build_id"), err
         )
