@@ -172,3 +172,32 @@ def test_an_alert_is_admitted_at_once_while_the_normal_lane_is_full(
         assert task(runtime, waiting["id"]).admission == "queued"
         assert task(runtime, busy["id"]).admission == "admitted"
         client.post(f"/api/work-items/{busy['id']}/cancel")
+
+
+@pytest.mark.parametrize(
+    ("project", "message"),
+    [("g/" + "p" * 600, "project"), ("group/a\x00b", "NUL"), ("", "project")],
+    ids=["too-long", "nul", "empty-label-no-default"],
+)
+def test_a_project_label_no_task_can_hold_is_400_not_a_server_error(
+    store: Store, tmp_path: Path, project: str, message: str
+) -> None:
+    grafana = {"project_label": "project"}
+    labels = {"alertname": "HighLatency", "project": project}
+    body = notification(commonLabels=labels)
+    body["alerts"][0]["labels"] = labels
+    with task_daemon(store, tmp_path / "runs", start=False, grafana=grafana) as (runtime, client):
+        response = post(client, body)
+        assert response.status_code == 400, response.text
+        assert message in response.json()["error"]
+        assert count(runtime) == 0
+
+
+def test_nul_in_annotations_is_not_a_server_error(store: Store, tmp_path: Path) -> None:
+    body = notification(commonAnnotations={"summary": "p99\x00 above 2 s"}, message="a\x00b")
+    with task_daemon(store, tmp_path / "runs", start=False, grafana=GRAFANA) as (runtime, client):
+        response = post(client, body)
+        # PostgreSQL cannot store NUL in JSON: refused as the GitLab webhook does.
+        assert response.status_code == 400, response.text
+        assert "NUL" in response.json()["error"]
+        assert count(runtime) == 0

@@ -16,10 +16,28 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth.guard import authenticate_request, authorize
+from wq.daemon.contract import API_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
 from wq.daemon.runtime import Runtime
+from wq.engine.envelope import contains_nul
 from wq.engine.models import utcnow
 from wq.engine.registry import BadWebhookPayload, ItemType, Webhook, WebhookContext
+
+_ANSWER = {"application/json": {"schema": {"type": "object", "additionalProperties": True}}}
+# The type's handler chooses the answer; the daemon adds the shared refusals. Any media
+# type is taken (senders such as Grafana do not always say JSON): no 415.
+WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "taken without a new item (the handler says why)", "content": _ANSWER},
+    201: {"description": "a new item was created", "content": _ANSWER},
+    **error_responses(*API_ROUTE, 400, 413),
+}
+WEBHOOK_REQUEST: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "the sender's JSON document",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
 
 
 def _caller(request: Request, hook: Webhook, type_name: str) -> str:
@@ -53,6 +71,8 @@ def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
             document = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise HTTPException(400, "the body is not JSON") from None
+        if contains_nul(document):
+            raise HTTPException(400, "the payload contains NUL characters")
         try:
             status, body = await run_in_threadpool(_run, runtime, hook, document, actor)
         except BadWebhookPayload as err:
@@ -73,5 +93,7 @@ def build_router(types: list[ItemType]) -> APIRouter:
                 _endpoint(item_type, hook),
                 methods=["POST"],
                 name=f"receive_{hook.name}_webhook",
+                responses=WEBHOOK_RESPONSES,
+                openapi_extra=WEBHOOK_REQUEST,
             )
     return router

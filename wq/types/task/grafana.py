@@ -106,6 +106,18 @@ def _in_cooldown(session: Session, key: str, ctx: WebhookContext, seconds: float
     return recent is not None
 
 
+def _task(**fields: Any) -> TaskCreate:
+    """The incident task; a label no task can hold (too long, NUL) is the sender's error."""
+    try:
+        return TaskCreate(**fields)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "task"
+        raise BadWebhookPayload(
+            f"the notification gives no usable task: {where}: {first['msg']}"
+        ) from None
+
+
 def handle(
     session: Session, document: Any, ctx: WebhookContext, settings: TaskSettings
 ) -> tuple[int, dict[str, Any]]:
@@ -121,7 +133,7 @@ def handle(
     if _in_cooldown(session, key, ctx, config.cooldown_seconds):
         ALERTS.labels(outcome="cooldown").inc()
         return 200, {"outcome": "cooldown", "project": project}
-    payload = TaskCreate(
+    payload = _task(
         project=project,
         kind=config.kind,
         lane="alert",
