@@ -34,12 +34,13 @@ def create_app(runtime: Runtime) -> FastAPI:
     # Runs before any route reads a body (inside the auth layer's header filter).
     app.add_middleware(BodyGuard, max_body_bytes=runtime.config.server.max_body_bytes)
     install_auth_handling(app)
+    types = [runtime.registry.get(name) for name in runtime.registry.names]
     app.include_router(health.router)
     app.include_router(identity.router)
+    app.include_router(submissions.build_router(types))
     app.include_router(work_items.router)
+    app.include_router(submissions.build_fallback_router(types))
     app.include_router(pools.router)
     app.include_router(webhooks.router)
-    types = [runtime.registry.get(name) for name in runtime.registry.names]
-    app.include_router(submissions.build_router(types))
     app.include_router(type_webhooks.build_router(types))
     return app

@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from wq.daemon.contract import ErrorBody
 from wq.daemon.outage import RETRY_AFTER_SECONDS, UNAVAILABLE_ERRORS, OutageLog, OutageWatch
 from wq.engine.items import ItemConflict, ItemNotFound
 from wq.engine.registry import SubmissionRejected
@@ -17,9 +18,13 @@ log = logging.getLogger(__name__)
 
 
 def _error(
-    status: int, message: str, headers: dict[str, str] | None = None, **extra: object
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    problems: list[str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
+    body = ErrorBody(error=message, problems=problems).model_dump(exclude_none=True)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def unavailable() -> JSONResponse:

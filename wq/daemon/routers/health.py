@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from wq.daemon.contract import ANY_ROUTE, RETRY_AFTER_HEADER, error_responses
 from wq.daemon.deps import RuntimeDep
 from wq.daemon.outage import RETRY_AFTER_SECONDS, OutageLog, is_unavailable
 from wq.engine import schema
@@ -35,7 +36,7 @@ class Readiness(BaseModel):
     error: str | None = None
 
 
-@router.get("/healthz", response_model=Liveness)
+@router.get("/healthz", response_model=Liveness, responses=error_responses(*ANY_ROUTE))
 def read_health() -> Liveness:
     """Liveness: the process is up and serving HTTP (never looks at the database)."""
     return Liveness(status="ok")
@@ -44,7 +45,14 @@ def read_health() -> Liveness:
 @router.get(
     "/readyz",
     response_model=Readiness,
-    responses={503: {"model": Readiness, "description": "database unreachable or outdated"}},
+    responses={
+        **error_responses(*ANY_ROUTE),
+        503: {
+            "model": Readiness,
+            "description": "database unreachable (with Retry-After) or its schema outdated",
+            "headers": {"Retry-After": {**RETRY_AFTER_HEADER, "required": False}},
+        },
+    },
 )
 def read_readiness(runtime: RuntimeDep, request: Request) -> JSONResponse:
     """Readiness: the database answers and its schema is not behind (503 otherwise)."""
@@ -83,7 +91,10 @@ def read_readiness(runtime: RuntimeDep, request: Request) -> JSONResponse:
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "Prometheus text format"},
+        **error_responses(*ANY_ROUTE),
+    },
 )
 def read_metrics() -> Response:
     """Prometheus metrics of this daemon, at exactly `/metrics` (no redirect)."""

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from wq.daemon.auth import allowed, log_decision, unauthenticated
+from wq.daemon.contract import ANY_ROUTE, error_responses
 from wq.daemon.deps import PrincipalDep, RuntimeDep
 
 router = APIRouter(tags=["identity"])
@@ -51,7 +52,13 @@ class TokenPublic(BaseModel):
     token_type: str = "Bearer"
 
 
-@router.get("/api/whoami", response_model=WhoamiPublic, response_model_exclude_none=True)
+@router.get(
+    "/api/whoami",
+    response_model=WhoamiPublic,
+    response_model_exclude_none=True,
+    # A valid token is all it needs: no permission (403) and no parameter (422).
+    responses=error_responses(*ANY_ROUTE, 401, 503),
+)
 def read_whoami(request: Request, principal: PrincipalDep, runtime: RuntimeDep) -> WhoamiPublic:
     """The caller's identity, groups or claims, permissions per item type and matching rules.
 
@@ -78,7 +85,7 @@ def read_whoami(request: Request, principal: PrincipalDep, runtime: RuntimeDep) 
 @router.post(
     "/oauth/token",
     response_model=TokenPublic,
-    responses={401: {"description": "not reached through the OAuth proxy"}},
+    responses=error_responses(*ANY_ROUTE, 401, 422),
 )
 def create_token(
     request: Request,

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict
 
 from wq.daemon.auth import Principal
+from wq.daemon.contract import API_ROUTE, api_responses, error_responses
 from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require
 from wq.engine import pools
 from wq.engine.models import utcnow
 
 router = APIRouter(prefix="/api", tags=["admission"])
 ReadPrincipal = Annotated[Principal, Depends(require("read"))]
-QUEUE_CURSOR = re.compile(r"[0-9]{1,19}")
+# The seq of the last entry of the previous page; 18 digits stay below 2**63.
+QUEUE_CURSOR = r"^[0-9]{1,18}$"
 
 
 class LanePublic(BaseModel):
@@ -82,13 +83,13 @@ class QueuePagePublic(BaseModel):
     next_cursor: str | None
 
 
-@router.get("/pools", response_model=list[PoolPublic])
+@router.get("/pools", response_model=list[PoolPublic], responses=error_responses(*API_ROUTE))
 def read_pools(session: ReadSessionDep, runtime: RuntimeDep, _: ReadPrincipal) -> list[PoolPublic]:
     """Every project with queued or in-flight work, and its pool usage."""
     return [PoolPublic.of(status) for status in pools.pool_statuses(session, runtime.config)]
 
 
-@router.get("/pools/{project:path}", response_model=PoolPublic)
+@router.get("/pools/{project:path}", response_model=PoolPublic, responses=api_responses())
 def read_pool(
     project: Annotated[str, Path(pattern=NO_NUL)],
     session: ReadSessionDep,
@@ -100,7 +101,7 @@ def read_pool(
     return PoolPublic.of(status)
 
 
-@router.get("/queue", response_model=list[QueueEntryPublic])
+@router.get("/queue", response_model=list[QueueEntryPublic], responses=api_responses())
 def read_queue(
     session: ReadSessionDep,
     principal: ReadPrincipal,
@@ -122,7 +123,7 @@ def read_queue(
     ]
 
 
-@router.get("/queue/{lane}", response_model=QueuePagePublic)
+@router.get("/queue/{lane}", response_model=QueuePagePublic, responses=api_responses())
 def read_queue_page(
     lane: Literal["alert", "normal"],
     session: ReadSessionDep,
@@ -132,7 +133,12 @@ def read_queue_page(
     ],
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[
-        str | None, Query(max_length=32, description="next_cursor of the previous page")
+        str | None,
+        Query(
+            max_length=18,
+            pattern=QUEUE_CURSOR,
+            description="the `next_cursor` of the previous page: the seq of its last entry",
+        ),
     ] = None,
 ) -> QueuePagePublic:
     """One lane of a project's queue in admission order, a page at a time.
@@ -141,11 +147,7 @@ def read_queue_page(
     of types the caller may not read are left out, so a page can be short; follow
     `next_cursor` until it is null.
     """
-    after = None
-    if cursor is not None:
-        if not QUEUE_CURSOR.fullmatch(cursor) or int(cursor) >= 2**63:
-            raise HTTPException(422, "cursor: not a cursor this API returned")
-        after = int(cursor)
+    after = None if cursor is None else int(cursor)
     page = pools.queue_page(session, project, lane, limit=limit, after=after)
     return QueuePagePublic(
         entries=[

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Response
 from pydantic import BaseModel
 
 from wq.daemon.auth import Principal
+from wq.daemon.contract import api_responses
 from wq.daemon.deps import PrincipalDep, RuntimeDep, SessionDep, require
 from wq.daemon.schemas import WorkItemPublic
 from wq.engine.models import utcnow
@@ -69,7 +70,12 @@ def _unknown_type_endpoint(known: list[str]) -> Any:
 
 
 def build_router(types: list[ItemType]) -> APIRouter:
-    """The submission routes of every type that has one, then a 404 for any other."""
+    """The submission routes of every type that has one.
+
+    Included before the item routes: a request to `/api/work-items/mr` with another
+    method then gets a 405 naming POST (the route of that path), not GET (the item
+    route, whose `{item_id}` would match "mr" by its path alone).
+    """
     router = APIRouter(prefix="/api/work-items", tags=["submissions"])
     for item_type in types:
         if item_type.submission is not None:
@@ -85,9 +91,18 @@ def build_router(types: list[ItemType]) -> APIRouter:
                         "model": SubmissionPublic,
                         "description": "an existing item (unchanged, updated, "
                         "retried or a dedup hit)",
-                    }
+                    },
+                    # 400: a body FastAPI cannot decode (not UTF-8); 409: two
+                    # submissions of the same item raced (submit again).
+                    **api_responses(400, 409, 429, body=True),
                 },
             )
+    return router
+
+
+def build_fallback_router(types: list[ItemType]) -> APIRouter:
+    """POST to any other type: 404 naming the known ones. Included after the item routes."""
+    router = APIRouter(prefix="/api/work-items")
     # Without it, POST to an unknown type would be a 405 from the item routes.
     router.add_api_route(
         "/{item_type}",

@@ -14,9 +14,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import log_decision, webhook_refused
+from wq.daemon.contract import ANY_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
 from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
 from wq.engine.events import ingest
@@ -24,7 +26,27 @@ from wq.engine.events import ingest
 router = APIRouter(prefix="/api/webhooks", tags=["events"])
 
 
-@router.post("/gitlab", status_code=202)
+class GitlabEventPublic(BaseModel):
+    """What became of an event: its type, and for how many items it was stored."""
+
+    event: str
+    stored: int = Field(ge=0)
+
+
+@router.post(
+    "/gitlab",
+    status_code=202,
+    response_model=GitlabEventPublic,
+    # The secret header, not a Bearer token: no 403, and any media type (GitLab's own).
+    responses=error_responses(*ANY_ROUTE, 400, 401, 404, 413, 422, 503),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "a GitLab webhook event, as GitLab sends it",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
 async def receive_gitlab_event(
     request: Request,
     runtime: RuntimeDep,

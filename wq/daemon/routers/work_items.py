@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import and_, or_, select
 
 from wq.daemon.auth import authorize, authorize_item, authorize_lookup
+from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
 from wq.daemon.schemas import (
     AuditEntryPublic,
@@ -30,36 +28,41 @@ from wq.engine.models import WorkItem, utcnow
 
 router = APIRouter(prefix="/api/work-items", tags=["work items"])
 
-HISTORY_CURSOR = re.compile(r"[0-9]{1,19}")
+# An audit entry's or event's id: the last of the previous page. 18 digits stay below
+# 2**63, so every value of this form is a position the server takes.
+ID_CURSOR = r"^[1-9][0-9]{0,17}$"
 Phase = Literal["active", "completed", "failed", "cancelled"]
 Admission = Literal["queued", "admitted", "idle", "done"]
 
 
+# A page ends at an item; the next page starts after it in (created_at, id) order. The
+# cursor says where, readably: the item's creation time in microseconds since the
+# epoch (UTC), a dash, its id as 32 hex digits. The pattern admits exactly what decodes
+# (17 digits stay below year 9999), so the schema and the server agree on it.
+ITEMS_CURSOR = r"^[0-9]{1,17}-[0-9a-f]{32}$"
+ITEMS_CURSOR_TEXT = (
+    "the `next_cursor` of the previous page: the last item's creation time in "
+    "microseconds since 1970-01-01 UTC, `-`, its id as 32 lowercase hex digits"
+)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _encode_cursor(item: WorkItem) -> str:
-    raw = f"{item.created_at.isoformat()}|{item.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    created = item.created_at
+    if created.tzinfo is None:  # SQLite hands back naive UTC
+        created = created.replace(tzinfo=UTC)
+    micros = (created - EPOCH) // timedelta(microseconds=1)
+    return f"{micros}-{item.id.hex}"
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created_text, _, item_id = raw.partition("|")
-        created = datetime.fromisoformat(created_text)
-        if created.tzinfo is None:
-            raise ValueError("no time zone")
-        return created.astimezone(UTC), uuid.UUID(item_id)
-    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
-        raise HTTPException(422, "cursor: not a cursor this API returned") from None
+    micros, _, hex_id = cursor.partition("-")
+    return EPOCH + timedelta(microseconds=int(micros)), uuid.UUID(hex=hex_id)
 
 
 def _id_cursor(cursor: str | None) -> int | None:
-    """A numeric cursor this API returned (an audit or event id), or 422."""
-    if cursor is None:
-        return None
-    # Checked before int(): str.isdigit() accepts digits int() refuses ("²").
-    if not HISTORY_CURSOR.fullmatch(cursor) or not 0 < int(cursor) < 2**63:
-        raise HTTPException(422, "cursor: not a cursor this API returned")
-    return int(cursor)
+    """A numeric cursor (an audit or event id); its pattern was checked with the query."""
+    return None if cursor is None else int(cursor)
 
 
 class WorkItemRef(BaseModel):
@@ -69,7 +72,7 @@ class WorkItemRef(BaseModel):
     phase: str
 
 
-@router.get("", response_model=WorkItemPage)
+@router.get("", response_model=WorkItemPage, responses=api_responses())
 def read_items(
     request: Request,
     session: ReadSessionDep,
@@ -79,7 +82,9 @@ def read_items(
     project: Annotated[str | None, Query(pattern=NO_NUL)] = None,
     admission: Admission | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=50, pattern=ITEMS_CURSOR, description=ITEMS_CURSOR_TEXT)
+    ] = None,
 ) -> WorkItemPage:
     """List work items, newest first, with filters and cursor pagination."""
     authorize(request, principal, "read", type)
@@ -113,7 +118,7 @@ def read_items(
     )
 
 
-@router.get("/{item_id}", response_model=WorkItemPublic)
+@router.get("/{item_id}", response_model=WorkItemPublic, responses=api_responses(404))
 def read_item(
     request: Request, item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
 ) -> WorkItemPublic:
@@ -126,7 +131,7 @@ def read_item(
     return WorkItemPublic.of(item)
 
 
-@router.get("/{item_id}/history", response_model=HistoryPage)
+@router.get("/{item_id}/history", response_model=HistoryPage, responses=api_responses(404))
 def read_item_history(
     request: Request,
     item_id: uuid.UUID,
@@ -134,7 +139,12 @@ def read_item_history(
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[
-        str | None, Query(max_length=32, description="next_cursor of the previous page")
+        str | None,
+        Query(
+            max_length=18,
+            pattern=ID_CURSOR,
+            description="the `next_cursor` of the previous page: the id of its last entry",
+        ),
     ] = None,
 ) -> HistoryPage:
     """An item's audit entries, newest first (404 for a type the caller may not read)."""
@@ -163,7 +173,9 @@ def read_item_history(
     )
 
 
-@router.get("/{item_id}/pending-events", response_model=PendingEventPage)
+@router.get(
+    "/{item_id}/pending-events", response_model=PendingEventPage, responses=api_responses(404)
+)
 def read_item_pending_events(
     request: Request,
     item_id: uuid.UUID,
@@ -171,7 +183,12 @@ def read_item_pending_events(
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[
-        str | None, Query(max_length=32, description="next_cursor of the previous page")
+        str | None,
+        Query(
+            max_length=18,
+            pattern=ID_CURSOR,
+            description="the `next_cursor` of the previous page: the id of its last event",
+        ),
     ] = None,
 ) -> PendingEventPage:
     """Events stored for an item and not applied yet, in the order they will be applied."""
@@ -191,7 +208,10 @@ def read_item_pending_events(
 @router.post(
     "/{item_id}/retry",
     response_model=WorkItemPublic | WorkItemRef,
-    responses={200: {"description": "the item; only its id and phase without `read` on its type"}},
+    responses={
+        200: {"description": "the item; only its id and phase without `read` on its type"},
+        **api_responses(404, 409, body=True),
+    },
 )
 def retry_item(
     request: Request,
@@ -225,7 +245,10 @@ class CancelPublic(BaseModel):
 @router.post(
     "/{item_id}/cancel",
     response_model=CancelPublic,
-    responses={202: {"model": CancelPublic, "description": "the run is being stopped"}},
+    responses={
+        202: {"model": CancelPublic, "description": "the run is being stopped"},
+        **api_responses(404, 409, body=True),
+    },
 )
 def cancel_item(
     request: Request,
