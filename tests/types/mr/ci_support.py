@@ -3,6 +3,7 @@ delivered as build events while no worker runs, then one processing run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -101,11 +102,14 @@ class CiStage:
         """Deliver any event."""
         deliver(self.store, self.registry, event)
 
-    def run(self) -> MrItem:
-        """Let a worker process the item until it is idle again."""
+    def run(self, meanwhile: Callable[[], None] | None = None) -> MrItem:
+        """Let a worker process the item until it is idle again (calling `meanwhile`
+        once the worker runs)."""
         harness = self._harness()
         harness.manager.start()
         try:
+            if meanwhile is not None:
+                meanwhile()
             return harness.settled(self.item_id)
         finally:
             harness.manager.stop(grace=2)

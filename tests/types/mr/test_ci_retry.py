@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import Store
 from tests.fakes.gitlab import FakeGitLab
+from tests.support.waiting import wait_for
 from tests.types.mr.ci_support import CiStage, counted, trace, trace_requests
 from tests.types.mr.harness import PROJECT
 
@@ -324,3 +325,25 @@ def test_only_the_end_of_a_long_trace_is_read(
         ("retried", "git-clone"),
     }
     assert len(stage.retries_of(pipeline, "late")) == 2
+
+
+def test_a_job_failing_while_the_executor_runs_is_kept(stage: CiStage, gitlab: FakeGitLab) -> None:
+    pipeline = stage.pipeline(
+        {"name": "clone", "status": "failed", "trace": trace("git-clone-failure")},
+        {"name": "rpm", "status": "failed", "failure_reason": "runner_system_failure"},
+    )
+    clone, rpm = stage.job(pipeline, "clone"), stage.job(pipeline, "rpm")
+    gitlab.add_latency("GET", r"/jobs/\d+/trace$", 1.0, times=1)
+    stage.fail(clone)
+
+    def while_the_trace_is_read() -> None:
+        wait_for(lambda: trace_requests(gitlab) != [], message="the trace request")
+        stage.fail(rpm)  # applied at once: the executor holds no lock while it waits
+
+    stage.run(while_the_trace_is_read)
+    assert len(stage.retries_of(pipeline, "clone")) == len(stage.retries_of(pipeline, "rpm")) == 2
+    assert [(o, b) for o, b, _, _ in stage.outcomes()] == [
+        ("retried", clone.id),
+        ("retried", rpm.id),
+    ]
+    assert stage.jobs_list() == []

@@ -78,6 +78,9 @@ class _Run:
     transient: Transient | None = None
     _project: Any = None
     _pipelines: dict[int, list[PipelineJob]] = field(default_factory=dict)
+    # Written when the run is done: the first database write begins the fenced
+    # transaction (and takes its locks), which must not wait on GitLab calls.
+    _records: list[tuple[AuditRecord, str, str]] = field(default_factory=list)
 
     # ------------------------------------------------------------ GitLab, lazily
 
@@ -104,29 +107,37 @@ class _Run:
         node: Matcher | None = None,
         **state: Any,
     ) -> None:
-        """Audit one outcome for one job, and count it once the run commits."""
+        """Note one outcome for one job (audited and counted by `write`)."""
         matcher = node.label if node is not None else None
-        audit(
-            self.ctx.session,
-            AuditRecord(
-                f"ci_job_{event}",
-                SYSTEM,
-                self.item.id,
-                new_state={
-                    "build_id": job.get("build_id"),
-                    "build_name": job.get("build_name"),
-                    "pipeline_id": job.get("pipeline_id"),
-                    **state,
-                },
-                trigger={
-                    "source": "worker",
-                    "action": "retry_ci_jobs",
-                    "reason": reason,
-                    "matcher": matcher,
-                },
-            ),
+        self._records.append(
+            (
+                AuditRecord(
+                    f"ci_job_{event}",
+                    SYSTEM,
+                    self.item.id,
+                    new_state={
+                        "build_id": job.get("build_id"),
+                        "build_name": job.get("build_name"),
+                        "pipeline_id": job.get("pipeline_id"),
+                        **state,
+                    },
+                    trigger={
+                        "source": "worker",
+                        "action": "retry_ci_jobs",
+                        "reason": reason,
+                        "matcher": matcher,
+                    },
+                ),
+                matcher or NO_MATCHER,
+                event,
+            )
         )
-        on_commit.defer(self.ctx.session, _COUNT, (matcher or NO_MATCHER, event))
+
+    def write(self) -> None:
+        """Audit the run's outcomes; count them once the transaction commits."""
+        audit(self.ctx.session, *(record for record, _, _ in self._records))
+        for _, matcher, event in self._records:
+            on_commit.defer(self.ctx.session, _COUNT, (matcher, event))
 
     def failed_transiently(self, job: dict[str, Any], err: Transient) -> bool:
         """Keep the job for the next run (True) and remember the first such failure."""
@@ -294,6 +305,7 @@ def retry_ci_jobs(ctx: ActionContext) -> None:
     kept = [job for job in seen if run.handle(job)]
     if run.transient is not None and run.retried == 0:
         raise RetryLater(str(run.transient), retry_after=run.transient.retry_after)
+    run.write()
     # Jobs a build event added meanwhile stay for the next run.
     done = {job["build_id"] for job in seen}
     arrived = [job for job in _jobs(_fresh_row(ctx, item)) if job["build_id"] not in done]
