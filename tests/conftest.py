@@ -57,6 +57,29 @@ def throwaway_pg_database(prefix: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """The URL of a moto server (server mode, HTTP on 127.0.0.1) shared by the session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake AWS credentials and region, so boto3 never looks for real ones."""
+    for var, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(var, value)
+
+
+@pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A fresh, migrated PostgreSQL database for this test run; dropped at the end."""
     with throwaway_pg_database("wq_test") as url:

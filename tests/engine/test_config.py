@@ -61,6 +61,9 @@ def test_pool_lookup_exact_then_longest_prefix(project: str, expected: int) -> N
         ({"bogus": 1}, "bogus"),
         ({"database": {"statement_timeout_seconds": 0}}, "database.statement_timeout_seconds"),
         ({"database": {"connect_timeout": 5}}, "database.connect_timeout"),
+        ({"audit": {"s3_bucket": "Not_A_Bucket"}}, "audit.s3_bucket"),
+        ({"audit": {"s3_prefix": "/audit/"}}, "audit.s3_prefix"),
+        ({"audit": {"s3_upload_threads": 0}}, "audit.s3_upload_threads"),
     ],
 )
 def test_invalid_values_name_the_key(data: dict[str, object], key: str) -> None:
@@ -125,3 +128,45 @@ def test_system_config_paths_wq_first_then_the_seed_default(
     assert config_module.locate_config(None) == ours
     monkeypatch.setenv("WORKQUEUE_SERVICE_CONFIG", str(seeds))
     assert load_config().processing.workers == 2
+
+
+AUDIT_ENV = (
+    "WQ_AUDIT_S3_BUCKET",
+    "WORKQUEUE_SERVICE_AUDIT_S3_BUCKET",
+    "WQ_AUDIT_S3_PREFIX",
+    "WORKQUEUE_SERVICE_AUDIT_S3_PREFIX",
+)
+
+
+def test_audit_archive_bucket_and_prefix_from_file_then_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in AUDIT_ENV:
+        monkeypatch.delenv(var, raising=False)
+    path = tmp_path / "wq.yml"
+    path.write_text("audit: {retention_days: 7, s3_bucket: from-file, s3_prefix: a/b}\n")
+    monkeypatch.setenv("WQ_CONFIG", str(path))
+    audit = load_config().audit
+    assert (audit.s3_bucket, audit.s3_prefix, audit.retention_days) == ("from-file", "a/b", 7)
+    assert audit.archiving
+    monkeypatch.setenv("WORKQUEUE_SERVICE_AUDIT_S3_BUCKET", "seed-name")
+    monkeypatch.setenv("WORKQUEUE_SERVICE_AUDIT_S3_PREFIX", "seed/prefix")
+    audit = load_config().audit
+    assert (audit.s3_bucket, audit.s3_prefix) == ("seed-name", "seed/prefix")
+    monkeypatch.setenv("WQ_AUDIT_S3_BUCKET", "wq-name")
+    config = load_config()
+    assert config.audit.s3_bucket == "wq-name"
+    assert config.audit.retention_days == 7  # the file's other keys stay
+    assert config.source == str(path)
+
+
+def test_audit_archive_is_off_by_default_and_a_bad_bucket_variable_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in (*AUDIT_ENV, "WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr("wq.engine.config.SYSTEM_CONFIG_PATHS", ())
+    assert not load_config().audit.archiving
+    monkeypatch.setenv("WORKQUEUE_SERVICE_AUDIT_S3_BUCKET", "s3://bucket")
+    with pytest.raises(ConfigError, match="WORKQUEUE_SERVICE_AUDIT_S3_BUCKET"):
+        load_config()

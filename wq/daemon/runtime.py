@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.daemon.auth import Authenticator, LocalTokenTier, build_authenticator
+from wq.engine.archive import AuditArchiver, S3Archive
 from wq.engine.config import Config, ConfigError, default_database_url
 from wq.engine.db import DEFAULT_TIMEOUTS, Timeouts, make_engine, make_sessionmaker, read_only
 from wq.engine.processing import ProcessingManager
@@ -34,6 +35,7 @@ class Runtime:
     manager: ProcessingManager | None = None
     webhook_secret: str | None = None
     consumer: SqsConsumer | None = None
+    archiver: AuditArchiver | None = None
     timeouts: Timeouts = DEFAULT_TIMEOUTS
 
     def start_processing(self) -> ProcessingManager:
@@ -43,6 +45,20 @@ class Runtime:
         )
         self.manager.start()
         return self.manager
+
+    def start_archiver(self) -> AuditArchiver | None:
+        """Start the audit archiver when an S3 bucket is configured (config or env)."""
+        audit = self.config.audit
+        if not audit.archiving:
+            return None
+        self.archiver = AuditArchiver(
+            self.sessions,
+            S3Archive.from_config(audit),
+            batch_size=audit.s3_batch_size,
+            threads=audit.s3_upload_threads,
+        )
+        self.archiver.start()
+        return self.archiver
 
     def start_consumer(self) -> SqsConsumer | None:
         """Start the SQS consumer when a queue URL is configured (config, then env)."""

@@ -31,9 +31,6 @@ from wq.engine.listener import NotifyListener
 
 log = logging.getLogger("wq.daemon")
 
-# The reference service's audit export; wq audits into its database instead.
-AUDIT_BUCKET_ENV = "WORKQUEUE_SERVICE_AUDIT_S3_BUCKET"
-
 
 class StartupError(RuntimeError):
     """The daemon cannot start; the message says why and what fixes it."""
@@ -121,11 +118,6 @@ def _warn_about_config(config: Config) -> None:
             "config %s has no handled_types: this daemon handles no work-item type",
             config.source,
         )
-    if os.environ.get(AUDIT_BUCKET_ENV):
-        log.warning(
-            "%s is set, but wq keeps its audit trail in the database; the variable is ignored",
-            AUDIT_BUCKET_ENV,
-        )
 
 
 def run_daemon(config: Config, *, host: str | None = None, port: int | None = None) -> None:
@@ -156,6 +148,9 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             listener = NotifyListener(runtime.engine, runtime.wakeup, runtime.timeouts)
             listener.start()
         consumer = runtime.start_consumer()
+        archiver = runtime.start_archiver()
+        if archiver is not None:
+            log.info("audit archive: %s", archiver.archive.location)
         if consumer is not None:
             log.info("events: consuming %s", consumer.queue_url)
         if runtime.webhook_secret is not None:
@@ -175,6 +170,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             manager.stop()  # bounded by the grace that began with the signal
             if listener is not None:
                 listener.stop()
+            if archiver is not None:
+                archiver.stop()  # what it has not uploaded is left for the next start
             if runtime.local_tier is not None:
                 cache.forget(url, token=runtime.local_tier.token)
             runtime.authenticator.close()

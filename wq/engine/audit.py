@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, insert
+from sqlalchemy import Table, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from wq.engine import on_commit
@@ -134,9 +134,31 @@ def _log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
         listener()
 
 
-def prune(session: Session, *, retention_days: int, now: datetime) -> int:
-    """Delete audit rows older than the retention period; return how many."""
-    result = session.execute(
-        delete(AuditEntry).where(AuditEntry.at < now - timedelta(days=retention_days))
-    )
+def prune(
+    session: Session, *, retention_days: int, now: datetime, keep_unarchived: bool = False
+) -> int:
+    """Delete audit rows older than the retention period; return how many.
+
+    With `keep_unarchived` (S3 archival is on) rows not archived yet stay, however old:
+    the row is the only copy until its object is written.
+    """
+    query = delete(AuditEntry).where(AuditEntry.at < now - timedelta(days=retention_days))
+    if keep_unarchived:
+        query = query.where(AuditEntry.archived_at.is_not(None))
+    result = session.execute(query)
+    if keep_unarchived:
+        overdue = session.scalar(
+            select(func.count())
+            .select_from(AuditEntry)
+            .where(
+                AuditEntry.archived_at.is_(None),
+                AuditEntry.at < now - timedelta(days=retention_days),
+            )
+        )
+        if overdue:
+            log.warning(
+                "%d audit entries older than %d days are kept: they are not archived yet",
+                overdue,
+                retention_days,
+            )
     return int(result.rowcount)  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ XDG data directory, bound to loopback).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +22,9 @@ SEED_CONFIG_PATH = Path("/etc/workqueue/config.yml")
 SYSTEM_CONFIG_PATHS = (SYSTEM_CONFIG_PATH, SEED_CONFIG_PATH)
 CONFIG_ENV_VARS = ("WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG")
 DATABASE_ENV_VARS = ("WQ_DATABASE_URL", "DATABASE_URL")
+# The audit archive, wq's own name first, then the reference service's.
+AUDIT_BUCKET_ENV_VARS = ("WQ_AUDIT_S3_BUCKET", "WORKQUEUE_SERVICE_AUDIT_S3_BUCKET")
+AUDIT_PREFIX_ENV_VARS = ("WQ_AUDIT_S3_PREFIX", "WORKQUEUE_SERVICE_AUDIT_S3_PREFIX")
 
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
@@ -73,10 +77,42 @@ class PoolConfig(_Section):
     queued_autonomous_cap: NonNegativeInt = 6
 
 
+# S3's bucket naming rules (lower case, digits, dots and hyphens, 3 to 63 long).
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
 class AuditConfig(_Section):
-    """How long audit rows are kept in the database."""
+    """How long audit rows are kept in the database, and their archive in S3."""
 
     retention_days: PositiveInt = 30
+    # Archival is on when a bucket is named (here or by WQ_AUDIT_S3_BUCKET).
+    s3_bucket: str | None = None
+    # Keys start with this (no leading or trailing "/"; empty: at the bucket's root).
+    s3_prefix: str = "audit"
+    # Entries claimed per round, and how many of them are uploaded at once.
+    s3_batch_size: Annotated[int, Field(ge=1, le=1000, strict=True)] = 100
+    s3_upload_threads: Annotated[int, Field(ge=1, le=64, strict=True)] = 4
+
+    @field_validator("s3_bucket")
+    @classmethod
+    def _bucket_name(cls, bucket: str | None) -> str | None:
+        if bucket is not None and not _BUCKET_NAME.match(bucket):
+            raise ValueError(f"{bucket!r} is not an S3 bucket name")
+        return bucket
+
+    @field_validator("s3_prefix")
+    @classmethod
+    def _prefix(cls, prefix: str) -> str:
+        if prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+            raise ValueError("must not start or end with '/' nor hold '//'")
+        if len(prefix) > 512:
+            raise ValueError("longer than 512 characters (S3 keys end at 1024)")
+        return prefix
+
+    @property
+    def archiving(self) -> bool:
+        """Whether entries are archived to S3."""
+        return self.s3_bucket is not None
 
 
 class AuthConfig(_Section):
@@ -221,7 +257,37 @@ def load_config(explicit: str | None = None) -> Config:
         if os.environ.get(var):
             config = config.model_copy(update={"database_url": os.environ[var]})
             break
-    return config
+    return _audit_from_env(config)
+
+
+def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return name, value
+    return None
+
+
+def _audit_from_env(config: Config) -> Config:
+    """`WQ_AUDIT_S3_BUCKET` / `_PREFIX` (or the reference service's names) over the file."""
+    changes: dict[str, Any] = {}
+    bucket = _first_env(AUDIT_BUCKET_ENV_VARS)
+    if bucket is not None:
+        changes["s3_bucket"] = bucket[1]
+    prefix = _first_env(AUDIT_PREFIX_ENV_VARS)
+    if prefix is not None:
+        changes["s3_prefix"] = prefix[1]
+    if not changes:
+        return config
+    try:
+        audit = AuditConfig.model_validate({**config.audit.model_dump(), **changes})
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        source = bucket if field == "s3_bucket" else prefix
+        name = source[0] if source else f"audit.{field}"
+        raise ConfigError(f"environment variable {name}: {first['msg']}") from None
+    return config.model_copy(update={"audit": audit})
 
 
 def data_dir() -> Path:

@@ -239,8 +239,17 @@ class AuditEntry(Base):
     """One audited state change, kept for a bounded time for the CLI and the TUI."""
 
     __tablename__ = "audit_log"
-    # An item's history pages newest first by id (wq.engine.history): one index range.
-    __table_args__ = (Index("ix_audit_log_work_item_id_id", "work_item_id", "id"),)
+    __table_args__ = (
+        # An item's history pages newest first by id (wq.engine.history): one index range.
+        Index("ix_audit_log_work_item_id_id", "work_item_id", "id"),
+        # The archiver's backlog in id order (wq.engine.archive): rows leave it once archived.
+        Index(
+            "ix_audit_log_unarchived",
+            "id",
+            sqlite_where=text("archived_at IS NULL"),
+            postgresql_where=text("archived_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
@@ -253,6 +262,10 @@ class AuditEntry(Base):
     new_state: Mapped[Any | None] = mapped_column(JsonDoc)
     trigger: Mapped[Any | None] = mapped_column(JsonDoc)
     extra: Mapped[Any | None] = mapped_column("metadata", JsonDoc)
+    # S3 archival: when the entry's object was written (None: not yet), and until when
+    # an archiver that claimed it may upload it before another one may.
+    archived_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    archive_claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class SequenceCounter(Base):

@@ -109,6 +109,11 @@ def sweep_once(
         except Exception:
             log.exception("applying the events of work item %s failed", item_id)
     with sessions.begin() as session:
-        report.audit_pruned = prune(session, retention_days=config.audit.retention_days, now=now)
+        report.audit_pruned = prune(
+            session,
+            retention_days=config.audit.retention_days,
+            now=now,
+            keep_unarchived=config.audit.archiving,
+        )
     log.debug("sweep: %s", report)
     return report

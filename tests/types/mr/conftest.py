@@ -8,7 +8,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from tests.conftest import Store
 from tests.fakes.gitlab import FakeGitLab
@@ -31,16 +30,6 @@ def harness(store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch) -
     harness.manager.start()
     yield harness
     harness.manager.stop(grace=2)
-
-
-@pytest.fixture(scope="session")
-def moto_url() -> Iterator[str]:
-    """The URL of a moto server shared by the session's tests."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture
