@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 import wq
-from wq.cli import admission, cancel, ci_retry, deployer, identity, items, submit, tui
+from wq.cli import admission, audit, cancel, ci_retry, deployer, identity, items, submit, tui
 
 app = typer.Typer(
     name="wq",
@@ -46,6 +46,7 @@ cancel.register(app)
 admission.register(app)
 identity.register(app)
 deployer.register(app)
+audit.register(app)
 tui.register(app)
 ci_retry.register(app)
 

@@ -15,7 +15,11 @@ from wq.daemon.logs import setup_logging
 from wq.engine.config import ConfigError, load_config, read_config_file
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from sqlalchemy import Engine
+
+    from wq.engine.config import Config
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -45,17 +49,56 @@ def daemon(
     return EXIT_OK
 
 
-def _database(config_path: str | None) -> Engine:
+def _database(config_path: str | None, config: Config | None = None) -> Engine:
     """The configured database alone: migrating needs no types, tokens or auth tiers."""
     from wq.engine.config import default_database_url
     from wq.engine.db import Timeouts, make_engine
 
-    config = load_config(config_path)
+    config = config or load_config(config_path)
     # Migrations may run long statements: only the connection attempt is bounded.
     timeouts = Timeouts(config.database.connect_timeout_seconds, statement_seconds=None)
     return make_engine(
         config.database_url or default_database_url(), pool_size=1, timeouts=timeouts
     )
+
+
+def audit_archive(config_path: str | None, since: datetime, until: datetime | None) -> int:
+    """Upload the audit entries from `since` (to `until`) to the S3 archive again."""
+    from wq.engine import schema
+    from wq.engine.archive import S3Archive, rearchive
+    from wq.engine.db import make_sessionmaker
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as err:
+        return _fail(str(err))
+    if not config.audit.archiving:
+        return _fail(
+            "audit archival is off: name a bucket in audit.s3_bucket or WQ_AUDIT_S3_BUCKET"
+        )
+    archive = S3Archive.from_config(config.audit)
+    try:
+        engine = _database(config_path, config)
+        schema.check_current(engine)
+        result = rearchive(
+            make_sessionmaker(engine),
+            archive,
+            since,
+            until,
+            threads=config.audit.s3_upload_threads,
+        )
+    except schema.SchemaOutdated as err:
+        return _fail(str(err))
+    except Exception as err:
+        return _fail(f"cannot read the audit log: {err}")
+    span = f"from {since.isoformat()} to {until.isoformat() if until else 'now'}"
+    if result.failed:
+        return _fail(
+            f"{result.failed} of {result.claimed} audit entries {span} could not be archived "
+            f"to {archive.location} ({result.error}); run the command again"
+        )
+    print(f"archived {result.uploaded} audit entries {span} to {archive.location}")
+    return EXIT_OK
 
 
 def db_migrate(config_path: str | None) -> int:
