@@ -63,17 +63,9 @@ def _load(path: Path) -> tuple[JobRetryConfig, int]:
         fail(f"config {path}: {err}", 1)
 
 
-def _duration(seconds: float) -> str:
-    whole = int(seconds)
-    for unit, size in (("h", 3600), ("m", 60)):
-        if whole >= size and whole % size == 0:
-            return f"{whole // size}{unit}"
-    return f"{whole}s" if whole else "0"
-
-
 def _node(node: Matcher, trace_text: str | None) -> dict[str, Any]:
     """The winning node with every inherited field resolved."""
-    from wq.types.mr.job_retry import trace_lines
+    from wq.types.mr.job_retry import format_duration, trace_lines
 
     lines = trace_lines(trace_text, node.tail_lines) if trace_text is not None else []
     text = "\n".join(lines)
@@ -90,11 +82,13 @@ def _node(node: Matcher, trace_text: str | None) -> dict[str, Any]:
         "tail_lines": node.tail_lines,
         "action": node.action,
         "retry_limit": node.retry_limit,
-        "retry_delays": [_duration(delay) for delay in node.retry_delays],
+        "retry_delays": [format_duration(delay) for delay in node.retry_delays],
     }
 
 
 def _document(verdict: Verdict, trace_read: bool, trace_text: str, attempt: int) -> dict[str, Any]:
+    from wq.types.mr.job_retry import format_duration
+
     if verdict.outcome == "retry":
         outcome = "retry_now" if verdict.delay <= 0 else "retry_after_delay"
     else:
@@ -102,7 +96,7 @@ def _document(verdict: Verdict, trace_read: bool, trace_text: str, attempt: int)
     return {
         "matcher": _node(verdict.node, trace_text) if verdict.node is not None else None,
         "outcome": outcome,
-        "delay": _duration(verdict.delay) if verdict.outcome == "retry" else None,
+        "delay": format_duration(verdict.delay) if verdict.outcome == "retry" else None,
         "attempt": attempt,
         "trace_read": trace_read,
     }

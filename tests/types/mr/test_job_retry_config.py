@@ -9,9 +9,12 @@ import pytest
 from wq.engine.config import ConfigError
 from wq.types.mr.job_retry import (
     JobRetryConfigError,
+    decide,
+    format_duration,
     parse_duration,
     parse_job_retry,
     trace_lines,
+    trace_tail,
 )
 from wq.types.mr.settings import parse_settings
 
@@ -308,3 +311,29 @@ def test_mr_settings_refuse_to_start_on_a_bad_matcher() -> None:
     assert settings.job_retry_config is not None
     assert settings.job_retry_config.retry_limit == 5
     assert parse_settings({}).job_retry_config is None
+
+
+def test_the_verdict_follows_the_node_and_the_attempt() -> None:
+    config = parse_job_retry(CONFIG)
+    assert decide(config, "script_failure", "build", "all fine\n", 0).outcome == "no_match"
+    oom = decide(config, "script_failure", "build", "x\nKilled\n", 0)
+    assert (oom.outcome, oom.node and oom.node.name) == ("report", "oom")
+    runner = [decide(config, "runner_system_failure", "build", None, n) for n in range(6)]
+    assert [(v.outcome, v.delay) for v in runner] == [
+        ("retry", 0.0),
+        ("retry", 300.0),
+        ("retry", 600.0),
+        ("retry", 600.0),
+        ("retry", 600.0),
+        ("limit_reached", 0.0),
+    ]
+    assert [format_duration(s) for s in (0, 45, 300, 3600, 90)] == ["0", "45s", "5m", "1h", "90s"]
+
+
+def test_the_trace_tail_drops_the_line_the_cut_went_through() -> None:
+    data = b"first line\nsecond\nthird\n"
+    assert trace_tail(data, 100) == "first line\nsecond\nthird\n"
+    assert trace_tail(data, 13) == "second\nthird\n"  # cut between two lines
+    assert trace_tail(data, 12) == "third\n"  # "econd" was cut: dropped
+    assert trace_tail(b"\xff\xfeok\n", 10) == "\ufffd\ufffdok\n"
+    assert trace_tail(b"x" * 50, 10) == ""

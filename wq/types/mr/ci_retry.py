@@ -48,7 +48,7 @@ from wq.types.mr.ci_gitlab import (
 from wq.types.mr.ci_metrics import count_job
 from wq.types.mr.events import parse_time
 from wq.types.mr.gitlab import client
-from wq.types.mr.job_retry import JobRetryConfig, Matcher, decide
+from wq.types.mr.job_retry import JobRetryConfig, Matcher, decide, format_duration
 from wq.types.mr.models import MrItem
 from wq.types.mr.settings import MrSettings
 
@@ -206,7 +206,7 @@ class _Run:
                 self.record(
                     "deferred",
                     job,
-                    f"attempt {attempt} waits {_duration(delay)}",
+                    f"attempt {attempt} waits {format_duration(delay)}",
                     node,
                     not_before=job["not_before"],
                 )
@@ -254,14 +254,6 @@ def _attempt(job: dict[str, Any]) -> int:
     """The job's attempt (its retries so far, from the build event), 0 when unknown."""
     count = job.get("retries_count")
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
-
-
-def _duration(seconds: float) -> str:
-    whole = int(seconds)
-    for unit, size in (("h", 3600), ("m", 60)):
-        if whole >= size and whole % size == 0:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
 
 
 def _unique(jobs: Any) -> list[dict[str, Any]]:

@@ -68,6 +68,15 @@ def parse_duration(value: Any, path: str) -> float:
     return float(int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
 
 
+def format_duration(seconds: float) -> str:
+    """A duration as the config writes it: "0", "45s", "5m", "1h"."""
+    whole = int(seconds)
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole >= size and whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s" if whole else "0"
+
+
 @dataclass(frozen=True)
 class MessagePattern:
     """One entry of `messages`: a literal (per-line substring) or a `/regex/`."""
@@ -242,6 +251,8 @@ def trace_tail(data: bytes, max_bytes: int) -> str:
     if len(data) <= max_bytes:
         return data.decode("utf-8", errors="replace")
     text = data[-max_bytes:].decode("utf-8", errors="replace")
+    if data[-max_bytes - 1] == ord("\n"):  # the cut fell between two lines
+        return text
     return text.split("\n", 1)[1] if "\n" in text else ""
 
 
