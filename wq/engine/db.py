@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.abc import RV, PQGen
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,6 +31,10 @@ READ_ONLY_OPTION = "wq_read_only"
 # server's own timeout normally fires first and leaves the connection usable.
 ANSWER_MARGIN_SECONDS = 2.0
 _POLL_INTERVAL = 0.1
+# Pooled PostgreSQL connections idle at least this long are pinged before use.
+IDLE_PING_SECONDS = 2.0
+RECYCLE_SECONDS = 1800
+_IDLE_SINCE = "wq_idle_since"
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,9 @@ def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_T
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        # No ping per checkout (a round trip on every transaction): connections idle
+        # for a while are pinged (below), and old ones recycled.
+        pool_recycle=RECYCLE_SECONDS,
         # A request waiting for a pooled connection gives up like one waiting for
         # the server (the default is 30 s).
         pool_timeout=timeouts.answer_seconds or 30.0,
@@ -165,7 +172,31 @@ def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_T
         dsn = cargs[0] if cargs else ""
         return connect_postgres(dsn, timeouts, **cparams)
 
+    _ping_when_idle(engine)
     return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout only when it sat idle for a while.
+
+    A connection used milliseconds ago is as good as a ping would show; one idle
+    longer may have been dropped by a server restart or a proxy. A failed ping makes
+    the pool discard it and check out another (`DisconnectionError`).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since < IDLE_PING_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi)
+        except Exception as err:
+            raise exc.DisconnectionError(f"pooled connection failed its ping: {err}") from err
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

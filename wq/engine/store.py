@@ -196,6 +196,7 @@ class Claim(NamedTuple):
     token: str
     previous_owner: str | None
     previous_until: datetime | None
+    item_type: str = ""
 
 
 def claim(
@@ -217,7 +218,7 @@ def claim(
         return []
     token = str(uuid.uuid4())
     candidates = (
-        select(WorkItem.id, WorkItem.lease_owner, WorkItem.leased_until)
+        select(WorkItem.id, WorkItem.lease_owner, WorkItem.leased_until, WorkItem.type)
         .where(
             WorkItem.admission == inline(ADMITTED),
             WorkItem.phase == inline(ACTIVE),
@@ -231,7 +232,19 @@ def claim(
         .limit(limit)
     )
     if _is_postgres(session):
-        candidates = candidates.with_for_update(skip_locked=True)
+        # One round trip: lock the candidates (skipping rows other replicas hold) and
+        # lease them, returning the previous lease for the takeover audit.
+        chosen = candidates.with_for_update(skip_locked=True).subquery("chosen")
+        rows = session.execute(
+            update(WorkItem)
+            .where(WorkItem.id == chosen.c.id)
+            .values(lease_owner=owner, lease_token=token, leased_until=lease_until)
+            .returning(WorkItem.id, chosen.c.lease_owner, chosen.c.leased_until, WorkItem.type)
+            .execution_options(synchronize_session=False)
+        ).all()
+        return [Claim(row[0], token, row[1], row[2], row[3]) for row in rows]
+    # SQLite (inside the BEGIN IMMEDIATE lock, no round trips): its RETURNING cannot
+    # name the FROM clause, so read the candidates first.
     rows = session.execute(candidates).all()
     if not rows:
         return []
@@ -241,7 +254,7 @@ def claim(
         .values(lease_owner=owner, lease_token=token, leased_until=lease_until)
         .execution_options(synchronize_session=False)
     )
-    return [Claim(row.id, token, row.lease_owner, row.leased_until) for row in rows]
+    return [Claim(row.id, token, row.lease_owner, row.leased_until, row.type) for row in rows]
 
 
 def next_due(session: Session, types: Sequence[str], now: datetime) -> datetime | None:
