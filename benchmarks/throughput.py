@@ -94,11 +94,17 @@ def run_noop(ctx: ActionContext) -> None:
     set_dimension(ctx.session, ctx.item, DIMENSION, False)
 
 
-def noop_registry() -> TypeRegistry:
-    """A registry with only the no-op type."""
+def noop_registry(cheap: bool = True) -> TypeRegistry:
+    """A registry with only the no-op type (its action marked cheap unless told not to)."""
     registry = TypeRegistry()
     registry.register_type(
-        ItemType(name=TYPE_NAME, model=NoopItem, decider=decide, executors={"noop": run_noop})
+        ItemType(
+            name=TYPE_NAME,
+            model=NoopItem,
+            decider=decide,
+            executors={"noop": run_noop},
+            cheap_actions=frozenset({"noop"}) if cheap else frozenset(),
+        )
     )
     return registry
 
@@ -146,6 +152,8 @@ class WqResult:
     workers: int
     batch: int
     rate: float | None
+    replicas: int
+    cheap: bool
     submit_seconds: float
     submit_per_second: float
     process_seconds: float
@@ -492,10 +500,17 @@ def run_wq(
     listen: bool,
     timeout: float,
     on_phase: Callable[[str], None],
+    cheap: bool = True,
+    replicas: int = 1,
 ) -> WqResult:
-    """Submit and process `items` no-op items; measure from the audit log."""
+    """Submit and process `items` no-op items; measure from the audit log.
+
+    `replicas` > 1 runs that many managers in this process, each with its own engine,
+    wake-up hub and LISTEN connection, like daemons sharing the database; items are
+    submitted through the first one's sessions (as its API would).
+    """
     config = bench_config(url, workers, poll)
-    registry = noop_registry()
+    registry = noop_registry(cheap)
     engine = make_engine(url, pool_size=workers + 5)  # as the daemon sizes it
     observer = make_engine(url, pool_size=1)  # polling and analysis, not counted
     _, existing = count_idle(observer)
@@ -503,12 +518,38 @@ def run_wq(
         raise SystemExit(
             f"the database already holds {TYPE_NAME} items {existing}: use a fresh one"
         )
-    counter = StatementCounter(engine)
+    engines = [engine] + [make_engine(url, pool_size=workers + 5) for _ in range(replicas - 1)]
+    counters = [StatementCounter(each) for each in engines]
+
+    class _Counters:
+        def snapshot(self) -> Counter[str]:
+            total: Counter[str] = Counter()
+            for each in counters:
+                total += each.snapshot()
+            return total
+
+    counter = _Counters()
     submit_counts: Counter[str] | None = None
     try:
-        sessions = make_sessionmaker(engine)
-        manager = ProcessingManager(sessions, registry, config, owner="bench")
-        listener = NotifyListener(engine, manager.wakeup) if listen else None
+        managers = [
+            ProcessingManager(
+                make_sessionmaker(each),
+                registry,
+                config,
+                owner="bench" if index == 0 else f"bench-{index}",
+            )
+            for index, each in enumerate(engines)
+        ]
+        listeners = (
+            [
+                NotifyListener(each, manager.wakeup)
+                for each, manager in zip(engines, managers, strict=True)
+            ]
+            if listen
+            else []
+        )
+        manager = managers[0]
+        sessions = manager.sessions
 
         def submit_all() -> float:
             started = time.monotonic()
@@ -526,15 +567,17 @@ def run_wq(
             wall_start, cpu_start = time.monotonic(), time.process_time()
             machine_start = machine_cpu()
             process_start = utcnow()
-            if listener:
+            for listener in listeners:
                 listener.start()
-            manager.start()
+            for each in managers:
+                each.start()
         else:
             wall_start, cpu_start = time.monotonic(), time.process_time()
             machine_start = machine_cpu()
-            if listener:
+            for listener in listeners:
                 listener.start()
-            manager.start()
+            for each in managers:
+                each.start()
             on_phase(f"wq: submitting {items} items while processing")
             submit_seconds = submit_all()
         try:
@@ -543,13 +586,15 @@ def run_wq(
             cpu_seconds = time.process_time() - cpu_start
             machine_end = machine_cpu()
         finally:
-            manager.stop(grace=10)
-            if listener:
+            for each in managers:
+                each.stop(grace=10)
+            for listener in listeners:
                 listener.stop()
         total_counts = counter.snapshot()
         measured, anomalies = analyse(observer, items)
     finally:
-        engine.dispose()
+        for each in engines:
+            each.dispose()
         observer.dispose()
     times = measured["times"]
     start = process_start or times["first_queued"]
@@ -571,6 +616,8 @@ def run_wq(
         workers=workers,
         batch=batch,
         rate=rate,
+        replicas=replicas,
+        cheap=cheap,
         submit_seconds=submit_seconds,
         submit_per_second=items / submit_seconds if submit_seconds else math.nan,
         process_seconds=process_seconds,
@@ -822,7 +869,9 @@ def render(
             "wq run",
             f"{result.items:,} items, {result.projects} projects, {result.workers} workers, "
             f"phase {result.phase}, batch {result.batch}"
-            + (f", rate {result.rate:g}/s" if result.rate else ""),
+            + (f", rate {result.rate:g}/s" if result.rate else "")
+            + (f", {result.replicas} replicas" if result.replicas > 1 else "")
+            + ("" if result.cheap else ", no-op not cheap (worker threads)"),
         ),
         (
             "submit",
@@ -925,6 +974,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-listen", action="store_true", help="do not run LISTEN/NOTIFY")
     parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="processing managers on the database, each with its own engine and LISTEN (1)",
+    )
+    parser.add_argument(
+        "--no-cheap",
+        action="store_true",
+        help="do not mark the no-op action cheap: every item runs on a worker thread",
+    )
+    parser.add_argument(
         "--switch-interval",
         type=float,
         default=None,
@@ -1016,6 +1076,8 @@ def main(argv: list[str] | None = None) -> int:
             listen=not args.no_listen,
             timeout=args.timeout,
             on_phase=on_phase,
+            cheap=not args.no_cheap,
+            replicas=args.replicas,
         )
         if profiler:
             profiler.stop(args.profile)

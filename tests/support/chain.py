@@ -149,8 +149,8 @@ def submit_chain(session: Session, payload: ChainCreate, ctx: SubmitContext) -> 
     )
 
 
-def chain_type(behaviour: Behaviour) -> ItemType:
-    """The `chain` type bound to a behaviour."""
+def chain_type(behaviour: Behaviour, *, cheap: bool = False) -> ItemType:
+    """The `chain` type bound to a behaviour; `cheap`: its steps run in the scheduler's batch."""
     return ItemType(
         name="chain",
         model=ChainItem,
@@ -160,13 +160,14 @@ def chain_type(behaviour: Behaviour) -> ItemType:
         submission=Submission(
             schema=ChainCreate, project_of=lambda payload: payload.project, handle=submit_chain
         ),
+        cheap_actions=frozenset(STEPS) if cheap else frozenset(),
     )
 
 
-def chain_registry(behaviour: Behaviour) -> TypeRegistry:
+def chain_registry(behaviour: Behaviour, *, cheap: bool = False) -> TypeRegistry:
     """A registry with only the chain type."""
     registry = TypeRegistry()
-    registry.register_type(chain_type(behaviour))
+    registry.register_type(chain_type(behaviour, cheap=cheap))
     return registry
 
 

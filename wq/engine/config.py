@@ -59,6 +59,8 @@ class ProcessingConfig(_Section):
     """The processing manager: worker pool, leases, retries, sweep."""
 
     workers: PositiveInt = 10
+    # Items claimed at once beyond the free workers, for types with cheap actions.
+    batch_size: PositiveInt = 50
     lease_seconds: PositiveFloat = 60.0
     deadline_seconds: PositiveFloat = 60.0
     max_attempts: PositiveInt = 5

@@ -2,8 +2,10 @@
 
 One scheduler thread turns wake-ups into work: it applies stored events, runs an
 admission pass for the projects that changed, and claims as many admitted items as
-there are free workers. Each claimed item runs on a worker thread of its own (at
-most `workers` at once), one action at a time (`wq.engine.runner`). A heartbeat
+there are free workers. Items of types with cheap actions are taken as far as those
+go in one transaction on the scheduler thread (`wq.engine.batch`); the others, and
+those that want an action that is not cheap, run on a worker thread of their own
+(at most `workers` at once), one action at a time (`wq.engine.runner`). A heartbeat
 extends the leases of running items until the last worker has returned.
 
 Shutdown stops claiming at once; running actions get the grace period to end, after
@@ -29,6 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import store
 from wq.engine.admission import dispatch
 from wq.engine.audit import AuditRecord, audit
+from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.models import WorkItem, utcnow
@@ -88,6 +91,7 @@ class ProcessingManager:
         self._runner = ItemRunner(
             self.sessions, registry, self.settings, clock, stopping=self._stopping
         )
+        self._batch = BatchRunner(self.sessions, registry, self.settings, clock)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -212,12 +216,14 @@ class ProcessingManager:
             free = self.settings.workers - self.busy
             if free <= 0 or self._stopping.is_set():
                 return 0
+            # Cheap items finish in the batch without a worker: take more of them at once.
+            limit = max(free, self.settings.batch_size) if self._batch.any_cheap else free
             now = self.clock()
             with self.sessions.begin() as session:
                 claims = store.claim(
                     session,
                     owner=self.owner,
-                    limit=free,
+                    limit=limit,
                     types=self.registry.names,
                     now=now,
                     lease_until=now + timedelta(seconds=self.settings.lease_seconds),
@@ -225,20 +231,43 @@ class ProcessingManager:
                 self._audit_takeovers(session, claims)
                 due = (
                     None
-                    if len(claims) == free
+                    if len(claims) == limit
                     else store.next_due(session, self.registry.names, now)
                 )
             self._next_due = None if due is None else time.monotonic() + (due - now).total_seconds()
+            workers = claims if self._stopping.is_set() else self._run_batch(claims)
+            # More items want a worker than there are free ones: the rest wait, leased to
+            # nobody, in their place in line.
+            workers, surplus = workers[:free], workers[free:]
+            if surplus:
+                with self.sessions.begin() as session:
+                    for claim in surplus:
+                        store.drop_lease(session, claim.id, claim.token)
+            if len(claims) == limit:
+                self.wakeup.poke()  # maybe more to claim: the next pass comes at once
             with self._running_lock:
                 if not self._stopping.is_set():
-                    for claim in claims:
+                    for claim in workers:
                         self._start_worker(claim.id, claim.token)
                     return len(claims)
             # Shutdown began while we claimed: no action ran, give the items back.
             with self.sessions.begin() as session:
-                for claim in claims:
+                for claim in workers:
                     store.drop_lease(session, claim.id, claim.token)
             return 0
+
+    def _run_batch(self, claims: list[store.Claim]) -> list[store.Claim]:
+        """Run the cheap actions of the claimed items here; return those that need a worker."""
+        batched = [claim for claim in claims if self._batch.batchable(claim.item_type)]
+        if not batched:
+            return claims
+        rest = [claim for claim in claims if claim not in batched]
+        try:
+            return rest + self._batch.run(batched, f"{self.owner}/batch")
+        except Exception:
+            # The batch's transaction rolled back: its items go the long way instead.
+            log.exception("a batch of %d item(s) failed; handing them to workers", len(batched))
+            return claims
 
     def _audit_takeovers(self, session: Session, claims: list[store.Claim]) -> None:
         """One audit row per expired lease this claim took over, naming the old owner."""

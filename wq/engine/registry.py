@@ -200,6 +200,10 @@ class ItemType:
     # Event kinds the engine orders by `last_event_at` (None: every kind with a time);
     # the type's handler orders the others itself.
     ordered_events: frozenset[str] | None = None
+    # Actions that make no external call and change the item only through the ORM
+    # objects they are given: they run in the scheduler's batch transaction, without
+    # a worker thread (`wq.engine.batch`).
+    cheap_actions: frozenset[str] = frozenset()
 
 
 class UnknownType(LookupError):

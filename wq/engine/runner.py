@@ -199,53 +199,67 @@ class ItemRunner:
         self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str
     ) -> None:
         now = self.clock()
-        known = isinstance(err, RetryLater | PermanentFailure | Requeue)
-        message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
-        log.warning("work item %s: %s", item_id, message)
         with self.sessions.begin() as session:
             if not store.fence_lease(session, item_id, token, now):
                 return
             item = session.get(WorkItem, item_id, populate_existing=True)
             if item is None:
                 return
-            old = snapshot(item)
-            if not (item.error or "").startswith(f"{action}: "):
-                item.attempts = 0  # another action failed before: a new run of failures
-            item.attempts += 1
-            item.error = message
-            trigger = {"source": "worker", "action": action, "error": message}
-            requeue = isinstance(err, Requeue)
-            if not requeue and (
-                isinstance(err, PermanentFailure) or item.attempts >= self.settings.max_attempts
-            ):
-                reason = (
-                    "permanent failure"
-                    if isinstance(err, PermanentFailure)
-                    else "max attempts reached"
-                )
-                set_phase(session, item, FAILED, actor=actor, trigger={**trigger, "reason": reason})
-                return
-            delay = backoff_delay(
-                item.attempts, self.settings.backoff_base_seconds, self.settings.backoff_max_seconds
-            )
-            if isinstance(err, RetryLater | Requeue) and err.retry_after:
-                delay = max(delay, err.retry_after)
-            item.run_after = now + timedelta(seconds=delay)
-            item.lease_owner = item.lease_token = None
-            item.leased_until = None
-            if requeue:
-                # Back in line at its old place (same seq); its slot is free meanwhile,
-                # and the dispatcher admits it again once run_after has passed.
-                item.admission = QUEUED
-                signal(session, PROJECT_QUEUED, item.project)
-            audit(
-                session,
-                AuditRecord(
-                    "requeued" if requeue else "action_failed",
-                    actor,
-                    item_id,
-                    old_state=old,
-                    new_state={**snapshot(item), "attempts": item.attempts},
-                    trigger={**trigger, "retry_in_seconds": delay},
-                ),
-            )
+            record_failure(session, item, action, err, actor, self.settings, now)
+
+
+def record_failure(
+    session: Session,
+    item: WorkItem,
+    action: str,
+    err: Exception,
+    actor: str,
+    settings: ProcessingConfig,
+    now: datetime,
+) -> None:
+    """Count a failed action: back off (or requeue, or fail the item), let go of the lease.
+
+    The caller holds the item's lease fence in the open transaction.
+    """
+    known = isinstance(err, RetryLater | PermanentFailure | Requeue)
+    message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
+    log.warning("work item %s: %s", item.id, message)
+    old = snapshot(item)
+    if not (item.error or "").startswith(f"{action}: "):
+        item.attempts = 0  # another action failed before: a new run of failures
+    item.attempts += 1
+    item.error = message
+    trigger = {"source": "worker", "action": action, "error": message}
+    requeue = isinstance(err, Requeue)
+    if not requeue and (
+        isinstance(err, PermanentFailure) or item.attempts >= settings.max_attempts
+    ):
+        reason = (
+            "permanent failure" if isinstance(err, PermanentFailure) else "max attempts reached"
+        )
+        set_phase(session, item, FAILED, actor=actor, trigger={**trigger, "reason": reason})
+        return
+    delay = backoff_delay(
+        item.attempts, settings.backoff_base_seconds, settings.backoff_max_seconds
+    )
+    if isinstance(err, RetryLater | Requeue) and err.retry_after:
+        delay = max(delay, err.retry_after)
+    item.run_after = now + timedelta(seconds=delay)
+    item.lease_owner = item.lease_token = None
+    item.leased_until = None
+    if requeue:
+        # Back in line at its old place (same seq); its slot is free meanwhile,
+        # and the dispatcher admits it again once run_after has passed.
+        item.admission = QUEUED
+        signal(session, PROJECT_QUEUED, item.project)
+    audit(
+        session,
+        AuditRecord(
+            "requeued" if requeue else "action_failed",
+            actor,
+            item.id,
+            old_state=old,
+            new_state={**snapshot(item), "attempts": item.attempts},
+            trigger={**trigger, "retry_in_seconds": delay},
+        ),
+    )
