@@ -39,6 +39,7 @@ import importlib.util
 import json
 import logging
 import math
+import multiprocessing
 import os
 import platform
 import pstats
@@ -153,6 +154,7 @@ class WqResult:
     batch: int
     rate: float | None
     replicas: int
+    processes: int
     cheap: bool
     submit_seconds: float
     submit_per_second: float
@@ -487,6 +489,40 @@ def analyse(engine: Engine, items: int) -> tuple[dict[str, Any], list[str]]:
     return {"times": times, "latency": latency}, anomalies
 
 
+def _process_replica(
+    url: str,
+    workers: int,
+    poll: float,
+    cheap: bool,
+    listen: bool,
+    index: int,
+    ready: Any,
+    go: Any,
+    halt: Any,
+    report: Any,
+) -> None:
+    """A processing manager in a process of its own, like a second daemon (`--processes`)."""
+    config = bench_config(url, workers, poll)
+    engine = make_engine(url, pool_size=workers + 5)
+    manager = ProcessingManager(
+        make_sessionmaker(engine), noop_registry(cheap), config, owner=f"bench-p{index}"
+    )
+    listener = NotifyListener(engine, manager.wakeup) if listen else None
+    cpu_start = time.process_time()
+    if listener:
+        listener.start()
+        listener.wait_ready(10)
+    ready.set()
+    go.wait()  # set by the parent right after it started its own manager
+    manager.start()
+    halt.wait()
+    manager.stop(grace=10)
+    if listener:
+        listener.stop()
+    engine.dispose()
+    report.put(time.process_time() - cpu_start)
+
+
 def run_wq(
     url: str,
     *,
@@ -502,12 +538,15 @@ def run_wq(
     on_phase: Callable[[str], None],
     cheap: bool = True,
     replicas: int = 1,
+    processes: int = 1,
 ) -> WqResult:
     """Submit and process `items` no-op items; measure from the audit log.
 
     `replicas` > 1 runs that many managers in this process, each with its own engine,
     wake-up hub and LISTEN connection, like daemons sharing the database; items are
-    submitted through the first one's sessions (as its API would).
+    submitted through the first one's sessions (as its API would). `processes` > 1
+    adds that many minus one managers in child processes (each its own GIL); their
+    statements are not counted, their CPU is.
     """
     config = bench_config(url, workers, poll)
     registry = noop_registry(cheap)
@@ -550,6 +589,27 @@ def run_wq(
         )
         manager = managers[0]
         sessions = manager.sessions
+        context = multiprocessing.get_context("spawn")
+        go, halt = context.Event(), context.Event()
+        ready = [context.Event() for _ in range(processes - 1)]
+        cpu_reports = context.Queue()
+        children = [
+            context.Process(
+                target=_process_replica,
+                args=(url, workers, poll, cheap, listen, index + 1, ready[index], go, halt),
+                kwargs={"report": cpu_reports},
+                daemon=True,
+            )
+            for index in range(processes - 1)
+        ]
+        for child in children:
+            child.start()
+        for event in ready:
+            if not event.wait(60):
+                raise SystemExit("a child process did not start")
+
+        def start_children() -> None:
+            go.set()
 
         def submit_all() -> float:
             started = time.monotonic()
@@ -559,6 +619,7 @@ def run_wq(
             return time.monotonic() - started
 
         process_start: datetime | None = None
+        children_cpu = 0.0
         if phase == "submit-first":
             on_phase(f"wq: submitting {items} items (manager stopped)")
             submit_seconds = submit_all()
@@ -571,6 +632,7 @@ def run_wq(
                 listener.start()
             for each in managers:
                 each.start()
+            start_children()
         else:
             wall_start, cpu_start = time.monotonic(), time.process_time()
             machine_start = machine_cpu()
@@ -578,6 +640,7 @@ def run_wq(
                 listener.start()
             for each in managers:
                 each.start()
+            start_children()
             on_phase(f"wq: submitting {items} items while processing")
             submit_seconds = submit_all()
         try:
@@ -586,15 +649,20 @@ def run_wq(
             cpu_seconds = time.process_time() - cpu_start
             machine_end = machine_cpu()
         finally:
-            for each in managers:
-                each.stop(grace=10)
+            for running in managers:
+                running.stop(grace=10)
             for listener in listeners:
                 listener.stop()
+            halt.set()
+            for child in children:
+                children_cpu += cpu_reports.get(timeout=30)
+                child.join(timeout=30)
+        cpu_seconds += children_cpu
         total_counts = counter.snapshot()
         measured, anomalies = analyse(observer, items)
     finally:
-        for each in engines:
-            each.dispose()
+        for pooled in engines:
+            pooled.dispose()
         observer.dispose()
     times = measured["times"]
     start = process_start or times["first_queued"]
@@ -617,6 +685,7 @@ def run_wq(
         batch=batch,
         rate=rate,
         replicas=replicas,
+        processes=processes,
         cheap=cheap,
         submit_seconds=submit_seconds,
         submit_per_second=items / submit_seconds if submit_seconds else math.nan,
@@ -871,6 +940,7 @@ def render(
             f"phase {result.phase}, batch {result.batch}"
             + (f", rate {result.rate:g}/s" if result.rate else "")
             + (f", {result.replicas} replicas" if result.replicas > 1 else "")
+            + (f", {result.processes} processes" if result.processes > 1 else "")
             + ("" if result.cheap else ", no-op not cheap (worker threads)"),
         ),
         (
@@ -980,6 +1050,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="processing managers on the database, each with its own engine and LISTEN (1)",
     )
     parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="also run N-1 managers in child processes (several daemons on one database)",
+    )
+    parser.add_argument(
         "--no-cheap",
         action="store_true",
         help="do not mark the no-op action cheap: every item runs on a worker thread",
@@ -1078,6 +1154,7 @@ def main(argv: list[str] | None = None) -> int:
             on_phase=on_phase,
             cheap=not args.no_cheap,
             replicas=args.replicas,
+            processes=args.processes,
         )
         if profiler:
             profiler.stop(args.profile)
