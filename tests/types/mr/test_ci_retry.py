@@ -347,3 +347,15 @@ def test_a_job_failing_while_the_executor_runs_is_kept(stage: CiStage, gitlab: F
         ("retried", rpm.id),
     ]
     assert stage.jobs_list() == []
+
+
+def test_a_429_is_retried_after_the_time_gitlab_asks(stage: CiStage, gitlab: FakeGitLab) -> None:
+    pipeline = stage.pipeline(
+        {"name": "clone", "status": "failed", "trace": trace("git-clone-failure")}
+    )
+    gitlab.fail_next("GET", r"/jobs/\d+/trace$", 429, retry_after=1)
+    stage.fail(stage.job(pipeline, "clone"))
+    stage.run()
+    [failure] = stage.audits("action_failed")
+    assert failure.trigger["retry_in_seconds"] >= 1  # type: ignore[index]
+    assert [o for o, *_ in stage.outcomes()] == ["retried"]
