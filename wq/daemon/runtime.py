@@ -60,8 +60,11 @@ class Runtime:
         self.archiver.start()
         return self.archiver
 
-    def start_consumer(self) -> SqsConsumer | None:
-        """Start the SQS consumer when a queue URL is configured (config, then env)."""
+    def prepare_consumer(self) -> SqsConsumer | None:
+        """Build the SQS consumer when a queue URL is configured (config, then env).
+
+        Raises `EventsConfigError` when the queue cannot be used (before the daemon binds).
+        """
         events = self.config.events
         queue_url = events.queue_url or queue_url_from_env()
         if queue_url is None:
@@ -75,7 +78,12 @@ class Runtime:
             max_message_bytes=events.max_message_bytes,
             max_future_skew=timedelta(seconds=events.max_future_skew_seconds),
         )
-        self.consumer.start()
+        return self.consumer
+
+    def start_consumer(self) -> SqsConsumer | None:
+        """Start the consumer `prepare_consumer` built, if any."""
+        if self.consumer is not None:
+            self.consumer.start()
         return self.consumer
 
 

@@ -28,6 +28,7 @@ from wq.engine import schema
 from wq.engine.config import Config
 from wq.engine.db import is_sqlite
 from wq.engine.listener import NotifyListener
+from wq.engine.sqs import EventsConfigError
 
 log = logging.getLogger("wq.daemon")
 
@@ -129,6 +130,10 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
     runtime = build_runtime(config, loopback=loopback)
     log.info("config: %s", config.source)
     _warn_about_config(config)
+    try:
+        runtime.prepare_consumer()
+    except EventsConfigError as err:
+        raise StartupError(str(err)) from None
     log.info("database: %s", runtime.engine.url.render_as_string(hide_password=True))
     prepare_database(runtime)
     if runtime.local_tier is None and config.auth.local_token is None:

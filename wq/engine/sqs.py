@@ -20,11 +20,13 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -62,6 +64,38 @@ def queue_url_from_env() -> str | None:
         if os.environ.get(var):
             return os.environ[var]
     return None
+
+
+# sqs.<region>.amazonaws.com[.cn], and the legacy <region>.queue.amazonaws.com[.cn]
+_AWS_QUEUE_HOST = re.compile(
+    r"^(?:sqs\.(?P<a>[a-z0-9-]+)|(?P<b>[a-z0-9-]+)\.queue)\.amazonaws\.com(?:\.cn)?$"
+)
+
+
+class EventsConfigError(ValueError):
+    """The events queue cannot be used as configured (the daemon refuses to start)."""
+
+
+def queue_region(queue_url: str) -> str | None:
+    """The AWS region an SQS queue URL names in its host, or None (e.g. a local endpoint)."""
+    found = _AWS_QUEUE_HOST.match(urlsplit(queue_url).hostname or "")
+    return (found.group("a") or found.group("b")) if found else None
+
+
+def sqs_client(queue_url: str) -> Any:
+    """A boto3 SQS client for the queue: the configured region, else the URL's own.
+
+    Credentials and endpoint come from boto3's usual chain (environment, profile, pod
+    identity); only a region that neither the environment nor the URL gives is refused.
+    """
+    session = boto3.session.Session()
+    region = session.region_name or queue_region(queue_url)
+    if region is None:
+        raise EventsConfigError(
+            f"events queue {queue_url}: no AWS region: set AWS_DEFAULT_REGION "
+            "(the queue URL's host names none)"
+        )
+    return session.client("sqs", region_name=region)
 
 
 class Outcome(enum.Enum):
@@ -112,7 +146,7 @@ class SqsConsumer:
         self.wait_seconds = wait_seconds
         self.max_message_bytes = max_message_bytes
         self.max_future_skew = max_future_skew
-        self.client = client or boto3.client("sqs")
+        self.client = client or sqs_client(queue_url)
         self._stopping = threading.Event()
         # Held while a batch is handled: stop() waits for it, never for a receive.
         self._busy = threading.Lock()
