@@ -219,6 +219,7 @@ class ProcessingManager:
             # Cheap items finish in the batch without a worker: take more of them at once.
             limit = max(free, self.settings.batch_size) if self._batch.any_cheap else free
             now = self.clock()
+            lease_until = now + timedelta(seconds=self.settings.lease_seconds)
             with self.sessions.begin() as session:
                 claims = store.claim(
                     session,
@@ -226,9 +227,9 @@ class ProcessingManager:
                     limit=limit,
                     types=self.registry.names,
                     now=now,
-                    lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+                    lease_until=lease_until,
                 )
-                self._audit_takeovers(session, claims)
+                self._audit_takeovers(session, claims, lease_until)
                 due = (
                     None
                     if len(claims) == limit
@@ -269,7 +270,9 @@ class ProcessingManager:
             log.exception("a batch of %d item(s) failed; handing them to workers", len(batched))
             return claims
 
-    def _audit_takeovers(self, session: Session, claims: list[store.Claim]) -> None:
+    def _audit_takeovers(
+        self, session: Session, claims: list[store.Claim], lease_until: datetime
+    ) -> None:
         """One audit row per expired lease this claim took over, naming the old owner."""
         records = [
             AuditRecord(
@@ -282,7 +285,7 @@ class ProcessingManager:
                     if claim.previous_until
                     else None,
                 },
-                new_state={"lease_owner": self.owner},
+                new_state={"lease_owner": self.owner, "leased_until": lease_until.isoformat()},
                 trigger={"source": "claim", "reason": "lease expired"},
             )
             for claim in claims

@@ -224,7 +224,7 @@ def record_failure(
     known = isinstance(err, RetryLater | PermanentFailure | Requeue)
     message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
     log.warning("work item %s: %s", item.id, message)
-    old = snapshot(item)
+    old = {**snapshot(item), "attempts": item.attempts}
     if not (item.error or "").startswith(f"{action}: "):
         item.attempts = 0  # another action failed before: a new run of failures
     item.attempts += 1
