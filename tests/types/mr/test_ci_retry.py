@@ -210,18 +210,26 @@ def test_a_retried_job_that_fails_again_is_retried_again(
     assert len(stage.retries_of(pipeline, "rpm")) == 3
 
 
-def test_a_trace_fetch_failing_once_is_tried_again(stage: CiStage, gitlab: FakeGitLab) -> None:
+@pytest.mark.parametrize("fault", ["503", "dropped connection"])
+def test_a_trace_fetch_failing_once_is_tried_again(
+    stage: CiStage, gitlab: FakeGitLab, fault: str
+) -> None:
     pipeline = stage.pipeline(
         {"name": "clone", "status": "failed", "trace": trace("git-clone-failure")}
     )
     clone = stage.job(pipeline, "clone")
-    gitlab.fail_next("GET", r"/jobs/\d+/trace$", 503)
+    if fault == "503":
+        gitlab.fail_next("GET", r"/jobs/\d+/trace$", 503)
+    else:
+        gitlab.drop_next("GET", r"/jobs/\d+/trace$")
     stage.fail(clone)
     item = stage.run()
     assert len(trace_requests(gitlab)) == 2
     assert item.attempts == 0 and item.phase == "active"
     failures = stage.audits("action_failed")
-    assert len(failures) == 1 and "503" in failures[0].trigger["error"]  # type: ignore[index]
+    assert len(failures) == 1
+    error = failures[0].trigger["error"]  # type: ignore[index]
+    assert ("503" in error) if fault == "503" else ("cannot reach GitLab" in error)
     assert [(o, b) for o, b, _, _ in stage.outcomes()] == [("retried", clone.id)]
 
 

@@ -56,7 +56,9 @@ def sorted_errors() -> Iterator[None]:
         raise Refused(describe(err)) from None
     except requests.exceptions.RequestException as err:
         # A connection cut while a trace streams is a ChunkedEncodingError: transient too.
-        raise Transient(describe(err)) from None
+        if is_transient(err) or isinstance(err, requests.exceptions.ChunkedEncodingError):
+            raise Transient(describe(err)) from None
+        raise Refused(describe(err)) from None  # a bad URL and the like: config, not luck
 
 
 @dataclass(frozen=True)
