@@ -98,25 +98,30 @@ def lock_admission(session: Session) -> None:
 # PostgreSQL: every lane in one statement. For each (project, lane, capacity) the
 # in-flight count (index-only on ix_work_items_in_flight) gives the free slots, and a
 # LATERAL probe of ix_work_items_queue takes that many heads in seq order, so a pass
-# reads what it admits, never the backlog behind it.
+# reads what it admits, never the backlog behind it. The heads are gathered into an
+# array first (an InitPlan run once), so the rows are then updated by primary key
+# whatever the planner believes of the table (without statistics, a join here was
+# once planned as a loop over the whole queue).
 _ADMIT_HEADS_PG = text(
     f"""
 UPDATE work_items AS w
 SET admission = '{ADMITTED}', admitted_at = :now, updated_at = :now
-FROM unnest(CAST(:projects AS text[]), CAST(:lanes AS text[]), CAST(:capacities AS int[]))
-    AS c(project, lane, capacity)
-CROSS JOIN LATERAL (
-    SELECT count(*) AS busy FROM work_items AS a
-    WHERE a.project = c.project AND a.lane = c.lane AND a.admission = '{ADMITTED}'
-) AS f
-CROSS JOIN LATERAL (
-    SELECT q.id FROM work_items AS q
-    WHERE q.project = c.project AND q.lane = c.lane AND q.admission = '{QUEUED}'
-        AND (q.run_after IS NULL OR q.run_after <= :now)
-    ORDER BY q.seq
-    LIMIT greatest(c.capacity - f.busy, 0)
-) AS h
-WHERE w.id = h.id AND w.admission = '{QUEUED}'
+WHERE w.admission = '{QUEUED}' AND w.id = ANY(ARRAY(
+    SELECT h.id
+    FROM unnest(CAST(:projects AS text[]), CAST(:lanes AS text[]), CAST(:capacities AS int[]))
+        AS c(project, lane, capacity)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS busy FROM work_items AS a
+        WHERE a.project = c.project AND a.lane = c.lane AND a.admission = '{ADMITTED}'
+    ) AS f
+    CROSS JOIN LATERAL (
+        SELECT q.id FROM work_items AS q
+        WHERE q.project = c.project AND q.lane = c.lane AND q.admission = '{QUEUED}'
+            AND (q.run_after IS NULL OR q.run_after <= :now)
+        ORDER BY q.seq
+        LIMIT greatest(c.capacity - f.busy, 0)
+    ) AS h
+))
 RETURNING w.id, w.project, w.lane, w.seq
 """
 ).columns(id=Uuid(), project=String(), lane=String(), seq=BigInteger())
