@@ -273,30 +273,32 @@ def test_delays_by_attempt_defer_and_the_sweep_wakes_the_item(
     now = stage.history(pipeline, "now", 1, **spec)  # attempt 0: delay "0"
     later = stage.history(pipeline, "later", 2, **spec)  # attempt 1: "5m"
     last = stage.history(pipeline, "last", 4, **spec)  # attempt 3: past the end, "5m" again
+    counted = stage.history(pipeline, "counted", 2, **spec)  # attempt 1, from the pipeline
     stage.fail(now, later, last, retries={now.id: 0, later.id: 1, last.id: 3})
+    stage.fail(counted, retries_count=None)  # an event without retries_count
     item = stage.run()
     assert len(stage.retries_of(pipeline, "now")) == 2
     assert len(stage.retries_of(pipeline, "later")) == 2
     assert len(stage.retries_of(pipeline, "last")) == 4
+    assert len(stage.retries_of(pipeline, "counted")) == 2
     row = item.status("needs_ci_retry")
     assert row is not None and row.status == "true"
     waiting = {job["build_id"]: job["not_before"] for job in row.detail["jobs"]}
-    assert set(waiting) == {later.id, last.id}
+    assert set(waiting) == {later.id, last.id, counted.id}
     finished = datetime.fromisoformat(later.finished_at.replace("Z", "+00:00"))
     assert datetime.fromisoformat(waiting[later.id]) == finished + timedelta(minutes=5)
     assert row.pending_until == min(datetime.fromisoformat(v) for v in waiting.values())
-    assert [o for o, *_ in stage.outcomes()] == ["retried", "deferred", "deferred"]
+    assert [o for o, *_ in stage.outcomes()] == ["retried"] + ["deferred"] * 3
 
     stage.run()  # nothing is due: nothing happens
-    assert len(stage.outcomes()) == 3
+    assert len(stage.outcomes()) == 4
 
     stage.travel(5 * 60)  # five minutes later the sweep finds the deferral due
     item = stage.run()
     assert len(stage.retries_of(pipeline, "later")) == 3
     assert len(stage.retries_of(pipeline, "last")) == 5
-    assert [o for o, *_ in stage.outcomes()] == ["retried", "deferred", "deferred"] + [
-        "retried"
-    ] * 2
+    assert len(stage.retries_of(pipeline, "counted")) == 3
+    assert [o for o, *_ in stage.outcomes()] == ["retried"] + ["deferred"] * 3 + ["retried"] * 3
     assert item.status("needs_ci_retry").status == "false"  # type: ignore[union-attr]
 
 

@@ -178,7 +178,15 @@ class _Run:
                 self.record("skipped", job, f"cannot read the trace: {err}")
                 return False
         attempt = _attempt(job)
-        verdict = decide(self.config, reason, name, trace, attempt)
+        verdict = decide(self.config, reason, name, trace, attempt or 0)
+        if attempt is None and verdict.node is not None and verdict.node.action == "retry":
+            # No retries_count in the event: count this job's earlier runs instead.
+            same, keep = self.same_name(job, pipeline_id, name, verdict.node)
+            if same is None:
+                return keep
+            attempt = sum(1 for other in same if other.id < build_id)
+            verdict = decide(self.config, reason, name, trace, attempt)
+        attempt = attempt or 0
         node = verdict.node
         if node is None:
             self.record("skipped", job, "no matcher matched")
@@ -212,20 +220,28 @@ class _Run:
                 )
         return not_before > self.ctx.now
 
+    def same_name(
+        self, job: dict[str, Any], pipeline_id: int, name: str, node: Matcher
+    ) -> tuple[list[PipelineJob] | None, bool]:
+        """The pipeline's jobs of that name; else (None, whether to keep the job)."""
+        try:
+            return [other for other in self.jobs_of(pipeline_id) if other.name == name], False
+        except JobGone:
+            self.record("skipped", job, f"pipeline {pipeline_id} is gone (404)", node)
+            return None, False
+        except Transient as err:
+            return None, self.failed_transiently(job, err)
+        except Refused as err:
+            self.record("skipped", job, f"cannot list the pipeline's jobs: {err}", node)
+            return None, False
+
     def retry(
         self, job: dict[str, Any], node: Matcher, build_id: int, pipeline_id: int, name: str
     ) -> bool:
         """The safety checks, then the retry; True keeps the job (a transient failure)."""
-        try:
-            same = [other for other in self.jobs_of(pipeline_id) if other.name == name]
-        except JobGone:
-            self.record("skipped", job, f"pipeline {pipeline_id} is gone (404)", node)
-            return False
-        except Transient as err:
-            return self.failed_transiently(job, err)
-        except Refused as err:
-            self.record("skipped", job, f"cannot list the pipeline's jobs: {err}", node)
-            return False
+        same, keep = self.same_name(job, pipeline_id, name, node)
+        if same is None:
+            return keep
         newer = [other.id for other in same if other.id > build_id]
         if newer:
             self.record("skipped", job, f"a newer {name} job exists ({max(newer)})", node)
@@ -250,10 +266,10 @@ class _Run:
         return False
 
 
-def _attempt(job: dict[str, Any]) -> int:
-    """The job's attempt (its retries so far, from the build event), 0 when unknown."""
+def _attempt(job: dict[str, Any]) -> int | None:
+    """The job's attempt (its retries so far, from the build event), None when unknown."""
     count = job.get("retries_count")
-    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
 def _unique(jobs: Any) -> list[dict[str, Any]]:
