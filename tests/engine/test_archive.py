@@ -21,12 +21,15 @@ import pytest
 from sqlalchemy import func, select, update
 
 from tests.conftest import Store
+from tests.engine.helpers import load, submit
 from tests.fakes.relay import Relay
+from tests.support.chain import STEPS, Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import metrics
 from wq.engine.archive import AuditArchiver, S3Archive, rearchive
 from wq.engine.audit import AuditRecord, audit, prune
 from wq.engine.models import AuditEntry, utcnow
+from wq.engine.processing import ProcessingManager
 
 KEY = re.compile(
     r"^(?P<prefix>wq/audit)/(?P<path>\d{4}/\d{2}/\d{2}/\d{2}/\d{2})/"
@@ -304,3 +307,34 @@ def test_retention_keeps_entries_that_are_not_archived_yet(store: Store) -> None
     with store.sessions.begin() as session:  # archival off: age alone decides
         assert prune(session, retention_days=30, now=utcnow()) == 2
     assert len(all_rows(store)) == 2
+
+
+def test_items_are_processed_while_s3_is_down_and_their_entries_archived_after(
+    store: Store,
+    s3: Any,
+    bucket: str,
+    relay: Relay,
+    archivers: list[AuditArchiver],
+    managers: list[Any],
+) -> None:
+    relay.down()
+    start_archiver(store, relay.url, bucket, archivers)
+    behaviour = Behaviour()
+    manager = ProcessingManager(store.sessions, chain_registry(behaviour), store.config)
+    manager.start()
+    managers.append(manager)
+    ids = [
+        submit(store.sessions, manager.registry, store.config, f"p/{n}").item.id  # type: ignore[union-attr]
+        for n in range(3)
+    ]
+    wait_for(
+        lambda: all(load(store.sessions, item_id).admission == "idle" for item_id in ids),
+        timeout=30,
+        message="items processed during the outage",
+    )
+    assert all(behaviour.actions_of(item_id) == list(STEPS) for item_id in ids)
+    written = len(all_rows(store))
+    assert unarchived(store) == written and keys(s3, bucket) == []
+    relay.up()
+    wait_for(lambda: unarchived(store) == 0, timeout=30, message="archived after the outage")
+    assert len(keys(s3, bucket)) == written

@@ -176,7 +176,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             if listener is not None:
                 listener.stop()
             if archiver is not None:
-                archiver.stop()  # what it has not uploaded is left for the next start
+                # Within the grace: what it has not uploaded is left for the next start.
+                archiver.stop(timeout=1.0)
             if runtime.local_tier is not None:
                 cache.forget(url, token=runtime.local_tier.token)
             runtime.authenticator.close()

@@ -3,8 +3,9 @@
 The `audit_log` row is the source of truth and the archiver's queue: a row is
 archived when `archived_at` is set. The archiver thread claims a bounded batch of
 unarchived rows (oldest first; `FOR UPDATE SKIP LOCKED` and a claim lease on
-PostgreSQL, so replicas never take the same rows), uploads them on a few threads
-outside any transaction, marks the uploaded ones archived and hands the others back.
+PostgreSQL, so replicas never take the same rows) into a queue that a few upload
+threads drain outside any transaction (memory is bounded by the batch size), marks
+the uploaded ones archived and hands the others back.
 It is woken when audit rows commit and polls otherwise, so rows a restart, an
 outage or a dead replica left behind are picked up; an outage only delays it
 (exponential backoff, one warning) and never touches the request or worker paths.
@@ -20,10 +21,10 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -189,26 +190,42 @@ def settle_claims(
 
 
 def upload_all(
-    archive: S3Archive, rows: Sequence[Row[Any]], pool: ThreadPoolExecutor
+    archive: S3Archive, rows: Sequence[Row[Any]], threads: int
 ) -> tuple[list[int], list[int], str | None]:
-    """Upload rows on the pool: (uploaded ids, failed ids, the first error)."""
+    """Upload rows from a queue on up to `threads` threads: (uploaded, failed, first error).
 
-    def put(row: Row[Any]) -> str | None:
-        try:
-            archive.put(row)
-        except Exception as err:  # boto3/botocore errors, and any other: retried later
-            return f"{type(err).__name__}: {err}"
-        return None
+    The threads are daemon threads, so an upload that hangs never holds up the exit
+    of the process (its row stays claimed and is retried once the claim lapses).
+    """
+    work: queue.SimpleQueue[Row[Any]] = queue.SimpleQueue()
+    for row in rows:
+        work.put(row)
+    errors: dict[int, str | None] = {}
 
-    uploaded: list[int] = []
-    failed: list[int] = []
-    first_error: str | None = None
-    for row, error in zip(rows, pool.map(put, rows), strict=True):
-        if error is None:
-            uploaded.append(row.id)
-        else:
-            failed.append(row.id)
-            first_error = first_error or error
+    def drain() -> None:
+        while True:
+            try:
+                row = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                archive.put(row)
+            except Exception as err:  # boto3/botocore errors, and any other: retried later
+                errors[row.id] = f"{type(err).__name__}: {err}"
+            else:
+                errors[row.id] = None
+
+    uploaders = [
+        threading.Thread(target=drain, name=f"wq-audit-upload-{n}", daemon=True)
+        for n in range(min(threads, len(rows)))
+    ]
+    for thread in uploaders:
+        thread.start()
+    for thread in uploaders:
+        thread.join()
+    uploaded = [row.id for row in rows if row.id in errors and errors[row.id] is None]
+    failed = [row.id for row in rows if errors.get(row.id) is not None]
+    first_error = next((errors[row.id] for row in rows if errors.get(row.id)), None)
     count_audit_upload("uploaded", len(uploaded))
     count_audit_upload("failed", len(failed))
     return uploaded, failed, first_error
@@ -234,7 +251,7 @@ class AuditArchiver:
         self.clock = clock
         self.idle_seconds = idle_seconds
         self.max_backoff_seconds = max_backoff_seconds
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="wq-audit-upload")
+        self.threads = threads
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -248,7 +265,11 @@ class AuditArchiver:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the current round (its uploads are bounded by the client's timeouts)."""
+        """Stop after the current round, waiting for it at most `timeout` seconds.
+
+        A round still uploading then is abandoned: its rows stay claimed until the claim
+        lapses and are uploaded again by whichever archiver runs next.
+        """
         self._stopping.set()
         self._wake.set()
         if self._remove_listener is not None:
@@ -256,7 +277,6 @@ class AuditArchiver:
             self._remove_listener = None
         if self._thread is not None:
             self._thread.join(timeout)
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def archive_once(self) -> BatchResult:
         """One round: claim a batch, upload it, settle the claims."""
@@ -264,7 +284,7 @@ class AuditArchiver:
             rows = claim(session, limit=self.batch_size, now=self.clock())
         if not rows:
             return BatchResult()
-        uploaded, failed, error = upload_all(self.archive, rows, self._pool)
+        uploaded, failed, error = upload_all(self.archive, rows, self.threads)
         with self.sessions.begin() as session:
             settle_claims(session, archived=uploaded, failed=failed, now=self.clock())
         return BatchResult(len(rows), len(uploaded), len(failed), error)
@@ -343,13 +363,12 @@ def rearchive(
     The same entry gives the same key and bytes, so re-archiving never duplicates.
     """
     total = BatchResult()
-    with ThreadPoolExecutor(threads, thread_name_prefix="wq-audit-rearchive") as pool:
-        for rows in rows_between(sessions, since, until):
-            uploaded, failed, error = upload_all(archive, rows, pool)
-            with sessions.begin() as session:
-                settle_claims(session, archived=uploaded, failed=[], now=clock())
-            total.claimed += len(rows)
-            total.uploaded += len(uploaded)
-            total.failed += len(failed)
-            total.error = total.error or error
+    for rows in rows_between(sessions, since, until):
+        uploaded, failed, error = upload_all(archive, rows, threads)
+        with sessions.begin() as session:
+            settle_claims(session, archived=uploaded, failed=[], now=clock())
+        total.claimed += len(rows)
+        total.uploaded += len(uploaded)
+        total.failed += len(failed)
+        total.error = total.error or error
     return total
