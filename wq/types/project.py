@@ -10,9 +10,18 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# The same rule as `project_problem`, for the OpenAPI document: segments separated by
+# single slashes, each without control characters or backslash, and none `.` or `..`
+# (one not starting with a dot, one dot and a non-dot, or two dots and more). No
+# look-arounds, so that any JSON Schema regex engine reads it.
+_CHAR = r"[^/\\\x00-\x1f\x7f]"
+_FIRST = r"[^./\\\x00-\x1f\x7f]"
+SEGMENT_PATTERN = rf"(?:{_FIRST}{_CHAR}*|\.{_FIRST}{_CHAR}*|\.\.{_CHAR}+)"
+PROJECT_PATTERN = rf"^{SEGMENT_PATTERN}(?:/{SEGMENT_PATTERN})*$"
 
 
 def project_problem(path: str) -> str | None:
@@ -35,5 +44,8 @@ def _check_project(path: str) -> str:
     return path
 
 
-ProjectPath = Annotated[str, AfterValidator(_check_project)]
+# The pattern is documented, not matched by pydantic: the validator's reasons read better.
+ProjectPath = Annotated[
+    str, Field(json_schema_extra={"pattern": PROJECT_PATTERN}), AfterValidator(_check_project)
+]
 """A project name that `project_problem` accepts (types add their own length bounds)."""

@@ -5,6 +5,7 @@ configured per-item limits. Also the near misses that must still be accepted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -216,3 +217,25 @@ def test_the_limits_are_in_the_openapi_document(api: tuple[Runtime, TestClient])
     assert "previous_path" in schemas["MoveAction"]["required"]
     assert schemas["UpdateAction"]["properties"]["previous_path"]["type"] == "null"
     assert mr["file_actions"]["items"]["discriminator"]["propertyName"] == "action"
+
+
+def test_the_configured_projects_are_in_the_openapi_document(
+    api: tuple[Runtime, TestClient],
+) -> None:
+    _, client = api
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    pattern = schemas["MrCreate"]["properties"]["project"]["pattern"]
+    # `group` is the one configured entry: itself and what lies below it, nothing else.
+    for project, documented in (
+        ("group", True),
+        ("group/project", True),
+        ("group/sub/project", True),
+        ("groupie/project", False),
+        ("other/project", False),
+        ("group/../x", False),
+    ):
+        assert (re.fullmatch(pattern, project) is not None) == documented, project
+        response = client.post(
+            URL, json=payload(project=project, source_branch=f"wq/{len(project)}")
+        )
+        assert (response.status_code == 201) == documented, (project, response.text)

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.conftest import Store
-from tests.types.task.helpers import task_daemon
+from tests.types.task.helpers import KINDS, task_daemon
 from wq.engine.config import ConfigError
 from wq.engine.models import WorkItem
 from wq.engine.registry import TypeRegistry
@@ -49,6 +49,18 @@ def count(runtime: Any) -> int:
             "repository: Value error, must not contain empty, '.' or '..' segments",
         ),
         ({"project": "p", "kind": "echo", "extra": 1}, "extra: Extra inputs are not permitted"),
+        # PostgreSQL cannot store NUL in JSON: was a 500 there.
+        ({"project": "p", "kind": "echo", "payload": {"a\x00": 1}}, "payload"),
+        (
+            {"project": "p", "kind": "echo", "payload": {"a": ["b\x00"]}},
+            "payload: Value error, must not contain NUL",
+        ),
+        (
+            {"project": "p", "kind": "echo", "payload": {"a": {"b": "\x00"}}},
+            "payload: Value error, must not contain NUL",
+        ),
+        # The schema says boolean; 0 is not one.
+        ({"project": "p", "kind": "echo", "autonomous": 0}, "autonomous: Input should be"),
     ],
 )
 def test_bad_submissions_are_422_and_change_nothing(
@@ -173,3 +185,20 @@ def test_bad_settings_name_the_key(settings: dict[str, Any], message: str) -> No
     with pytest.raises(ConfigError) as caught:
         register(TypeRegistry(), settings, source="wq.yml")
     assert message in str(caught.value)
+
+
+def test_the_kinds_their_scopes_and_the_payload_rule_are_in_the_openapi_document(
+    store: Store, tmp_path: Path
+) -> None:
+    with task_daemon(store, tmp_path / "runs", start=False) as (_, client):
+        schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    task = schemas["TaskCreate"]
+    assert task["properties"]["kind"]["enum"] == sorted(KINDS)
+    (rule,) = task["allOf"]
+    assert rule["if"]["properties"]["kind"]["enum"] == ["review"]
+    assert rule["then"]["required"] == ["repository"]
+    assert rule["else"]["properties"]["repository"] == {"type": "null"}
+    payload = task["properties"]["payload"]
+    assert payload["additionalProperties"] is False
+    assert set(payload["patternProperties"]) == {"^[^\\x00]*$"}
+    assert "pattern" in task["properties"]["project"]

@@ -35,7 +35,7 @@ from wq.types.mr.validation import (
     label_problem,
     path_problem,
 )
-from wq.types.project import ProjectPath
+from wq.types.project import SEGMENT_PATTERN, ProjectPath
 
 # A JSON string with no NUL: PostgreSQL can store none in text or JSONB.
 NO_NUL = r"^[^\x00]*$"
@@ -229,6 +229,19 @@ class MrCreate(BaseModel):
         return self
 
 
+def _escaped(text: str) -> str:
+    """`text` as a literal in any JSON Schema regex (only what a project key may hold)."""
+    return "".join(f"\\{char}" if char in ".^$*+?()[]{}|\\" else char for char in text)
+
+
+def _configured_projects(keys: list[str]) -> dict[str, Any] | None:
+    """The pattern of the projects `MrSettings.entry_for` finds: a key, or a path below one."""
+    if not keys:
+        return None  # nothing can be submitted; the 422 says so
+    alternatives = "|".join(_escaped(key) for key in keys)
+    return {"pattern": f"^(?:{alternatives})(?:/{SEGMENT_PATTERN})*$"}
+
+
 def submission_schema(settings: MrSettings) -> type[MrCreate]:
     """`MrCreate` with the configured per-item limits, as the API enforces and documents."""
     max_bytes = settings.max_file_bytes
@@ -261,11 +274,20 @@ def submission_schema(settings: MrSettings) -> type[MrCreate]:
             "managed-by::workqueue is always added",
         ),
     ]
+    project = Annotated[
+        Project,
+        Field(
+            description="a project of handled_types.mr.projects, or one below a group "
+            f"there: {', '.join(sorted(settings.projects)) or 'none is configured'}",
+            json_schema_extra=_configured_projects(sorted(settings.projects)),
+        ),
+    ]
     # Same name as the base, so the OpenAPI component keeps the house name `MrCreate`.
     schema: type[MrCreate] = create_model(
         "MrCreate",
         __base__=MrCreate,
         __doc__=MrCreate.__doc__,
+        project=(project, ...),
         file_actions=(file_actions, ...),
         labels=(labels, Field(default_factory=list)),
     )

@@ -78,7 +78,7 @@ def register(
     from wq.types.task.gitlab_rules import handle as handle_event
     from wq.types.task.gitlab_rules import make_resolver
     from wq.types.task.models import TaskItem
-    from wq.types.task.schemas import TaskCreate
+    from wq.types.task.schemas import submission_schema
     from wq.types.task.settings import parse_settings
     from wq.types.task.submit import submit_from_api
 
@@ -120,7 +120,7 @@ def register(
             decider=decide,
             executors=make_executors(parsed, runners),
             submission=Submission(
-                schema=TaskCreate,
+                schema=submission_schema({name: kind.scope for name, kind in parsed.kinds.items()}),
                 project_of=lambda payload: payload.project,
                 handle=lambda session, payload, ctx: submit_from_api(session, payload, ctx, parsed),
             ),
