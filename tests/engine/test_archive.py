@@ -20,7 +20,7 @@ import boto3
 import pytest
 from sqlalchemy import func, select, update
 
-from tests.conftest import Store
+from tests.conftest import Store, make_config
 from tests.engine.helpers import load, submit
 from tests.fakes.relay import Relay
 from tests.support.chain import STEPS, Behaviour, chain_registry
@@ -30,6 +30,7 @@ from wq.engine.archive import AuditArchiver, S3Archive, rearchive
 from wq.engine.audit import AuditRecord, audit, prune
 from wq.engine.models import AuditEntry, utcnow
 from wq.engine.processing import ProcessingManager
+from wq.engine.sweep import sweep_once
 
 KEY = re.compile(
     r"^(?P<prefix>wq/audit)/(?P<path>\d{4}/\d{2}/\d{2}/\d{2}/\d{2})/"
@@ -343,3 +344,22 @@ def test_items_are_processed_while_s3_is_down_and_their_entries_archived_after(
     relay.up()
     wait_for(lambda: unarchived(store) == 0, timeout=30, message="archived after the outage")
     assert len(keys(s3, bucket)) == written
+
+
+def test_the_sweep_prunes_only_archived_entries_while_archival_is_on(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_entries(store, 3, at=utcnow() - timedelta(days=3))
+    with store.sessions.begin() as session:
+        oldest = select(func.min(AuditEntry.id)).scalar_subquery()
+        session.execute(
+            update(AuditEntry).where(AuditEntry.id == oldest).values(archived_at=utcnow())
+        )
+    registry = chain_registry(Behaviour())
+    archiving = make_config(store.url, audit={"retention_days": 1, "s3_bucket": "wq-audit"})
+    assert sweep_once(store.sessions, registry, archiving).audit_pruned == 1
+    assert len(all_rows(store)) == 2
+    assert "2 audit entries past audit.retention_days (1) are kept" in caplog.text
+    plain = make_config(store.url, audit={"retention_days": 1})
+    assert sweep_once(store.sessions, registry, plain).audit_pruned == 2
+    assert all_rows(store) == []

@@ -157,7 +157,7 @@ def prune(
         )
         if overdue:
             log.warning(
-                "%d audit entries older than %d days are kept: they are not archived yet",
+                "%d audit entries past audit.retention_days (%d) are kept: not archived yet",
                 overdue,
                 retention_days,
             )
