@@ -52,11 +52,14 @@ class PrivateCluster:
     """One throwaway cluster; `url(database)` is its SQLAlchemy URL."""
 
     def __init__(self) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix="wq-pg-"))
+        self._as_root = os.geteuid() == 0
+        # Under root the server user must reach the directory: /tmp is traversable by
+        # everyone, a TMPDIR under /root is not.
+        parent = os.environ.get("WQ_TEST_PG_TMP", "/tmp") if self._as_root else None
+        self.base = Path(tempfile.mkdtemp(prefix="wq-pg-", dir=parent))
         self.data = self.base / "data"
         self.log = self.base / "server.log"
         self.port = free_port()
-        self._as_root = os.geteuid() == 0
         if self._as_root:
             user = pwd.getpwnam(SERVER_USER)
             os.chown(self.base, user.pw_uid, user.pw_gid)
