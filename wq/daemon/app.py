@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 
 import wq
@@ -43,4 +45,12 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(pools.router)
     app.include_router(webhooks.router)
     app.include_router(type_webhooks.build_router(types))
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            type_webhooks.document_bodies(generate(), types)  # amends the cached document
+        return app.openapi_schema or generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

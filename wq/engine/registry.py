@@ -176,6 +176,8 @@ class Webhook:
     name: str
     handle: Callable[[Session, Any, WebhookContext], tuple[int, dict[str, Any]]]
     shared_secret: str | None = None
+    # The body it takes, for the OpenAPI document only (`handle` parses the JSON itself).
+    schema: type[BaseModel] | None = None
 
 
 @dataclass(frozen=True)

@@ -201,3 +201,14 @@ def test_nul_in_annotations_is_not_a_server_error(store: Store, tmp_path: Path) 
         assert response.status_code == 400, response.text
         assert "NUL" in response.json()["error"]
         assert count(runtime) == 0
+
+
+def test_the_notification_schema_is_in_the_openapi_document(store: Store, tmp_path: Path) -> None:
+    with task_daemon(store, tmp_path / "runs", start=False, grafana=GRAFANA) as (_, client):
+        document = client.get("/openapi.json").json()
+    body = document["paths"]["/api/webhooks/grafana"]["post"]["requestBody"]
+    ref = body["content"]["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/GrafanaNotification"
+    notification_schema = document["components"]["schemas"]["GrafanaNotification"]
+    assert set(notification_schema["required"]) == {"status", "groupKey", "alerts"}
+    assert "GrafanaAlert" in document["components"]["schemas"]

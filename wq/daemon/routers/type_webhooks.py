@@ -31,6 +31,7 @@ WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
     201: {"description": "a new item was created", "content": _ANSWER},
     **error_responses(*API_ROUTE, 400, 413),
 }
+REF_TEMPLATE = "#/components/schemas/{model}"
 WEBHOOK_REQUEST: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -81,6 +82,25 @@ def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
 
     receive.__doc__ = f"Intake of `{item_type.name}` items from the {hook.name} webhook."
     return receive
+
+
+def document_bodies(document: dict[str, Any], types: list[ItemType]) -> None:
+    """Put the body schema of each webhook that declares one into an OpenAPI document.
+
+    The route reads its body itself (after authentication), so FastAPI cannot see the
+    model; its schema and those it refers to join the document's components here.
+    """
+    components = document.setdefault("components", {}).setdefault("schemas", {})
+    for item_type in types:
+        for hook in item_type.webhooks:
+            if hook.schema is None:
+                continue
+            schema = hook.schema.model_json_schema(ref_template=REF_TEMPLATE)
+            components.update(schema.pop("$defs", {}))
+            components[hook.schema.__name__] = schema
+            operation = document["paths"][f"/api/webhooks/{hook.name}"]["post"]
+            content = operation["requestBody"]["content"]["application/json"]
+            content["schema"] = {"$ref": REF_TEMPLATE.format(model=hook.schema.__name__)}
 
 
 def build_router(types: list[ItemType]) -> APIRouter:

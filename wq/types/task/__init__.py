@@ -111,6 +111,7 @@ def register(
                     session, document, ctx, parsed
                 ),
                 shared_secret=os.environ.get(secret_env) if secret_env else None,
+                schema=grafana.GrafanaNotification,
             )
         )
     registry.register_type(
