@@ -180,6 +180,8 @@ def _trigger(kind: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]
 
 
 def _needs(ctx: EventContext, dimension: str, trigger: dict[str, Any], **fields: Any) -> None:
+    row = ctx.item.status(dimension)
+    before = row.status if row is not None else None  # read now: the row is updated in place
     set_dimension(ctx.session, ctx.item, dimension, True, **fields)
     audit(
         ctx.session,
@@ -187,6 +189,8 @@ def _needs(ctx: EventContext, dimension: str, trigger: dict[str, Any], **fields:
             "dimension_set",
             SYSTEM,
             ctx.item.id,
+            # No old state when the dimension did not exist yet (as on creation).
+            old_state={"dimension": dimension, "status": before} if before else None,
             new_state={"dimension": dimension, "status": "true"},
             trigger=trigger,
         ),
