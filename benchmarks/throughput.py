@@ -342,6 +342,7 @@ def bench_config(url: str, workers: int, poll: float) -> Config:
                 "poll_interval_seconds": poll,
                 "sweep_interval_seconds": 3600.0,
                 "shutdown_grace_seconds": 10.0,
+                "batch_size": int(os.environ.get("WQ_BENCH_BATCH_SIZE", "50")),
             },
             "pools": {"default": {"capacity": 1_000_000, "alert_capacity": 1}},
         },

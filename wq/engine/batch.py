@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.audit import AuditRecord, audit
@@ -100,14 +100,13 @@ class BatchRunner:
         token = claims[0].token
         handoff: list[Claim] = []
         with self.sessions() as session:
-            # The fence of the whole batch: locks (on PostgreSQL) the rows still ours.
+            # The fence of the whole batch: locks (on PostgreSQL) the rows still ours
+            # until commit. A row lock, not an UPDATE: no new row version to write.
             mine = set(
                 session.execute(
-                    update(WorkItem)
+                    select(WorkItem.id)
                     .where(WorkItem.id.in_(list(by_id)), WorkItem.lease_token == token)
-                    .values(updated_at=now)
-                    .returning(WorkItem.id)
-                    .execution_options(synchronize_session=False)
+                    .with_for_update()
                 ).scalars()
             )
             if not mine:

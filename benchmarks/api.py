@@ -1,0 +1,255 @@
+#!/usr/bin/env python
+"""The HTTP API under open-loop load: p50/p99 and errors per endpoint, in one run.
+
+A real `wq daemon` (a subprocess, on loopback) serves a throwaway PostgreSQL database
+holding `--items` MR items (default 100) whose project has a pool of capacity 0, so
+nothing is processed and the API is measured alone. Then, for `--seconds`, requests
+are started at fixed rates whatever the answers take (open loop, like independent
+clients; a slow server builds a backlog instead of slowing the load down):
+
+* `GET /api/work-items/{id}` (a random one of the items) at `--item-rate`,
+* `GET /api/work-items?limit=50` at `--list-rate`,
+* `POST /api/work-items/mr` resubmitting one item unchanged at `--submit-rate`,
+* `GET /healthz` at `--health-rate`.
+
+Each answer's latency is measured from the moment its request was due; an answer
+other than 2xx, or none within `--timeout`, is an error. This is a measurement,
+never a test. See benchmarks/README.md for the figures and the issue's goals.
+
+    python benchmarks/api.py                              # 200/s item+submit, 100/s list
+    python benchmarks/api.py --item-rate 50 --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from databases import bench_database
+
+from wq.engine import schema
+from wq.engine.db import make_engine
+
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PROJECT = "bench/api"
+TOKEN_ENV = "WQ_BENCH_GITLAB_TOKEN"
+
+
+def free_port() -> int:
+    """An unused loopback port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def daemon_config(url: str) -> dict[str, Any]:
+    """A daemon handling `mr` for one project whose pool admits nothing."""
+    return {
+        "database_url": url,
+        "processing": {"poll_interval_seconds": 5, "sweep_interval_seconds": 3600},
+        "pools": {PROJECT: {"capacity": 0, "alert_capacity": 0}},
+        "handled_types": {
+            # Never called: the pool admits nothing, and submissions do not call GitLab.
+            "mr": {
+                "gitlab_url": "http://127.0.0.1:9",
+                "projects": {"bench": {"token_env": TOKEN_ENV}},
+            }
+        },
+    }
+
+
+def mr_payload(number: int) -> dict[str, Any]:
+    """The same desired state every time for one branch: a resubmission is unchanged."""
+    return {
+        "project": PROJECT,
+        "source_branch": f"wq/bench-{number:04d}",
+        "title": f"bench {number}",
+        "commit_message": f"bench {number}",
+        "file_actions": [{"action": "update", "file_path": "f.txt", "content": f"{number}\n"}],
+    }
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted values (NaN when empty)."""
+    if not values:
+        return math.nan
+    return values[max(1, math.ceil(fraction * len(values))) - 1]
+
+
+class Daemon:
+    """`wq daemon` as a subprocess with a private cache (for its local token)."""
+
+    def __init__(self, url: str, root: Path, workers: int | None) -> None:
+        self.root = root
+        self.port = free_port()
+        config = root / "config.yml"
+        config.write_text(yaml.safe_dump(daemon_config(url)), encoding="utf-8")
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("WQ_", "WORKQUEUE_"))},
+            "XDG_CACHE_HOME": str(root / "cache"),
+            "XDG_CONFIG_HOME": str(root / "config"),
+            "HOME": str(root),
+            TOKEN_ENV: "glpat-not-used",
+        }
+        command = [sys.executable, "-m", "wq", "daemon", "-c", str(config)]
+        command += ["--port", str(self.port)]
+        self.log = (root / "daemon.log").open("wb")
+        self.proc = subprocess.Popen(
+            command, env=env, cwd=root, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 60.0) -> str:
+        """Until /healthz answers; the daemon's local token."""
+        deadline = time.monotonic() + timeout
+        tokens = self.root / "cache" / "wq" / "tokens"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit((self.root / "daemon.log").read_text())
+            try:
+                ok = httpx.get(f"{self.base}/healthz", timeout=2).status_code == 200
+            except httpx.TransportError:
+                ok = False
+            files = list(tokens.glob("*.json"))
+            if ok and files:
+                token: str = json.loads(files[0].read_text())["token"]
+                return token
+            time.sleep(0.1)
+        raise SystemExit("the daemon did not start")
+
+    def stop(self) -> None:
+        """Terminate it and wait."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+async def open_loop(
+    rate: float,
+    seconds: float,
+    request: Callable[[], Awaitable[httpx.Response]],
+    timeout: float,
+) -> tuple[list[float], int, int]:
+    """Start `request` at `rate` per second for `seconds`; latencies (ms) and errors."""
+    latencies: list[float] = []
+    errors = 0
+    tasks: list[asyncio.Task[None]] = []
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    async def one(due: float) -> None:
+        nonlocal errors
+        try:
+            response = await asyncio.wait_for(request(), timeout)
+            if response.status_code >= 300:
+                errors += 1
+                return
+        except (TimeoutError, httpx.HTTPError):
+            errors += 1
+            return
+        latencies.append((loop.time() - due) * 1000)
+
+    count = int(rate * seconds)
+    for n in range(count):
+        due = start + n / rate
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(due)))
+    await asyncio.gather(*tasks)
+    return sorted(latencies), errors, count
+
+
+async def measure(base: str, token: str, ids: list[str], args: argparse.Namespace) -> None:
+    """Run the four open loops at once and print the table."""
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits) as http:
+        chooser = random.Random(1)
+        loops = {
+            "GET item": (
+                args.item_rate,
+                lambda: http.get(f"/api/work-items/{chooser.choice(ids)}"),
+            ),
+            "GET list (50)": (args.list_rate, lambda: http.get("/api/work-items?limit=50")),
+            "POST submit (unchanged)": (
+                args.submit_rate,
+                lambda: http.post(
+                    "/api/work-items/mr", json=mr_payload(chooser.randrange(len(ids)))
+                ),
+            ),
+            "/healthz": (args.health_rate, lambda: http.get("/healthz")),
+        }
+        names = [name for name, (rate, _) in loops.items() if rate > 0]
+        results = await asyncio.gather(
+            *(open_loop(loops[n][0], args.seconds, loops[n][1], args.timeout) for n in names)
+        )
+    header = ("endpoint", "rate/s", "sent", "p50 ms", "p99 ms", "max ms", "errors")
+    print(f"{header[0]:<26}" + "".join(f"{title:>9}" for title in header[1:]))
+    for name, (latencies, errors, count) in zip(names, results, strict=True):
+        print(
+            f"{name:<26}{loops[name][0]:>9g}{count:>9}{percentile(latencies, 0.5):>9.1f}"
+            f"{percentile(latencies, 0.99):>9.1f}{(latencies[-1] if latencies else math.nan):>9.1f}"
+            f"{errors:>9}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--item-rate", type=float, default=200.0)
+    parser.add_argument("--list-rate", type=float, default=100.0)
+    parser.add_argument("--submit-rate", type=float, default=200.0)
+    parser.add_argument("--health-rate", type=float, default=10.0)
+    parser.add_argument("--timeout", type=float, default=5.0, help="per request (s)")
+    parser.add_argument(
+        "--admin-url", default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL)
+    )
+    parser.add_argument("--database-url", default=None)
+    args = parser.parse_args(argv)
+    with bench_database(args.database_url, args.admin_url, False, prefix="wq_bench_api") as url:
+        engine = make_engine(url, pool_size=1)
+        schema.upgrade(engine)
+        engine.dispose()
+        with tempfile.TemporaryDirectory(prefix="wq-bench-api-") as tmp:
+            daemon = Daemon(url, Path(tmp), None)
+            try:
+                token = daemon.wait_ready()
+                ids = []
+                with httpx.Client(
+                    base_url=daemon.base, headers={"Authorization": f"Bearer {token}"}
+                ) as http:
+                    for number in range(args.items):
+                        response = http.post("/api/work-items/mr", json=mr_payload(number))
+                        response.raise_for_status()
+                        ids.append(response.json()["item"]["id"])
+                print(
+                    f"wq daemon on PostgreSQL, {args.items} MR items, open loop for "
+                    f"{args.seconds:g} s (load average {os.getloadavg()[0]:.2f})"
+                )
+                asyncio.run(measure(daemon.base, token, ids, args))
+            finally:
+                daemon.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
