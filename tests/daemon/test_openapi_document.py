@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,6 +12,8 @@ from fastapi.testclient import TestClient
 from tests.conftest import Store
 from tests.daemon.test_api import add_item
 from wq.daemon.runtime import Runtime
+from wq.daemon.schemas import Admission, Lane, Phase
+from wq.engine.models import ADMISSION_STATES, LANES, PHASES
 
 # Every status each route can answer besides its successes (see wq.daemon.contract).
 ERRORS = {
@@ -149,3 +151,10 @@ def test_another_method_on_a_submission_path_names_post(client: TestClient) -> N
         assert response.headers["Allow"] == "POST"
     item = client.options(f"/api/work-items/{uuid.uuid4()}")
     assert item.status_code == 405 and item.headers["Allow"] == "GET"
+
+
+def test_the_documented_states_are_the_engines(document: dict[str, Any]) -> None:
+    item = document["components"]["schemas"]["WorkItemPublic"]["properties"]
+    assert set(item["phase"]["enum"]) == set(PHASES) == set(get_args(Phase))
+    assert set(item["admission"]["enum"]) == set(ADMISSION_STATES) == set(get_args(Admission))
+    assert set(item["lane"]["enum"]) == set(LANES) == set(get_args(Lane))

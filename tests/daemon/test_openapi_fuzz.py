@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 import schemathesis
+from fastapi.testclient import TestClient
 from schemathesis import Case
 
 from tests.conftest import Store, make_config
-from tests.types.mr.helpers import TOKEN_ENV, mr_settings
+from tests.types.mr.helpers import TOKEN_ENV, mr_settings, payload
 from tests.types.task.helpers import task_settings
 from wq.daemon.app import create_app
 from wq.daemon.runtime import build_runtime
@@ -89,6 +90,18 @@ def api_schema(
     runtime = build_runtime(config)  # nothing is processed: items only queue
     assert runtime.local_tier is not None
     app = create_app(runtime)
+    # Items of both types, so that lists, pools and queues answer with real entries.
+    token = runtime.local_tier.token
+    with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
+        for path, body in (
+            ("/api/work-items/task", {"project": "group/app", "kind": "echo"}),
+            (
+                "/api/work-items/task",
+                {"project": "group/app", "kind": "review", "repository": "g/r"},
+            ),
+            ("/api/work-items/mr", payload()),
+        ):
+            assert client.post(path, json=body).status_code == 201
     yield schemathesis.openapi.from_asgi(
         "/openapi.json", app, config=fuzz_config(runtime.local_tier.token)
     )

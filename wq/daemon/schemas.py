@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
 from wq.engine.models import WorkItem
+
+# The values the engine gives these columns (wq.engine.models), as the document states them.
+Phase = Literal["active", "completed", "failed", "cancelled"]
+Admission = Literal["queued", "admitted", "idle", "done"]
+Lane = Literal["alert", "normal"]
 
 
 class DimensionPublic(BaseModel):
@@ -28,11 +33,11 @@ class WorkItemPublic(BaseModel):
     id: uuid.UUID
     type: str
     project: str
-    phase: str
+    phase: Phase
     attempts: int
     error: str | None
-    admission: str
-    lane: str
+    admission: Admission
+    lane: Lane
     seq: int | None
     autonomous: bool
     dedup_key: str | None
@@ -55,11 +60,12 @@ class WorkItemPublic(BaseModel):
             id=item.id,
             type=item.type,
             project=item.project,
-            phase=item.phase,
+            # The columns are plain text to the type checker; pydantic checks the values.
+            phase=cast(Phase, item.phase),
             attempts=item.attempts,
             error=item.error,
-            admission=item.admission,
-            lane=item.lane,
+            admission=cast(Admission, item.admission),
+            lane=cast(Lane, item.lane),
             seq=item.seq,
             autonomous=item.autonomous,
             dedup_key=item.dedup_key,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from wq.daemon.auth import Principal
 from wq.daemon.contract import API_ROUTE, api_responses, error_responses
 from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require
+from wq.daemon.schemas import Lane
 from wq.engine import pools
 from wq.engine.models import utcnow
 
@@ -70,7 +71,7 @@ class QueueEntryPublic(BaseModel):
     id: uuid.UUID
     type: str
     project: str
-    lane: str
+    lane: Lane
     seq: int
     autonomous: bool
     queued_at: datetime | None

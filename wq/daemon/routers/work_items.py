@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
@@ -14,10 +14,12 @@ from wq.daemon.auth import authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
 from wq.daemon.schemas import (
+    Admission,
     AuditEntryPublic,
     HistoryPage,
     PendingEventPage,
     PendingEventPublic,
+    Phase,
     WorkItemPage,
     WorkItemPublic,
 )
@@ -31,8 +33,6 @@ router = APIRouter(prefix="/api/work-items", tags=["work items"])
 # An audit entry's or event's id: the last of the previous page. 18 digits stay below
 # 2**63, so every value of this form is a position the server takes.
 ID_CURSOR = r"^[1-9][0-9]{0,17}$"
-Phase = Literal["active", "completed", "failed", "cancelled"]
-Admission = Literal["queued", "admitted", "idle", "done"]
 
 
 # A page ends at an item; the next page starts after it in (created_at, id) order. The
@@ -69,7 +69,12 @@ class WorkItemRef(BaseModel):
     """What a caller without `read` on an item's type learns of it: its id and phase."""
 
     id: uuid.UUID
-    phase: str
+    phase: Phase
+
+    @classmethod
+    def of(cls, item: WorkItem) -> WorkItemRef:
+        """Build from a loaded item."""
+        return cls(id=item.id, phase=cast(Phase, item.phase))
 
 
 @router.get("", response_model=WorkItemPage, responses=api_responses())
@@ -231,14 +236,14 @@ def retry_item(
     )
     session.commit()
     if not principal.allows("read", item.type):
-        return WorkItemRef(id=item.id, phase=item.phase)
+        return WorkItemRef.of(item)
     return WorkItemPublic.of(item)
 
 
 class CancelPublic(BaseModel):
     """What a cancel did: `cancelled` now, or `requested` (the run is being stopped)."""
 
-    action: str
+    action: Literal["cancelled", "requested"]
     item: WorkItemPublic | WorkItemRef
 
 
@@ -269,6 +274,5 @@ def cancel_item(
     )
     session.commit()
     response.status_code = 202 if action == "requested" else 200
-    if not principal.allows("read", item.type):
-        return CancelPublic(action=action, item=WorkItemRef(id=item.id, phase=item.phase))
-    return CancelPublic(action=action, item=WorkItemPublic.of(item))
+    shown = WorkItemPublic.of(item) if principal.allows("read", item.type) else WorkItemRef.of(item)
+    return CancelPublic.model_validate({"action": action, "item": shown})
