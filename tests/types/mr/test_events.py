@@ -130,6 +130,7 @@ def daemon(
         )
         runtime = build_runtime(config)
         runtime.start_processing()
+        runtime.prepare_consumer()
         runtime.start_consumer()
         assert runtime.local_tier is not None
         headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
