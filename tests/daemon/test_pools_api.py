@@ -163,4 +163,4 @@ def test_metrics_are_served_without_auth(pooled: tuple[Runtime, TestClient]) -> 
         response = anonymous.get("/metrics", follow_redirects=False)
     assert response.status_code == 200, response.headers
     assert response.headers["content-type"].startswith("text/plain")
-    assert "wq_events_total" in response.text
+    assert "hummingbird_workqueue_events_total" in response.text

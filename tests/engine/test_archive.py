@@ -221,13 +221,13 @@ def test_an_outage_delays_archival_blocks_nothing_and_loses_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="wq.engine.archive")
-    failures_before = metrics.AUDIT_S3_UPLOAD_FAILURES._value.get()
+    failures_before = metrics.DEFAULT.audit_s3_upload_failures._value.get()
     relay.down()
     archiver = start_archiver(store, relay.url, bucket, archivers)
     for _ in range(3):  # state changes commit as usual while S3 is unreachable
         write_entries(store, 4)
     wait_for(
-        lambda: metrics.AUDIT_S3_UPLOAD_FAILURES._value.get() >= failures_before + 12,
+        lambda: metrics.DEFAULT.audit_s3_upload_failures._value.get() >= failures_before + 12,
         timeout=20,
         message="failed attempts counted",
     )

@@ -20,6 +20,9 @@ def test_defaults_match_the_design() -> None:
     # A hung database is answered 503 within seconds, not waited on forever.
     assert config.database.connect_timeout_seconds == 5
     assert config.database.statement_timeout_seconds == 10
+    # The reference service's metric name convention.
+    assert config.metrics.prefix == "hummingbird_"
+    assert config.metrics.service_prefix == "hummingbird_workqueue_"
 
 
 @pytest.mark.parametrize(
@@ -64,6 +67,13 @@ def test_pool_lookup_exact_then_longest_prefix(project: str, expected: int) -> N
         ({"audit": {"s3_bucket": "Not_A_Bucket"}}, "audit.s3_bucket"),
         ({"audit": {"s3_prefix": "/audit/"}}, "audit.s3_prefix"),
         ({"audit": {"s3_upload_threads": 0}}, "audit.s3_upload_threads"),
+        ({"metrics": {"prefix": "bad-prefix_"}}, "metrics.prefix"),
+        ({"metrics": {"service_prefix": "wq"}}, "metrics.service_prefix"),  # no trailing _
+        ({"metrics": {"service_prefix": "9wq_"}}, "metrics.service_prefix"),
+        ({"metrics": {"prefix": ""}}, "metrics.prefix"),
+        ({"metrics": {"cache_seconds": -1}}, "metrics.cache_seconds"),
+        ({"metrics": {"budget_seconds": 0}}, "metrics.budget_seconds"),
+        ({"metrics": {"prefixes": "wq_"}}, "metrics.prefixes"),
     ],
 )
 def test_invalid_values_name_the_key(data: dict[str, object], key: str) -> None:

@@ -10,6 +10,7 @@ import wq
 from wq.daemon.auth import install_auth_handling
 from wq.daemon.body import BodyGuard
 from wq.daemon.errors import install_error_handlers
+from wq.daemon.http_metrics import HttpMetrics
 from wq.daemon.outage import OutageLog
 from wq.daemon.routers import (
     health,
@@ -37,14 +38,24 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.add_middleware(BodyGuard, max_body_bytes=runtime.config.server.max_body_bytes)
     install_auth_handling(app)
     types = [runtime.registry.get(name) for name in runtime.registry.names]
-    app.include_router(health.router)
-    app.include_router(identity.router)
-    app.include_router(submissions.build_router(types))
-    app.include_router(work_items.router)
-    app.include_router(submissions.build_fallback_router(types))
-    app.include_router(pools.router)
-    app.include_router(webhooks.router)
-    app.include_router(type_webhooks.build_router(types))
+    # Order matters: a type's own submission route before the item routes, the
+    # unknown-type fallback after them.
+    routers = [
+        health.router,
+        identity.router,
+        submissions.build_router(types),
+        work_items.router,
+        submissions.build_fallback_router(types),
+        pools.router,
+        webhooks.router,
+        type_webhooks.build_router(types),
+    ]
+    for router in routers:
+        app.include_router(router)
+    # Outermost: every answer is counted, refusals of the layers above included. The
+    # routers' own routes carry the full templates the route label is taken from.
+    routes = [*app.routes, *(route for router in routers for route in router.routes)]
+    app.add_middleware(HttpMetrics, metrics=runtime.metrics, routes=routes)
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:

@@ -13,6 +13,8 @@ from wq.daemon.auth import Authenticator, LocalTokenTier, build_authenticator
 from wq.engine.archive import AuditArchiver, S3Archive
 from wq.engine.config import Config, ConfigError, default_database_url
 from wq.engine.db import DEFAULT_TIMEOUTS, Timeouts, make_engine, make_sessionmaker, read_only
+from wq.engine.metrics import METRICS_KEY, Metrics
+from wq.engine.metrics_db import DatabaseCollector
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import TypeRegistry
 from wq.engine.sqs import SqsConsumer, queue_url_from_env
@@ -30,6 +32,7 @@ class Runtime:
     read_sessions: sessionmaker[Session]
     registry: TypeRegistry
     authenticator: Authenticator
+    metrics: Metrics = field(default_factory=Metrics)
     wakeup: Wakeup = field(default_factory=Wakeup)
     local_tier: LocalTokenTier | None = None
     manager: ProcessingManager | None = None
@@ -140,9 +143,19 @@ def build_runtime(
     )
     engine = make_engine(url, pool_size=workers + 5, timeouts=timeouts)
     wakeup = Wakeup()
+    metrics = Metrics(config.metrics.prefix, config.metrics.service_prefix)
     sessions = make_sessionmaker(engine)
-    sessions.configure(info={WAKEUP_KEY: wakeup})
+    sessions.configure(info={WAKEUP_KEY: wakeup, METRICS_KEY: metrics})
     read_sessions = make_sessionmaker(read_only(engine))
+    read_sessions.configure(info={METRICS_KEY: metrics})
+    metrics.registry.register(
+        DatabaseCollector(
+            read_sessions,
+            config,
+            lambda: registry.names,
+            prefix=config.metrics.service_prefix,
+        )
+    )
     return Runtime(
         config=config,
         engine=engine,
@@ -150,6 +163,7 @@ def build_runtime(
         read_sessions=read_sessions,
         registry=registry,
         authenticator=authenticator,
+        metrics=metrics,
         wakeup=wakeup,
         local_tier=local_tier,
         webhook_secret=config.events.webhook_secret(),

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
+from wq.engine.metrics import Metrics, after_commit
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem
 from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, signal
@@ -36,6 +37,7 @@ class Admitted:
     project: str
     lane: str
     seq: int
+    waited: float = 0.0  # seconds from queued_at to admission
 
 
 def queued_projects_query() -> Select[Any]:
@@ -103,7 +105,10 @@ def admit(
     rows = store.admit_heads(session, lanes, now)
     # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
     admitted = sorted(
-        (Admitted(item_id, project, lane, int(seq or 0)) for item_id, project, lane, seq in rows),
+        (
+            Admitted(row.id, row.project, row.lane, int(row.seq or 0), _waited(row.queued_at, now))
+            for row in rows
+        ),
         key=lambda entry: (entry.project, _LANE_ORDER.get(entry.lane, 2), entry.seq),
     )
     if admitted:
@@ -133,7 +138,17 @@ def admit(
             ),
         )
         signal(session, ITEMS_ADMITTED)
+        after_commit(session, lambda metrics: _observe_waits(metrics, admitted))
     return admitted
+
+
+def _waited(queued_at: datetime | None, now: datetime) -> float:
+    return 0.0 if queued_at is None else max(0.0, (now - queued_at).total_seconds())
+
+
+def _observe_waits(metrics: Metrics, admitted: list[Admitted]) -> None:
+    for entry in admitted:
+        metrics.admission_wait.labels(entry.lane).observe(entry.waited)
 
 
 def dispatch(

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.audit import document, on_committed
 from wq.engine.config import AuditConfig
-from wq.engine.metrics import count_audit_upload
+from wq.engine.metrics import Metrics, metrics_of
 from wq.engine.models import AuditEntry, utcnow
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def settle_claims(
 
 
 def upload_all(
-    archive: S3Archive, rows: Sequence[Row[Any]], threads: int
+    archive: S3Archive, rows: Sequence[Row[Any]], threads: int, metrics: Metrics
 ) -> tuple[list[int], list[int], str | None]:
     """Upload rows from a queue on up to `threads` threads: (uploaded, failed, first error).
 
@@ -226,8 +226,8 @@ def upload_all(
     uploaded = [row.id for row in rows if row.id in errors and errors[row.id] is None]
     failed = [row.id for row in rows if errors.get(row.id) is not None]
     first_error = next((errors[row.id] for row in rows if errors.get(row.id)), None)
-    count_audit_upload("uploaded", len(uploaded))
-    count_audit_upload("failed", len(failed))
+    metrics.audit_s3_uploads.inc(len(uploaded))
+    metrics.audit_s3_upload_failures.inc(len(failed))
     return uploaded, failed, first_error
 
 
@@ -284,7 +284,9 @@ class AuditArchiver:
             rows = claim(session, limit=self.batch_size, now=self.clock())
         if not rows:
             return BatchResult()
-        uploaded, failed, error = upload_all(self.archive, rows, self.threads)
+        uploaded, failed, error = upload_all(
+            self.archive, rows, self.threads, metrics_of(self.sessions)
+        )
         with self.sessions.begin() as session:
             settle_claims(session, archived=uploaded, failed=failed, now=self.clock())
         return BatchResult(len(rows), len(uploaded), len(failed), error)
@@ -364,7 +366,7 @@ def rearchive(
     """
     total = BatchResult()
     for rows in rows_between(sessions, since, until):
-        uploaded, failed, error = upload_all(archive, rows, threads)
+        uploaded, failed, error = upload_all(archive, rows, threads, metrics_of(sessions))
         with sessions.begin() as session:
             settle_claims(session, archived=uploaded, failed=[], now=clock())
         total.claimed += len(rows)

@@ -17,6 +17,7 @@ work commits and the failure is counted once.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -28,8 +29,9 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.fence import _IN_EXECUTOR
 from wq.engine.items import release_slot, snapshot
+from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
-from wq.engine.registry import ActionContext, Decision, TypeRegistry, Wait
+from wq.engine.registry import ActionContext, Decision, Requeue, TypeRegistry, Wait
 from wq.engine.runner import record_failure
 from wq.engine.store import Claim
 
@@ -183,12 +185,24 @@ class BatchRunner:
         old = snapshot(item)
         failures, failure_message = item.attempts, item.error
         session.info[_IN_EXECUTOR] = True
+        started = time.monotonic()
         try:
             executor(ActionContext(session, item, now, item_type.settings, actor))
         except Exception as err:
+            # Counted now: the batch runs again without this action, never rerunning it.
+            outcome = "requeued" if isinstance(err, Requeue) else "error"
+            metrics_of(session).count_run(item.type, action, outcome, time.monotonic() - started)
             raise _ActionFailed(item.id, step, action, err) from err
         finally:
             session.info[_IN_EXECUTOR] = False
+        # Counted once the batch commits: a batch rolled back for another item's failure
+        # runs this action again.
+        kind, seconds = item.type, time.monotonic() - started
+
+        def count(metrics: Metrics) -> None:
+            metrics.count_run(kind, action, "succeeded", seconds)
+
+        after_commit(session, count)
         if failures:
             # A success ends the run of failures: the limit counts consecutive ones.
             item.attempts = 0

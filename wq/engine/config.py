@@ -141,6 +141,22 @@ class EventsConfig(_Section):
         return os.environ.get(self.webhook_secret_env) if self.webhook_secret_env else None
 
 
+# A metric name prefix: a valid start of a Prometheus name, ending in "_".
+MetricPrefix = Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*_$")]
+
+
+class MetricsConfig(_Section):
+    """Metric name prefixes, and how the scrape-time database gauges are computed."""
+
+    # Generic operational metrics (HTTP) and the service's own, as the seed names them.
+    prefix: MetricPrefix = "hummingbird_"
+    service_prefix: MetricPrefix = "hummingbird_workqueue_"
+    # Database gauges are recomputed at most this often per replica (scrapes in between
+    # get the cached values), and their queries get at most this long.
+    cache_seconds: Annotated[float, Field(ge=0, le=3600)] = 15.0
+    budget_seconds: Annotated[float, Field(gt=0, le=60)] = 2.0
+
+
 class Config(_Section):
     """The whole daemon configuration."""
 
@@ -152,6 +168,7 @@ class Config(_Section):
     audit: AuditConfig = AuditConfig()
     auth: AuthConfig = AuthConfig()
     events: EventsConfig = EventsConfig()
+    metrics: MetricsConfig = MetricsConfig()
     # Validated by the daemon's authorization layer, which owns its schema.
     authorization: dict[str, Any] | None = None
     # Omitted: every known type in the embedded default, none in a config file.

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import store
 from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.items import settle
-from wq.engine.metrics import count_event
+from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
 from wq.engine.registry import EventContext, TypeRegistry
 from wq.engine.wakeup import EVENT_STORED, signal
@@ -46,6 +46,13 @@ class DrainResult:
 
     applied: int = 0
     discarded: int = 0
+    failed: int = 0  # of the discarded: their handler raised
+
+    def count(self, metrics: Metrics) -> None:
+        """Count this drain's outcomes (once its transaction has committed)."""
+        metrics.count_applications("applied", self.applied)
+        metrics.count_applications("discarded", self.discarded - self.failed)
+        metrics.count_applications("failed", self.failed)
 
 
 def store_event(
@@ -120,7 +127,7 @@ def drain_events(
             log.exception(
                 "event %s %s for item %s failed; discarded", pending.id, pending.event_type, item_id
             )
-            count_event("failed")
+            result.failed += 1
             result.discarded += 1
             continue
         if clock is not None:
@@ -129,8 +136,7 @@ def drain_events(
     session.execute(
         delete(PendingEvent).where(PendingEvent.id.in_([pending.id for pending in events]))
     )
-    count_event("applied", result.applied)
-    count_event("discarded", result.discarded)
+    after_commit(session, result.count)
     settle(
         session,
         item,
@@ -147,6 +153,7 @@ def ingest(
     registry: TypeRegistry,
     event: Event,
     *,
+    source: str,
     max_future_skew: timedelta = DEFAULT_MAX_FUTURE_SKEW,
 ) -> int:
     """Store an event for every item it concerns, in one transaction; return how many.
@@ -156,8 +163,10 @@ def ingest(
     database cannot hold it. An event whose time lies further ahead than
     `max_future_skew` is counted `future` and stored nowhere. The caller acknowledges
     the event (deletes the queue message, answers the webhook) only after this returns.
+    `source` (sqs, webhook) labels the counts.
     """
-    count_event("received")
+    metrics = metrics_of(sessions)
+    metrics.count_event(source, "received")
     latest = utcnow() + max_future_skew
     payload = without_nul(event.payload) if contains_nul(event.payload) else event.payload
     with sessions.begin() as session:
@@ -168,7 +177,7 @@ def ingest(
                 continue
             ids, event_at = resolver(session, event.event_type, event.payload)
             if ids and event_at is not None and event_at > latest:
-                count_event("future")
+                metrics.count_event(source, "future")
                 log.warning(
                     "event %s dated %s is further ahead than the allowed skew; ignored",
                     event.event_type,
@@ -178,7 +187,7 @@ def ingest(
             targets.update(dict.fromkeys(ids, event_at))
         for item_id in sorted(targets):
             store_event(session, item_id, event.event_type, payload, event_at=targets[item_id])
-    count_event("stored" if targets else "unmatched")
+    metrics.count_event(source, "stored" if targets else "unmatched")
     return len(targets)
 
 

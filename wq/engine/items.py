@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import PoolConfig
+from wq.engine.metrics import after_commit
 from wq.engine.models import (
     ACTIVE,
     ADMITTED,
@@ -160,8 +161,14 @@ def set_phase(
             trigger=trigger,
         ),
     )
+    count_phase(session, item.type, phase)
     if phase in TERMINAL_PHASES:
         release_slot(session, item, actor=actor, trigger=trigger)
+
+
+def count_phase(session: Session, item_type: str, phase: str) -> None:
+    """Count an item entering a phase, once the change has committed."""
+    after_commit(session, lambda metrics: metrics.phase_transitions.labels(item_type, phase).inc())
 
 
 def _find_active_by_dedup_key(session: Session, dedup_key: str) -> WorkItem | None:
@@ -280,6 +287,7 @@ def retry(
     item.run_after = None
     item.admission = IDLE
     trigger = {"source": "api", "action": "retry"}
+    count_phase(session, item.type, ACTIVE)
     audit(
         session,
         AuditRecord(

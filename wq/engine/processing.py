@@ -34,6 +34,7 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.events import drain_events
+from wq.engine.metrics import metrics_of
 from wq.engine.models import WorkItem, utcnow
 from wq.engine.registry import TickContext, Ticker, TypeRegistry
 from wq.engine.runner import ItemRunner, backoff_delay
@@ -88,6 +89,7 @@ class ProcessingManager:
         self._deadline: float | None = None
         self._next_due: float | None = None  # monotonic time an admitted item comes due
         self._threads: list[threading.Thread] = []
+        self.metrics = metrics_of(self.sessions)
         self._runner = ItemRunner(
             self.sessions, registry, self.settings, clock, stopping=self._stopping
         )
@@ -236,6 +238,10 @@ class ProcessingManager:
                     else store.next_due(session, self.registry.names, now)
                 )
             self._next_due = None if due is None else time.monotonic() + (due - now).total_seconds()
+            self.metrics.claims_per_pass.observe(len(claims))
+            rescued = sum(1 for claim in claims if claim.previous_until is not None)
+            if rescued:
+                self.metrics.lease_rescues.labels("claim").inc(rescued)
             workers = claims if self._stopping.is_set() else self._run_batch(claims)
             # More items want a worker than there are free ones: the rest wait, leased to
             # nobody, in their place in line.
@@ -377,7 +383,9 @@ class ProcessingManager:
         while not self._stopping.is_set():
             try:
                 sweep_once(self.sessions, self.registry, self.config)
+                self.metrics.sweep_runs.labels("ok").inc()
             except Exception:
+                self.metrics.sweep_runs.labels("error").inc()
                 log.exception("sweep failed")
             if self._stopping.wait(self.settings.sweep_interval_seconds):
                 return

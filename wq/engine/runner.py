@@ -25,6 +25,7 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.fence import LeaseLost, fenced_executor
 from wq.engine.items import release_slot, set_phase, snapshot
+from wq.engine.metrics import metrics_of
 from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
     ActionContext,
@@ -61,6 +62,7 @@ class ItemRunner:
         self.settings = settings
         self.clock = clock
         self._stopping = stopping
+        self.metrics = metrics_of(sessions)
         # The action each running item is executing, for the shutdown log.
         self.current: dict[uuid.UUID, str] = {}
 
@@ -159,6 +161,7 @@ class ItemRunner:
         executor = self.registry.executor(item.type, action)
         old = snapshot(item)
         failures, failure_message = item.attempts, item.error
+        started = time.monotonic()
         try:
             with fenced_executor(session, item_id, token):
                 executor(ActionContext(session, item, self.clock(), item_type.settings, actor))
@@ -166,12 +169,16 @@ class ItemRunner:
                 session.flush()
         except LeaseLost:
             session.rollback()
+            self._count_run(item_type.name, action, "lease_lost", started)
             log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
             return False
         except Exception as err:
             session.rollback()
+            outcome = "requeued" if isinstance(err, Requeue) else "error"
+            self._count_run(item_type.name, action, outcome, started)
             self._record_failure(item_id, token, action, err, actor)
             return False
+        self._count_run(item_type.name, action, "succeeded", started)
         if failures:
             # A success ends the run of failures: the limit counts consecutive ones.
             item.attempts = 0
@@ -194,6 +201,9 @@ class ItemRunner:
             return False
         session.get(WorkItem, item_id, populate_existing=True)
         return True
+
+    def _count_run(self, type_name: str, action: str, outcome: str, started: float) -> None:
+        self.metrics.count_run(type_name, action, outcome, time.monotonic() - started)
 
     def _record_failure(
         self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str

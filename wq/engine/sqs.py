@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.envelope import DEFAULT_MAX_DECODED_BYTES, decode_message
 from wq.engine.events import DEFAULT_MAX_FUTURE_SKEW, ingest
-from wq.engine.metrics import count_event
+from wq.engine.metrics import metrics_of
 from wq.engine.registry import TypeRegistry
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ QUEUE_URL_ENV_VARS = ("WQ_EVENTS_QUEUE_URL", "WORKQUEUE_SERVICE_EVENTS_QUEUE_URL
 REDRIVE_CHECK_SECONDS = 600.0
 REDRIVE_RETRY_SECONDS = 60.0  # after the policy could not be read (e.g. not allowed)
 MAX_BACKOFF_SECONDS = 60.0
+SOURCE = "sqs"  # the `source` label of this intake's event counts
 # Errors that say the database cannot be reached or used right now, not that this
 # event is bad: the message is kept for redelivery. A missing table is a deployment
 # fault, not the message's.
@@ -147,6 +148,7 @@ class SqsConsumer:
         self.max_message_bytes = max_message_bytes
         self.max_future_skew = max_future_skew
         self.client = client or sqs_client(queue_url)
+        self.metrics = metrics_of(sessions)
         self._stopping = threading.Event()
         # Held while a batch is handled: stop() waits for it, never for a receive.
         self._busy = threading.Lock()
@@ -216,13 +218,17 @@ class SqsConsumer:
     def poll_once(self) -> int:
         """Receive one batch and handle it; return how many messages were deleted."""
         self._check_redrive()
-        response = self.client.receive_message(
-            QueueUrl=self.queue_url,
-            MaxNumberOfMessages=self.max_messages,
-            WaitTimeSeconds=self.wait_seconds,
-            MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["ApproximateReceiveCount"],
-        )
+        try:
+            response = self.client.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=self.max_messages,
+                WaitTimeSeconds=self.wait_seconds,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        except (BotoCoreError, ClientError):
+            self.metrics.sqs_receive_errors.inc()
+            raise
         messages: list[dict[str, Any]] = response.get("Messages", [])
         with self._busy:
             if self._stopping.is_set():
@@ -258,11 +264,15 @@ class SqsConsumer:
             return Outcome.PERMANENT
         try:
             stored = ingest(
-                self.sessions, self.registry, event, max_future_skew=self.max_future_skew
+                self.sessions,
+                self.registry,
+                event,
+                source=SOURCE,
+                max_future_skew=self.max_future_skew,
             )
         except Exception as err:
             if is_transient(err):
-                count_event("transient")
+                self.metrics.count_event(SOURCE, "transient")
                 log.warning(
                     "events queue message %s not stored, kept for redelivery: %s",
                     message_id,
@@ -289,7 +299,7 @@ class SqsConsumer:
         if receipts > 1 and self._redrive is not False:  # counted on its first receipt
             log.debug("events queue message %s %s again (receipt %d)", message_id, what, receipts)
             return
-        count_event(outcome)
+        self.metrics.count_event(SOURCE, outcome)
         reason = str(err) if outcome == "undecodable" else type(err).__name__
         log.warning("events queue message %s %s (%s); %s", message_id, what, reason, fate)
 
@@ -308,12 +318,12 @@ class SqsConsumer:
                 )
             except (BotoCoreError, ClientError) as err:
                 # The events are stored: redelivery stores them again, which is harmless.
-                count_event("delete_failed", len(chunk))
+                self.metrics.count_event(SOURCE, "delete_failed", len(chunk))
                 log.warning("cannot delete %d events queue message(s): %s", len(chunk), err)
                 continue
             deleted += len(response.get("Successful", []))
             for failure in response.get("Failed", []):
-                count_event("delete_failed")
+                self.metrics.count_event(SOURCE, "delete_failed")
                 index = int(failure.get("Id", -1))
                 message_id = chunk[index].get("MessageId", "?") if 0 <= index < len(chunk) else "?"
                 log.warning(

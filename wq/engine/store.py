@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from wq.engine.models import ACTIVE, ADMITTED, QUEUED, SequenceCounter, WorkItem
+from wq.engine.models import ACTIVE, ADMITTED, QUEUED, SequenceCounter, UtcDateTime, WorkItem
 
 ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
@@ -122,17 +122,27 @@ WHERE w.admission = '{QUEUED}' AND w.id = ANY(ARRAY(
         LIMIT greatest(c.capacity - f.busy, 0)
     ) AS h
 ))
-RETURNING w.id, w.project, w.lane, w.seq
+RETURNING w.id, w.project, w.lane, w.seq, w.queued_at
 """
-).columns(id=Uuid(), project=String(), lane=String(), seq=BigInteger())
+).columns(id=Uuid(), project=String(), lane=String(), seq=BigInteger(), queued_at=UtcDateTime())
+
+
+class AdmittedRow(NamedTuple):
+    """One item `admit_heads` admitted."""
+
+    id: uuid.UUID
+    project: str
+    lane: str
+    seq: int | None
+    queued_at: datetime | None
 
 
 def admit_heads(
     session: Session, lanes: Sequence[tuple[str, str, int]], now: datetime
-) -> list[tuple[uuid.UUID, str, str, int | None]]:
+) -> list[AdmittedRow]:
     """Admit the heads of each (project, lane, capacity) into its free slots.
 
-    Returns (id, project, lane, seq) of every admitted item, unordered. The caller
+    Returns every admitted item (with when it was queued), unordered. The caller
     holds the admission lock. PostgreSQL: one statement for all lanes; SQLite (one
     writer, no round trips): one statement per lane in the same transaction.
     """
@@ -148,8 +158,8 @@ def admit_heads(
                 "capacities": [lane[2] for lane in lanes],
             },
         )
-        return [(row.id, row.project, row.lane, row.seq) for row in rows]
-    admitted: list[tuple[uuid.UUID, str, str, int | None]] = []
+        return [AdmittedRow(row.id, row.project, row.lane, row.seq, row.queued_at) for row in rows]
+    admitted: list[AdmittedRow] = []
     for project, lane, capacity in lanes:
         busy = (
             select(func.count())
@@ -178,10 +188,12 @@ def admit_heads(
             update(WorkItem)
             .where(WorkItem.id.in_(heads), WorkItem.admission == inline(QUEUED))
             .values(admission=ADMITTED, admitted_at=now, updated_at=now)
-            .returning(WorkItem.id, WorkItem.seq)
+            .returning(WorkItem.id, WorkItem.seq, WorkItem.queued_at)
             .execution_options(synchronize_session=False)
         )
-        admitted.extend((item_id, project, lane, seq) for item_id, seq in rows)
+        admitted.extend(
+            AdmittedRow(item_id, project, lane, seq, queued_at) for item_id, seq, queued_at in rows
+        )
     return admitted
 
 

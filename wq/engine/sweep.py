@@ -17,6 +17,7 @@ from wq.engine.audit import AuditRecord, audit, prune
 from wq.engine.config import Config
 from wq.engine.events import drain_events, items_with_pending_events
 from wq.engine.items import settle
+from wq.engine.metrics import metrics_of
 from wq.engine.models import ACTIVE, IDLE, WorkItem, WorkItemStatus, utcnow
 from wq.engine.registry import TypeRegistry
 from wq.engine.wakeup import ITEMS_ADMITTED, signal
@@ -72,6 +73,8 @@ def sweep_once(
                 ),
             )
             signal(session, ITEMS_ADMITTED)
+    if expired:
+        metrics_of(sessions).lease_rescues.labels("sweep").inc(len(expired))
     with sessions.begin() as session:
         due = (
             session.execute(

@@ -34,7 +34,7 @@ def trace(name: str) -> str:
 
 def counted(matcher: str, outcome: str) -> float:
     """The CI retry counter's value for one matcher and outcome."""
-    return CI_JOBS.labels(matcher=matcher, outcome=outcome)._value.get()
+    return CI_JOBS.of(None).labels(matcher=matcher, outcome=outcome)._value.get()
 
 
 class CiStage:

@@ -11,7 +11,7 @@ from tests.conftest import Store, make_config
 from tests.types.mr.helpers import payload
 from wq.engine.envelope import Event
 from wq.engine.events import drain_events, ingest
-from wq.engine.metrics import EVENTS
+from wq.engine.metrics import DEFAULT, Metrics
 from wq.engine.models import PendingEvent, WorkItem, utcnow
 from wq.engine.registry import SubmitContext, TypeRegistry
 from wq.types.mr.models import MrItem
@@ -133,7 +133,9 @@ def apply_pending(store: Store, registry: TypeRegistry) -> None:
 
 def deliver(store: Store, registry: TypeRegistry, document: dict[str, Any]) -> int:
     """Ingest one event and apply it; return for how many items it was stored."""
-    stored = ingest(store.sessions, registry, Event(document["object_kind"], document))
+    stored = ingest(
+        store.sessions, registry, Event(document["object_kind"], document), source="webhook"
+    )
     apply_pending(store, registry)
     return stored
 
@@ -147,6 +149,19 @@ def item(store: Store, item_id: uuid.UUID) -> MrItem:
         return found
 
 
-def counted(outcome: str) -> float:
-    """The current value of `wq_events_total{outcome=...}`."""
-    return EVENTS.labels(outcome=outcome)._value.get()
+APPLICATION_OUTCOMES = ("applied", "discarded", "failed")
+
+
+def counted(outcome: str, metrics: Metrics = DEFAULT) -> float:
+    """How many events were counted with an outcome so far, from any source.
+
+    A daemon's runtime has metrics of its own; bare test sessions count in `DEFAULT`.
+    """
+    applied = outcome in APPLICATION_OUTCOMES
+    counter = metrics.event_applications if applied else metrics.events
+    return sum(
+        sample.value
+        for metric in counter.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels.get("outcome") == outcome
+    )

@@ -316,7 +316,7 @@ def test_resolution_is_by_iid_else_by_the_branch_the_event_names(
 def test_webhook_shares_the_exact_resolution(
     daemon: tuple[Any, TestClient, FakeGitLab, str],
 ) -> None:
-    _, client, _, _ = daemon
+    runtime, client, _, _ = daemon
     created = client.post("/api/work-items/mr", json=payload())
     assert created.status_code == 201, created.text
     item_id = created.json()["item"]["id"]
@@ -325,12 +325,12 @@ def test_webhook_shares_the_exact_resolution(
         timeout=20,
         message="MR created",
     )
-    unmatched = counted("unmatched")
+    unmatched = counted("unmatched", runtime.metrics)
     good = {"X-Gitlab-Token": SECRET}
     for iid in MALFORMED_IIDS:
         answer = client.post("/api/webhooks/gitlab", json=mr_event("merge", iid), headers=good)
         assert answer.status_code == 202 and answer.json()["stored"] == 0, iid
-    assert counted("unmatched") - unmatched == len(MALFORMED_IIDS)
+    assert counted("unmatched", runtime.metrics) - unmatched == len(MALFORMED_IIDS)
     assert client.get(f"/api/work-items/{item_id}").json()["phase"] == "active"
 
 
@@ -433,10 +433,14 @@ def test_the_allowed_skew_is_configurable(store: Store, monkeypatch: pytest.Monk
     new_item(store, registry)
     soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     event = mr_event("approved", updated_at=soon)
-    assert ingest(store.sessions, registry, Event("merge_request", event)) == 0
+    assert ingest(store.sessions, registry, Event("merge_request", event), source="webhook") == 0
     two_hours = timedelta(hours=2)
     stored = ingest(
-        store.sessions, registry, Event("merge_request", event), max_future_skew=two_hours
+        store.sessions,
+        registry,
+        Event("merge_request", event),
+        source="webhook",
+        max_future_skew=two_hours,
     )
     assert stored == 1
     assert make_config(store.url).events.max_future_skew_seconds == 300

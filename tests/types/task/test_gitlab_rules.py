@@ -82,7 +82,9 @@ def test_label_added_makes_one_task_and_redelivery_is_a_dedup_hit(
     ) as (runtime, _):
 
         def deliver(document: dict[str, Any]) -> int:
-            return ingest(runtime.sessions, runtime.registry, event_from_payload(document))
+            return ingest(
+                runtime.sessions, runtime.registry, event_from_payload(document), source="webhook"
+            )
 
         assert deliver(issue_event([], ["bug"])) == 0  # another label: nothing
         assert deliver(issue_event(["bug"], ["bug", "agent::lifecycle"])) == 1

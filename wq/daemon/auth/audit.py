@@ -113,8 +113,27 @@ def route_of(request: Request) -> str:
     return template if isinstance(template, str) else request.url.path
 
 
+def count_decision(request: Request, tier: str | None, outcome: str) -> None:
+    """Count one decision in the daemon's metrics (by tier and outcome)."""
+    runtime = getattr(request.app.state, "runtime", None)
+    metrics = getattr(runtime, "metrics", None)
+    if metrics is not None:
+        metrics.auth_decisions.labels(tier or "none", outcome).inc()
+
+
+def _outcome(refusal: Refusal) -> str:
+    if refusal.event_type == AUTH_DENIED:
+        return "denied"
+    return "unavailable" if refusal.status_code == 503 else "failed"
+
+
 def log_decision(request: Request, decision: str, actor: str, details: dict[str, Any]) -> None:
-    """The INFO line of one auth decision (JSON, so that no value can forge a field)."""
+    """The INFO line of one auth decision (JSON, so that no value can forge a field).
+
+    An allow is counted here too; a refusal is counted where it is answered.
+    """
+    if decision == "allow":
+        count_decision(request, details.get("tier"), "allowed")
     if decisions_log.isEnabledFor(logging.INFO):
         line = {
             "decision": decision,
@@ -160,6 +179,7 @@ def allowed(
 
 def _record(request: Request, refusal: Refusal) -> None:
     details = {"status": refusal.status_code, **refusal.details}
+    count_decision(request, refusal.details.get("tier"), _outcome(refusal))
     log_decision(request, "deny", refusal.actor, {**details, "reason": str(refusal.detail)})
     item_id = refusal.details.get("item_id")
     record = AuditRecord(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from wq.daemon.contract import ANY_ROUTE, RETRY_AFTER_HEADER, error_responses
@@ -96,6 +96,9 @@ def read_readiness(runtime: RuntimeDep, request: Request) -> JSONResponse:
         **error_responses(*ANY_ROUTE),
     },
 )
-def read_metrics() -> Response:
-    """Prometheus metrics of this daemon, at exactly `/metrics` (no redirect)."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+def read_metrics(runtime: RuntimeDep) -> Response:
+    """Prometheus metrics of this daemon, at exactly `/metrics` (no redirect).
+
+    Database gauges are read here, at scrape time (cached; see `wq.engine.metrics_db`).
+    """
+    return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -48,10 +48,13 @@ def _endpoint(item_type: ItemType) -> Any:
             now=utcnow(),
         )
         result = submission.handle(session, payload, context)
+        counted = runtime.metrics.submissions.labels(item_type.name, result.outcome)
         if result.item is None:
             session.rollback()
+            counted.inc()
             raise HTTPException(429, f"not enqueued: {result.outcome} for project {project}")
         session.commit()
+        counted.inc()
         response.status_code = STATUS_BY_OUTCOME.get(result.outcome, 200)
         return SubmissionPublic(action=result.outcome, item=WorkItemPublic.of(result.item))
 

@@ -71,6 +71,6 @@ async def receive_gitlab_event(
         raise HTTPException(400, f"not a GitLab event: {err}") from None
     skew = timedelta(seconds=runtime.config.events.max_future_skew_seconds)
     stored = await run_in_threadpool(
-        ingest, runtime.sessions, runtime.registry, event, max_future_skew=skew
+        ingest, runtime.sessions, runtime.registry, event, source="webhook", max_future_skew=skew
     )
     return JSONResponse({"event": event.event_type, "stored": stored}, status_code=202)

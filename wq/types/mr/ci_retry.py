@@ -60,10 +60,10 @@ _COUNT = "ci_retry_count"
 
 
 @on_commit.handler(_COUNT)
-def _count_committed(_: Session, outcomes: list[tuple[str, str]]) -> None:
+def _count_committed(session: Session, outcomes: list[tuple[str, str]]) -> None:
     # Counted once the run's audit rows are stored, so metrics and audit agree.
     for matcher, outcome in outcomes:
-        count_job(matcher, outcome)
+        count_job(session, matcher, outcome)
 
 
 @dataclass

@@ -13,19 +13,19 @@ import hashlib
 from datetime import timedelta
 from typing import Any
 
-from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from wq.engine.metrics import declare_counter
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import BadWebhookPayload, WebhookContext
 from wq.types.task.schemas import TaskCreate
 from wq.types.task.settings import GrafanaConfig, TaskSettings
 from wq.types.task.submit import submit_task
 
-ALERTS = Counter(
-    "wq_grafana_notifications_total",
+ALERTS = declare_counter(
+    "grafana_notifications_total",
     "Grafana alert notifications by outcome: created, dedup, cooldown, resolved.",
     ["outcome"],
 )
@@ -126,12 +126,12 @@ def handle(
     assert config is not None
     notification = _parse(document)
     if notification.status == "resolved":
-        ALERTS.labels(outcome="resolved").inc()
+        ALERTS.of(session).labels(outcome="resolved").inc()
         return 200, {"outcome": "ignored", "reason": "resolved notifications are not acted on"}
     project = _project(notification, config)
     key = dedup_key(notification.groupKey)
     if _in_cooldown(session, key, ctx, config.cooldown_seconds):
-        ALERTS.labels(outcome="cooldown").inc()
+        ALERTS.of(session).labels(outcome="cooldown").inc()
         return 200, {"outcome": "cooldown", "project": project}
     payload = _task(
         project=project,
@@ -159,7 +159,7 @@ def handle(
         actor=ctx.actor,
         trigger={"source": "grafana", "group_key": notification.groupKey},
     )
-    ALERTS.labels(outcome=result.outcome).inc()
+    ALERTS.of(session).labels(outcome=result.outcome).inc()
     assert result.item is not None  # alerts are never autonomous, so never capped
     body = {"outcome": result.outcome, "project": project, "id": str(result.item.id)}
     return (201 if result.outcome == "created" else 200), body

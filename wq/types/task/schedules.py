@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from croniter import croniter
-from prometheus_client import Counter
 from sqlalchemy.exc import IntegrityError
 
+from wq.engine.metrics import declare_counter
 from wq.engine.registry import TickContext
 from wq.types.task.models import TaskScheduleTick
 from wq.types.task.schemas import TaskCreate
@@ -24,8 +24,8 @@ from wq.types.task.settings import ScheduleConfig, TaskSettings
 from wq.types.task.submit import submit_task
 
 log = logging.getLogger(__name__)
-TICKS = Counter(
-    "wq_task_schedule_ticks_total",
+TICKS = declare_counter(
+    "task_schedule_ticks_total",
     "Schedule ticks by outcome: created, capped (skipped at the autonomous cap), dedup.",
     ["project", "kind", "outcome"],
 )
@@ -89,7 +89,9 @@ def produce(tick: TickContext, settings: TaskSettings) -> list[Produced]:
                 row.outcome = result.outcome
         except IntegrityError:
             continue  # another replica produced this tick
-        TICKS.labels(project=schedule.project, kind=schedule.kind, outcome=result.outcome).inc()
+        TICKS.of(tick.sessions).labels(
+            project=schedule.project, kind=schedule.kind, outcome=result.outcome
+        ).inc()
         if result.outcome == "capped":
             log.info("schedule %s: tick %s skipped, the autonomous cap is reached", key, due)
         produced.append(Produced(key, due, result.outcome))

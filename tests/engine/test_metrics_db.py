@@ -1,0 +1,191 @@
+"""Database gauges computed at scrape time: pools, queue age, items, pending events."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine, text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from tests.conftest import Store, make_config
+from tests.engine.helpers import submit
+from tests.support.chain import Behaviour, chain_registry
+from wq.engine import metrics_db
+from wq.engine.admission import dispatch
+from wq.engine.config import Config
+from wq.engine.events import store_event
+from wq.engine.metrics import Metrics
+from wq.engine.metrics_db import DatabaseCollector, Snapshot
+from wq.engine.models import WorkItem, utcnow
+
+S = "hummingbird_workqueue_"
+POOLS = {"default": {"capacity": 1, "alert_capacity": 1}, "infra": {"capacity": 2}}
+
+
+def scrape(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a scrape, keyed by name and labels."""
+    text = metrics.exposition().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float | None:
+    return samples.get((S + name, frozenset(labels.items())))
+
+
+def collecting(
+    store: Store, config: Config, now: datetime | None = None
+) -> tuple[Metrics, DatabaseCollector]:
+    metrics = Metrics(process=False)
+    clock = (lambda: now) if now is not None else utcnow
+    collector = DatabaseCollector(
+        store.sessions, config, lambda: ["chain"], prefix=metrics.service_prefix, clock=clock
+    )
+    metrics.registry.register(collector)
+    return metrics, collector
+
+
+def set_queued_at(store: Store, project: str, when: datetime) -> None:
+    with store.sessions.begin() as session:
+        session.execute(
+            update(WorkItem)
+            .where(WorkItem.project == project, WorkItem.admission == "queued")
+            .values(queued_at=when)
+        )
+
+
+def test_pools_items_and_pending_events_come_from_the_database(store: Store) -> None:
+    config = make_config(store.url, pools=POOLS, metrics={"cache_seconds": 0})
+    registry = chain_registry(Behaviour())
+    first = submit(store.sessions, registry, config, "team/app").item
+    submit(store.sessions, registry, config, "team/app")
+    submit(store.sessions, registry, config, "team/app", autonomous=True)
+    submit(store.sessions, registry, config, "team/app", lane="alert")
+    submit(store.sessions, registry, config, "infra/dns")
+    failed = submit(store.sessions, registry, config, "other/x").item
+    assert first is not None and failed is not None
+    dispatch(store.sessions, config, now=utcnow())
+    with store.sessions.begin() as session:
+        session.execute(
+            update(WorkItem)
+            .where(WorkItem.id == failed.id)
+            .values(phase="failed", admission="done")
+        )
+        store_event(session, first.id, "redo", {})
+    now = utcnow()
+    set_queued_at(store, "team/app", now - timedelta(seconds=600))
+
+    metrics, _ = collecting(store, config, now)
+    samples = scrape(metrics)
+
+    app, alert = {"project": "team/app", "lane": "normal"}, {"project": "team/app", "lane": "alert"}
+    assert value(samples, "pool_capacity", **app) == 1
+    assert value(samples, "pool_in_flight", **app) == 1
+    assert value(samples, "pool_queued", **app) == 2
+    assert value(samples, "pool_queued_autonomous", **app) == 1
+    assert value(samples, "pool_oldest_queued_age_seconds", **app) == 600
+    assert value(samples, "pool_in_flight", **alert) == 1
+    assert value(samples, "pool_queued", **alert) == 0
+    assert value(samples, "pool_oldest_queued_age_seconds", **alert) == 0
+    dns = {"project": "infra/dns", "lane": "normal"}
+    assert value(samples, "pool_capacity", **dns) == 2  # the group prefix's pool
+    assert value(samples, "pool_in_flight", **dns) == 1
+    # A project with nothing queued or admitted has no pool series.
+    assert value(samples, "pool_capacity", project="other/x", lane="normal") is None
+    assert value(samples, "items", type="chain", phase="active", admission="admitted") == 3
+    assert value(samples, "items", type="chain", phase="active", admission="queued") == 2
+    assert value(samples, "items", type="chain", phase="failed", admission="done") == 1
+    assert value(samples, "pending_events") == 1
+    assert value(samples, "db_metrics_errors_total") == 0
+
+
+def test_the_age_keeps_growing_between_readings(store: Store) -> None:
+    config = make_config(store.url, metrics={"cache_seconds": 3600})
+    registry = chain_registry(Behaviour())
+    submit(store.sessions, registry, config, "team/app", lane="alert")
+    submit(store.sessions, registry, config, "team/app", lane="alert")  # waits: 1 alert slot
+    dispatch(store.sessions, config, now=utcnow())
+    start = utcnow()
+    set_queued_at(store, "team/app", start)
+    clock = {"now": start + timedelta(seconds=10)}
+    metrics = Metrics(process=False)
+    collector = DatabaseCollector(
+        store.sessions, config, lambda: ["chain"], prefix=S, clock=lambda: clock["now"]
+    )
+    metrics.registry.register(collector)
+    lane = {"project": "team/app", "lane": "alert"}
+    assert value(scrape(metrics), "pool_oldest_queued_age_seconds", **lane) == 10
+    clock["now"] += timedelta(seconds=50)  # the cached reading is reused, the age is not
+    assert value(scrape(metrics), "pool_oldest_queued_age_seconds", **lane) == 60
+
+
+def test_readings_are_cached_and_a_failed_reading_serves_the_last_one(store: Store) -> None:
+    config = make_config(store.url, metrics={"cache_seconds": 3600})
+    registry = chain_registry(Behaviour())
+    submit(store.sessions, registry, config, "team/app")
+    metrics, collector = collecting(store, config)
+    items = {"type": "chain", "phase": "active", "admission": "queued"}
+    assert value(scrape(metrics), "items", **items) == 1
+
+    submit(store.sessions, registry, config, "team/app")
+    # Within cache_seconds the database is not asked again: several replicas scraped
+    # often cost one reading each per period.
+    assert value(scrape(metrics), "items", **items) == 1
+
+    collector.cache_seconds = 0
+    nowhere = create_engine("postgresql+psycopg://wq@127.0.0.1:1/none")
+    collector.sessions = sessionmaker(bind=nowhere)
+    try:
+        samples = scrape(metrics)  # the scrape still answers, with the last reading
+    finally:
+        nowhere.dispose()
+    assert value(samples, "items", **items) == 1
+    assert value(samples, "db_metrics_errors_total") == 1
+
+    collector.sessions = store.sessions
+    samples = scrape(metrics)
+    assert value(samples, "items", **items) == 2
+    assert value(samples, "db_metrics_errors_total") == 1
+
+
+def test_without_any_reading_the_gauges_are_empty_not_zero(store: Store) -> None:
+    metrics = Metrics(process=False)
+    nowhere = create_engine("postgresql+psycopg://wq@127.0.0.1:1/none")
+    try:
+        metrics.registry.register(
+            DatabaseCollector(sessionmaker(bind=nowhere), store.config, lambda: ["chain"], prefix=S)
+        )
+        samples = scrape(metrics)
+    finally:
+        nowhere.dispose()
+    assert value(samples, "pending_events") is None  # unknown, not "nothing pending"
+    assert value(samples, "db_metrics_errors_total") == 1
+
+
+@pytest.mark.postgres
+def test_the_budget_bounds_the_queries_on_postgresql(
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finished: list[bool] = []
+
+    def slow(session: Session, types: Any) -> Snapshot:
+        session.execute(text("SELECT pg_sleep(5)"))
+        finished.append(True)  # the statement timeout did not cancel the query
+        return Snapshot(taken_at=0.0)
+
+    monkeypatch.setattr(metrics_db, "read_snapshot", slow)
+    config = make_config(postgres_store.url, metrics={"cache_seconds": 0, "budget_seconds": 0.1})
+    metrics, _ = collecting(postgres_store, config)
+    samples = scrape(metrics)
+    assert finished == []
+    assert value(samples, "db_metrics_errors_total") == 1
+    # The session's own statement timeout is untouched afterwards (SET LOCAL).
+    with postgres_store.sessions() as session:
+        timeout = session.execute(text("SHOW statement_timeout")).scalar_one()
+    assert timeout != "100ms"

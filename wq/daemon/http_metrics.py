@@ -1,0 +1,95 @@
+"""HTTP metrics: requests, durations and requests in progress, by route template.
+
+The route label is the template of the route a request matches, never its path, so
+label values stay few whatever callers send: path parameters appear as `{name}`, and
+identifiers (`{item_id}`, any `*_id`) as `{id}`, so `/api/work-items/<uuid>/history`
+is `/api/work-items/{id}/history`. A path no route matches is `unmatched`, and an
+unusual method is `other`. The probes and the scrape itself (`/healthz`, `/readyz`,
+`/metrics`) are not counted: they come every few seconds from the platform and would
+drown the API's own traffic.
+
+A pure ASGI middleware, outermost of the daemon's, so refusals answered by the body
+guard or the auth layer are counted like any other answer. It matches the request
+against the routes itself, before the app runs: the body guard answers some requests
+before any routing, and the route the app picked is not reliably left in the scope.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from wq.engine.metrics import Metrics
+
+EXCLUDED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+UNMATCHED = "unmatched"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_PARAM = re.compile(r"\{([^}:]+)(?::[^}]*)?\}")
+
+
+def normalize_template(template: str) -> str:
+    """A route template as a label: converters dropped, identifier parameters as `{id}`."""
+
+    def name(match: re.Match[str]) -> str:
+        param = match.group(1)
+        return "{id}" if param == "id" or param.endswith("_id") else f"{{{param}}}"
+
+    return _PARAM.sub(name, template)
+
+
+def route_label(scope: Scope, routes: Sequence[BaseRoute]) -> str:
+    """The normalized template of the route this request matches (`unmatched` if none).
+
+    A route that matches the path but not the method (a 405) still names the route.
+    """
+    partial: str | None = None
+    for route in routes:
+        match, _ = route.matches(scope)
+        template = getattr(route, "path", None)
+        if not isinstance(template, str):
+            continue
+        if match is Match.FULL:
+            return normalize_template(template)
+        if match is Match.PARTIAL and partial is None:
+            partial = template
+    return UNMATCHED if partial is None else normalize_template(partial)
+
+
+class HttpMetrics:
+    """ASGI middleware counting every HTTP request but the probes and the scrape."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, routes: Sequence[BaseRoute]) -> None:
+        self.app = app
+        self.metrics = metrics
+        # Routes with a template, in the order the app tries them.
+        self.routes = [route for route in routes if isinstance(getattr(route, "path", None), str)]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in EXCLUDED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        method = scope.get("method", "")
+        method = method if method in METHODS else "other"
+        route = route_label(scope, self.routes)
+        status = 500  # unless the app answers: an exception escaping it is a 500
+        metrics = self.metrics
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        in_progress = metrics.http_in_progress.labels(method, route)
+        in_progress.inc()
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            in_progress.dec()
+            metrics.http_duration.labels(method, route).observe(time.perf_counter() - started)
+            metrics.http_requests.labels(method, route, str(status)).inc()

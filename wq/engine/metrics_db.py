@@ -1,0 +1,230 @@
+"""Gauges that are counts in the database, computed when Prometheus scrapes.
+
+Pool usage, queue depth and age, and live items are read from the database, never
+kept as running deltas that a crash or a second replica would make drift. The queries
+follow the indexes the dispatcher already has (the partial indexes on queued and on
+admitted items, `(type, phase)` for items), so their cost grows with the live working
+set, not with the history of finished items.
+
+Each replica is scraped on its own and every replica would read the same numbers, so
+one computation is kept for `cache_seconds` and scrapes in between get it: N replicas
+scraped every T seconds cost at most N queries per max(T, cache_seconds). The queries
+get `budget_seconds` (a statement timeout on PostgreSQL); past the budget, or when the
+database is down, the scrape still answers, with the last values it has and
+`db_metrics_errors_total` counting the failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Integer, cast, func, select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.engine.config import Config
+from wq.engine.models import (
+    ACTIVE,
+    ADMITTED,
+    ALERT_LANE,
+    FAILED,
+    LANES,
+    NORMAL_LANE,
+    QUEUED,
+    PendingEvent,
+    WorkItem,
+    utcnow,
+)
+from wq.engine.store import inline
+
+log = logging.getLogger(__name__)
+# Phases whose items are counted: the live ones and the failed ones waiting for an
+# operator. Completed and cancelled items only grow; `phase_transitions_total` has them.
+COUNTED_PHASES = (ACTIVE, FAILED)
+
+
+@dataclass
+class Snapshot:
+    """One reading of the database gauges."""
+
+    taken_at: float  # time.monotonic() of the reading
+    # (type, phase, admission) -> items
+    items: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # (project, lane) -> value
+    in_flight: dict[tuple[str, str], int] = field(default_factory=dict)
+    queued: dict[tuple[str, str], int] = field(default_factory=dict)
+    queued_autonomous: dict[tuple[str, str], int] = field(default_factory=dict)
+    oldest_queued_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    pending_events: int = 0
+
+
+def read_snapshot(session: Session, types: Sequence[str]) -> Snapshot:
+    """Run the gauge queries in one (read) transaction."""
+    snapshot = Snapshot(taken_at=time.monotonic())
+    if types:
+        rows = session.execute(
+            select(WorkItem.type, WorkItem.phase, WorkItem.admission, func.count())
+            .where(WorkItem.type.in_(sorted(types)), WorkItem.phase.in_(COUNTED_PHASES))
+            .group_by(WorkItem.type, WorkItem.phase, WorkItem.admission)
+        )
+        snapshot.items = {(t, p, a): int(n) for t, p, a, n in rows}
+    queued = session.execute(
+        select(
+            WorkItem.project,
+            WorkItem.lane,
+            func.count(),
+            func.sum(cast(WorkItem.autonomous, Integer)),
+            func.min(WorkItem.queued_at),
+        )
+        .where(WorkItem.admission == inline(QUEUED))
+        .group_by(WorkItem.project, WorkItem.lane)
+    )
+    for project, lane, count, autonomous, oldest in queued:
+        key = (str(project), _lane(lane))
+        snapshot.queued[key] = snapshot.queued.get(key, 0) + int(count)
+        snapshot.queued_autonomous[key] = snapshot.queued_autonomous.get(key, 0) + int(
+            autonomous or 0
+        )
+        if oldest is not None and (
+            key not in snapshot.oldest_queued_at or oldest < snapshot.oldest_queued_at[key]
+        ):
+            snapshot.oldest_queued_at[key] = oldest
+    admitted = session.execute(
+        select(WorkItem.project, WorkItem.lane, func.count())
+        .where(WorkItem.admission == inline(ADMITTED))
+        .group_by(WorkItem.project, WorkItem.lane)
+    )
+    for project, lane, count in admitted:
+        key = (str(project), _lane(lane))
+        snapshot.in_flight[key] = snapshot.in_flight.get(key, 0) + int(count)
+    snapshot.pending_events = int(
+        session.execute(select(func.count()).select_from(PendingEvent)).scalar_one()
+    )
+    return snapshot
+
+
+def _lane(lane: str | None) -> str:
+    return lane if lane in LANES else NORMAL_LANE
+
+
+class DatabaseCollector(Collector):
+    """A prometheus-client collector reading the database at scrape time (cached)."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        config: Config,
+        types: Callable[[], Sequence[str]],
+        *,
+        prefix: str,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.sessions = sessions
+        self.config = config
+        self.types = types
+        self.prefix = prefix
+        self.clock = clock
+        self.cache_seconds = config.metrics.cache_seconds
+        self.budget_seconds = config.metrics.budget_seconds
+        self._snapshot: Snapshot | None = None
+        self._errors = 0
+        # One reading at a time: concurrent scrapes wait for it and share it.
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        """No description up front: the registry must not read the database to register."""
+        return []
+
+    def snapshot(self) -> Snapshot | None:
+        """The cached reading, refreshed when older than `cache_seconds`."""
+        with self._lock:
+            current = self._snapshot
+            if current is not None and time.monotonic() - current.taken_at < self.cache_seconds:
+                return current
+            try:
+                with self.sessions() as session:
+                    self._limit(session)
+                    self._snapshot = read_snapshot(session, self.types())
+            except Exception as err:
+                self._errors += 1
+                log.warning("cannot read the database gauges: %s", type(err).__name__)
+            return self._snapshot
+
+    def _limit(self, session: Session) -> None:
+        """Bound the gauge queries by the budget (PostgreSQL's statement timeout)."""
+        if session.get_bind().dialect.name == "postgresql":
+            milliseconds = max(1, math.ceil(self.budget_seconds * 1000))
+            session.execute(text(f"SET LOCAL statement_timeout = {milliseconds}"))
+
+    def collect(self) -> Iterator[Metric]:
+        """The gauges of the latest reading, and the reading's own health."""
+        p = self.prefix
+        snapshot = self.snapshot()
+        errors = CounterMetricFamily(
+            f"{p}db_metrics_errors",
+            "Scrapes whose database gauges could not be read (the last reading is served).",
+        )
+        errors.add_metric([], self._errors)
+        yield errors
+        age = GaugeMetricFamily(
+            f"{p}db_metrics_age_seconds",
+            "Age of the database reading served (cached up to metrics.cache_seconds).",
+        )
+        if snapshot is not None:
+            age.add_metric([], time.monotonic() - snapshot.taken_at)
+        yield age
+        yield from self._gauges(snapshot)
+
+    def _gauges(self, snapshot: Snapshot | None) -> Iterator[Metric]:
+        p = self.prefix
+        lanes = ["project", "lane"]
+        items = GaugeMetricFamily(
+            f"{p}items",
+            "Active and failed work items by type, phase and admission state.",
+            labels=["type", "phase", "admission"],
+        )
+        in_flight = GaugeMetricFamily(
+            f"{p}pool_in_flight", "Admitted items holding a pool slot.", labels=lanes
+        )
+        capacity = GaugeMetricFamily(
+            f"{p}pool_capacity", "Slots of the pool (configured).", labels=lanes
+        )
+        queued = GaugeMetricFamily(f"{p}pool_queued", "Items waiting for a slot.", labels=lanes)
+        autonomous = GaugeMetricFamily(
+            f"{p}pool_queued_autonomous",
+            "Queued items that no person or event asked for (schedules, scans).",
+            labels=lanes,
+        )
+        oldest = GaugeMetricFamily(
+            f"{p}pool_oldest_queued_age_seconds",
+            "How long the longest-waiting queued item has waited.",
+            labels=lanes,
+        )
+        pending = GaugeMetricFamily(f"{p}pending_events", "Stored events not applied yet.")
+        if snapshot is not None:
+            # Ages count from now, not from the reading: they keep growing between readings.
+            now = self.clock()
+            for (item_type, phase, admission), count in sorted(snapshot.items.items()):
+                items.add_metric([item_type, phase, admission], count)
+            pools = set(snapshot.in_flight) | set(snapshot.queued)
+            for project in sorted({project for project, _ in pools}):
+                pool = self.config.pool_for(project)
+                limits = {ALERT_LANE: pool.alert_capacity, NORMAL_LANE: pool.capacity}
+                for lane in LANES:
+                    key = (project, lane)
+                    capacity.add_metric([project, lane], limits[lane])
+                    in_flight.add_metric([project, lane], snapshot.in_flight.get(key, 0))
+                    queued.add_metric([project, lane], snapshot.queued.get(key, 0))
+                    autonomous.add_metric([project, lane], snapshot.queued_autonomous.get(key, 0))
+                    since = snapshot.oldest_queued_at.get(key)
+                    waited = 0.0 if since is None else (now - since).total_seconds()
+                    oldest.add_metric([project, lane], max(0.0, waited))
+            pending.add_metric([], snapshot.pending_events)
+        yield from (items, in_flight, capacity, queued, autonomous, oldest, pending)
