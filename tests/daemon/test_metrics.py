@@ -43,10 +43,11 @@ def series(samples: Samples, name: str) -> list[dict[str, str]]:
     return [dict(labels) for sample_name, labels in samples if sample_name == name]
 
 
-@pytest.fixture
+@pytest.fixture(params=[False, True], ids=["workers", "batch"])
 def daemon(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[tuple[Runtime, TestClient, Behaviour]]:
+    """A daemon whose chain actions run on workers, or as cheap actions in the batch."""
     monkeypatch.setenv(SECRET_ENV, SECRET)
     behaviour = Behaviour(fail_times={"step2": 1})
     config = make_config(
@@ -55,7 +56,7 @@ def daemon(
         events={"webhook_secret_env": SECRET_ENV},
         metrics={"cache_seconds": 0},
     )
-    runtime = build_runtime(config, registry=chain_registry(behaviour))
+    runtime = build_runtime(config, registry=chain_registry(behaviour, cheap=request.param))
     assert runtime.local_tier is not None
     headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
     with TestClient(create_app(runtime), raise_server_exceptions=False, headers=headers) as client:
