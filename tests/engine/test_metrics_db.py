@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import create_engine, text, update
+from sqlalchemy import Select, create_engine, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.conftest import Store, make_config
@@ -18,7 +19,13 @@ from wq.engine.admission import dispatch
 from wq.engine.config import Config
 from wq.engine.events import store_event
 from wq.engine.metrics import Metrics
-from wq.engine.metrics_db import DatabaseCollector, Snapshot
+from wq.engine.metrics_db import (
+    DatabaseCollector,
+    Snapshot,
+    admitted_query,
+    items_query,
+    queued_query,
+)
 from wq.engine.models import WorkItem, utcnow
 
 S = "hummingbird_workqueue_"
@@ -189,3 +196,26 @@ def test_the_budget_bounds_the_queries_on_postgresql(
     with postgres_store.sessions() as session:
         timeout = session.execute(text("SHOW statement_timeout")).scalar_one()
     assert timeout != "100ms"
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("query", "index"),
+    [
+        (lambda: items_query(["chain", "mr"]), "ix_work_items_type_phase"),
+        (queued_query, "ix_work_items_queue"),
+        (admitted_query, "ix_work_items_in_flight"),
+    ],
+)
+def test_the_gauge_queries_use_the_indexes(
+    store: Store, query: Callable[[], Select[Any]], index: str
+) -> None:
+    """Cost follows the live working set, not the table: each query has its index.
+
+    PostgreSQL only: EXPLAIN's plan is PostgreSQL's.
+    """
+    with store.sessions() as session:
+        session.execute(text("SET LOCAL enable_seqscan = off"))
+        compiled = query().compile(store.engine, compile_kwargs={"literal_binds": True})
+        plan = "\n".join(row[0] for row in session.execute(text(f"EXPLAIN {compiled}")))
+    assert index in plan, plan

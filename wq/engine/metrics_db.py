@@ -26,7 +26,7 @@ from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Integer, cast, func, select, text
+from sqlalchemy import Integer, Select, cast, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.config import Config
@@ -65,17 +65,18 @@ class Snapshot:
     pending_events: int = 0
 
 
-def read_snapshot(session: Session, types: Sequence[str]) -> Snapshot:
-    """Run the gauge queries in one (read) transaction."""
-    snapshot = Snapshot(taken_at=time.monotonic())
-    if types:
-        rows = session.execute(
-            select(WorkItem.type, WorkItem.phase, WorkItem.admission, func.count())
-            .where(WorkItem.type.in_(sorted(types)), WorkItem.phase.in_(COUNTED_PHASES))
-            .group_by(WorkItem.type, WorkItem.phase, WorkItem.admission)
-        )
-        snapshot.items = {(t, p, a): int(n) for t, p, a, n in rows}
-    queued = session.execute(
+def items_query(types: Sequence[str]) -> Select[str, str, str, int]:
+    """Active and failed items per type, phase and admission (the `(type, phase)` index)."""
+    return (
+        select(WorkItem.type, WorkItem.phase, WorkItem.admission, func.count())
+        .where(WorkItem.type.in_(sorted(types)), WorkItem.phase.in_(COUNTED_PHASES))
+        .group_by(WorkItem.type, WorkItem.phase, WorkItem.admission)
+    )
+
+
+def queued_query() -> Select[str, str, int, int, datetime | None]:
+    """Queued items per project and lane (the dispatcher's partial queue index)."""
+    return (
         select(
             WorkItem.project,
             WorkItem.lane,
@@ -86,7 +87,24 @@ def read_snapshot(session: Session, types: Sequence[str]) -> Snapshot:
         .where(WorkItem.admission == inline(QUEUED))
         .group_by(WorkItem.project, WorkItem.lane)
     )
-    for project, lane, count, autonomous, oldest in queued:
+
+
+def admitted_query() -> Select[str, str, int]:
+    """Admitted items per project and lane (the partial in-flight index)."""
+    return (
+        select(WorkItem.project, WorkItem.lane, func.count())
+        .where(WorkItem.admission == inline(ADMITTED))
+        .group_by(WorkItem.project, WorkItem.lane)
+    )
+
+
+def read_snapshot(session: Session, types: Sequence[str]) -> Snapshot:
+    """Run the gauge queries in one (read) transaction."""
+    snapshot = Snapshot(taken_at=time.monotonic())
+    if types:
+        rows = session.execute(items_query(types))
+        snapshot.items = {(t, p, a): int(n) for t, p, a, n in rows}
+    for project, lane, count, autonomous, oldest in session.execute(queued_query()):
         key = (str(project), _lane(lane))
         snapshot.queued[key] = snapshot.queued.get(key, 0) + int(count)
         snapshot.queued_autonomous[key] = snapshot.queued_autonomous.get(key, 0) + int(
@@ -96,12 +114,7 @@ def read_snapshot(session: Session, types: Sequence[str]) -> Snapshot:
             key not in snapshot.oldest_queued_at or oldest < snapshot.oldest_queued_at[key]
         ):
             snapshot.oldest_queued_at[key] = oldest
-    admitted = session.execute(
-        select(WorkItem.project, WorkItem.lane, func.count())
-        .where(WorkItem.admission == inline(ADMITTED))
-        .group_by(WorkItem.project, WorkItem.lane)
-    )
-    for project, lane, count in admitted:
+    for project, lane, count in session.execute(admitted_query()):
         key = (str(project), _lane(lane))
         snapshot.in_flight[key] = snapshot.in_flight.get(key, 0) + int(count)
     snapshot.pending_events = int(

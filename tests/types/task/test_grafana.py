@@ -85,6 +85,10 @@ def test_firing_makes_one_incident_in_the_alert_lane_and_repeats_are_dedup_hits(
         third = post(client, other)
         assert third.status_code == 201 and third.json()["project"] == "ops"
         assert count(runtime) == 2
+        counted = runtime.metrics.registry.get_sample_value
+        name = "hummingbird_workqueue_grafana_notifications_total"
+        assert counted(name, {"outcome": "created"}) == 2
+        assert counted(name, {"outcome": "dedup"}) == 1
 
 
 def test_resolved_is_ignored_and_a_finished_incident_cools_down(
@@ -147,6 +151,9 @@ def test_the_webhook_needs_the_secret_or_a_token_with_submit(store: Store, tmp_p
         )
         assert count(runtime) == 0
         assert post(client, notification(), token=SECRET).status_code == 201
+        decisions = "hummingbird_workqueue_auth_decisions_total"
+        allowed = {"tier": "webhook", "outcome": "allowed"}
+        assert runtime.metrics.registry.get_sample_value(decisions, allowed) == 1
 
 
 def test_not_configured_means_no_endpoint(store: Store, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from wq.daemon.auth.audit import count_decision
 from wq.daemon.auth.guard import authenticate_request, authorize
 from wq.daemon.contract import API_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
@@ -49,6 +50,7 @@ def _caller(request: Request, hook: Webhook, type_name: str) -> str:
         and scheme.lower() == "bearer"
         and hmac.compare_digest(token.strip().encode(), secret.encode())
     ):
+        count_decision(request, "webhook", "allowed")
         return f"webhook:{hook.name}"
     principal = authenticate_request(request)
     authorize(request, principal, "submit", type_name)
