@@ -257,6 +257,12 @@ def test_embedded_daemon_serves_and_stops_cleanly_on_sigterm(
         assert anonymous.json()["error"]
         wrong = client.get("/api/work-items", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
+        # Prometheus' view of the same requests, on the same port, without a token.
+        metrics = client.get("/metrics")
+        assert metrics.status_code == 200
+        counted = 'hummingbird_http_requests_total{method="GET",route="/api/work-items"'
+        assert f'{counted},status="200"}} 1.0' in metrics.text, metrics.text
+        assert f'{counted},status="401"}} 2.0' in metrics.text, metrics.text
 
     code = daemon.terminate(signal.SIGTERM, EMBEDDED_GRACE_SECONDS)
     assert code is not None, f"still running {EMBEDDED_GRACE_SECONDS}s after SIGTERM"
@@ -411,6 +417,7 @@ REFUSALS: dict[str, Refusal] = {
     "negative-capacity": Refusal(
         "pools:\n  default:\n    capacity: -1\n", ("pools.default.capacity",)
     ),
+    "bad-metric-prefix": Refusal("metrics:\n  prefix: my-app\n", ("metrics.prefix",)),
     "not-yaml": Refusal("pools: [unclosed\n", ("YAML",)),
     "not-a-mapping": Refusal("- a\n- b\n", ("top level",)),
     "missing-file": Refusal(None, ("cannot read",)),
