@@ -340,6 +340,12 @@ def test_every_decision_is_logged_without_the_token(
     assert lines[3]["status"] == 403 and lines[4]["status"] == 401
     for token in api.tokens.values():
         assert token not in caplog.text
+    # The same decisions, counted by tier and outcome for Prometheus.
+    counted = api.runtime.metrics.registry.get_sample_value
+    name = "hummingbird_workqueue_auth_decisions_total"
+    assert counted(name, {"tier": "ocp-user", "outcome": "allowed"}) == 4
+    assert counted(name, {"tier": "ocp-user", "outcome": "denied"}) == 1
+    assert counted(name, {"tier": "none", "outcome": "failed"}) == 1
 
 
 def test_state_changing_allows_and_all_refusals_leave_rows_reads_do_not(api: Api) -> None:

@@ -292,6 +292,9 @@ def test_an_unreachable_openshift_api_is_503(setup: Setup) -> None:
     )
     # JWTs do not depend on OpenShift.
     assert setup.get("/api/whoami", setup.jwt(sub="x")).status_code == 200
+    counted = setup.runtime.metrics.registry.get_sample_value
+    name = "hummingbird_workqueue_auth_decisions_total"
+    assert counted(name, {"tier": "none", "outcome": "unavailable"}) == 1
 
 
 def test_an_oversized_token_is_401_without_a_lookup(setup: Setup) -> None:
