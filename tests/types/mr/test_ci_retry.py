@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -76,6 +77,8 @@ def test_a_failure_reason_matcher_retries_without_reading_the_trace(
         "Runner system failure",
     )
     assert stage.audits()[0].new_state["new_build_id"] == retried.id  # type: ignore[index]
+    # A worker event: the worker that ran the action is the actor (the audit conventions).
+    assert re.search(r"/(worker-\d+|batch)$", stage.audits()[0].actor), stage.audits()[0].actor
     assert counted("runner-system-failure", "retried") == before + 1
 
 

@@ -54,7 +54,6 @@ from wq.types.mr.settings import MrSettings
 
 log = logging.getLogger(__name__)
 DIMENSION = "needs_ci_retry"
-SYSTEM = "system"
 NO_MATCHER = "none"
 _COUNT = "ci_retry_count"
 
@@ -113,7 +112,7 @@ class _Run:
             (
                 AuditRecord(
                     f"ci_job_{event}",
-                    SYSTEM,
+                    self.ctx.actor,  # the worker that runs the action
                     self.item.id,
                     new_state={
                         "build_id": job.get("build_id"),
