@@ -91,10 +91,9 @@ def test_pending_events_of_a_missing_item_are_404_and_need_a_token(
     assert {p["name"] for p in operation["parameters"]} >= {"item_id", "limit", "cursor"}
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # EXPLAIN is PostgreSQL's
 def test_pending_events_query_uses_the_item_index(store: Store) -> None:
     """The page is a range of the work_item_id index, not a scan of pending_events."""
-    if store.engine.dialect.name != "postgresql":
-        pytest.skip("EXPLAIN's plan is PostgreSQL's")
     with store.sessions() as session:
         session.execute(text("SET LOCAL enable_seqscan = off"))
         compiled = (
