@@ -17,7 +17,7 @@ import boto3
 import httpx
 import pytest
 
-from tests.daemon.test_daemon_process import Daemon, clean_env, daemons, start_daemon
+from tests.daemon.test_daemon_process import Daemon, clean_env, daemons, run_wq, start_daemon
 from tests.support.waiting import wait_for
 
 __all__ = ["daemons"]  # the fixture, imported for pytest
@@ -90,3 +90,24 @@ def test_daemon_logs_json_lines_and_archives_each_entry_to_s3(
     assert {k: v for k, v in entry.items() if k != "id"} == logged[0]
     s3.delete_object(Bucket=bucket, Key=key)
     s3.delete_bucket(Bucket=bucket)
+
+
+def test_daemon_told_to_archive_without_aws_credentials_refuses_to_start(
+    tmp_path: Path,
+) -> None:
+    env = {
+        key: value
+        for key, value in clean_env(tmp_path, WQ_AUDIT_S3_BUCKET="wq-audit").items()
+        if not key.startswith("AWS_")
+    }
+    env.update(
+        AWS_EC2_METADATA_DISABLED="true",  # no instance role to ask for
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+    )
+    result = run_wq("daemon", "--port", "0", env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("wq: error: audit.s3_bucket (or WQ_AUDIT_S3_BUCKET) names bucket ")
+    assert "no AWS credentials" in last
+    assert "Traceback" not in result.stderr

@@ -25,6 +25,7 @@ from wq.daemon.app import create_app
 from wq.daemon.body import HEADER_PARSE_LIMIT
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine import schema
+from wq.engine.archive import missing_credentials
 from wq.engine.config import Config
 from wq.engine.db import is_sqlite
 from wq.engine.listener import NotifyListener
@@ -134,6 +135,9 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
         runtime.prepare_consumer()
     except EventsConfigError as err:
         raise StartupError(str(err)) from None
+    problem = missing_credentials(config.audit)
+    if problem:
+        raise StartupError(problem)
     log.info("database: %s", runtime.engine.url.render_as_string(hide_password=True))
     prepare_database(runtime)
     if runtime.local_tier is None and config.auth.local_token is None:

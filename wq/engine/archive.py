@@ -138,6 +138,25 @@ class S3Archive:
         return key
 
 
+def missing_credentials(audit: AuditConfig) -> str | None:
+    """Why archival cannot work at all (no AWS credentials anywhere), else None.
+
+    Asked once at start, so that a daemon told to archive refuses instead of warning
+    forever; boto3 resolves the same chain its uploads will use.
+    """
+    if not audit.archiving:
+        return None
+    import boto3
+
+    if boto3.session.Session().get_credentials() is None:
+        return (
+            f"audit.s3_bucket (or WQ_AUDIT_S3_BUCKET) names bucket {audit.s3_bucket}, but boto3 "
+            "finds no AWS credentials (AWS_ACCESS_KEY_ID, a profile, a web identity or an "
+            "instance role)"
+        )
+    return None
+
+
 @dataclass
 class BatchResult:
     """What one round of uploads did."""
