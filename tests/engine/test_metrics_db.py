@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Select, create_engine, text, update
+from sqlalchemy import Select, create_engine, func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.conftest import Store, make_config
@@ -16,6 +16,7 @@ from tests.engine.helpers import submit
 from tests.support.chain import Behaviour, chain_registry
 from wq.engine import metrics_db
 from wq.engine.admission import dispatch
+from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.events import store_event
 from wq.engine.metrics import Metrics
@@ -23,10 +24,12 @@ from wq.engine.metrics_db import (
     DatabaseCollector,
     Snapshot,
     admitted_query,
+    audit_backlog_query,
     items_query,
+    oldest_unarchived_query,
     queued_query,
 )
-from wq.engine.models import WorkItem, utcnow
+from wq.engine.models import AuditEntry, WorkItem, utcnow
 
 S = "hummingbird_workqueue_"
 POOLS = {"default": {"capacity": 1, "alert_capacity": 1}, "infra": {"capacity": 2}}
@@ -110,6 +113,33 @@ def test_pools_items_and_pending_events_come_from_the_database(store: Store) -> 
     assert value(samples, "items", type="chain", phase="failed", admission="done") == 1
     assert value(samples, "pending_events") == 1
     assert value(samples, "db_metrics_errors_total") == 0
+
+
+def test_the_audit_archive_backlog_and_its_age_while_archival_is_on(store: Store) -> None:
+    now = utcnow()
+    with store.sessions.begin() as session:
+        audit(
+            session,
+            *(
+                AuditRecord("auth_failed", "anonymous", trigger={"source": "api"}, at=at)
+                for at in (now - timedelta(minutes=40), now - timedelta(minutes=5), now)
+            ),
+        )
+    with store.sessions.begin() as session:  # the oldest one is archived already
+        oldest = select(func.min(AuditEntry.id)).scalar_subquery()
+        session.execute(update(AuditEntry).where(AuditEntry.id == oldest).values(archived_at=now))
+    archiving = make_config(store.url, audit={"s3_bucket": "wq-audit"})
+    samples = scrape(collecting(store, archiving, now)[0])
+    assert value(samples, "audit_archive_backlog") == 2
+    assert value(samples, "audit_archive_oldest_age_seconds") == pytest.approx(300, abs=1)
+    # Archival off: no backlog to speak of, the series are left empty.
+    samples = scrape(collecting(store, make_config(store.url), now)[0])
+    assert value(samples, "audit_archive_backlog") is None
+    with store.sessions.begin() as session:
+        session.execute(update(AuditEntry).values(archived_at=now))
+    samples = scrape(collecting(store, archiving, now)[0])
+    assert value(samples, "audit_archive_backlog") == 0
+    assert value(samples, "audit_archive_oldest_age_seconds") == 0
 
 
 def test_the_age_keeps_growing_between_readings(store: Store) -> None:
@@ -205,6 +235,8 @@ def test_the_budget_bounds_the_queries_on_postgresql(
         (lambda: items_query(["chain", "mr"]), "ix_work_items_type_phase"),
         (queued_query, "ix_work_items_queue"),
         (admitted_query, "ix_work_items_in_flight"),
+        (audit_backlog_query, "ix_audit_log_unarchived"),
+        (oldest_unarchived_query, "ix_audit_log_unarchived"),
     ],
 )
 def test_the_gauge_queries_use_the_indexes(

@@ -38,6 +38,7 @@ from wq.engine.models import (
     LANES,
     NORMAL_LANE,
     QUEUED,
+    AuditEntry,
     PendingEvent,
     WorkItem,
     utcnow,
@@ -63,6 +64,9 @@ class Snapshot:
     queued_autonomous: dict[tuple[str, str], int] = field(default_factory=dict)
     oldest_queued_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
     pending_events: int = 0
+    # Audit entries not archived to S3 yet (read only while archival is on).
+    audit_backlog: int | None = None
+    oldest_unarchived_at: datetime | None = None
 
 
 def items_query(types: Sequence[str]) -> Select[str, str, str, int]:
@@ -98,7 +102,20 @@ def admitted_query() -> Select[str, str, int]:
     )
 
 
-def read_snapshot(session: Session, types: Sequence[str]) -> Snapshot:
+def audit_backlog_query() -> Select[int]:
+    """Audit entries not archived yet (the archiver's partial index)."""
+    return select(func.count()).select_from(AuditEntry).where(AuditEntry.archived_at.is_(None))
+
+
+def oldest_unarchived_query() -> Select[datetime]:
+    """When the oldest unarchived entry was written: its id from the partial index."""
+    oldest = (
+        select(func.min(AuditEntry.id)).where(AuditEntry.archived_at.is_(None)).scalar_subquery()
+    )
+    return select(AuditEntry.at).where(AuditEntry.id == oldest)
+
+
+def read_snapshot(session: Session, types: Sequence[str], *, archiving: bool = False) -> Snapshot:
     """Run the gauge queries in one (read) transaction."""
     snapshot = Snapshot(taken_at=time.monotonic())
     if types:
@@ -120,6 +137,11 @@ def read_snapshot(session: Session, types: Sequence[str]) -> Snapshot:
     snapshot.pending_events = int(
         session.execute(select(func.count()).select_from(PendingEvent)).scalar_one()
     )
+    if archiving:
+        snapshot.audit_backlog = int(session.execute(audit_backlog_query()).scalar_one())
+        snapshot.oldest_unarchived_at = session.execute(
+            oldest_unarchived_query()
+        ).scalar_one_or_none()
     return snapshot
 
 
@@ -164,7 +186,9 @@ class DatabaseCollector(Collector):
             try:
                 with self.sessions() as session:
                     self._limit(session)
-                    self._snapshot = read_snapshot(session, self.types())
+                    self._snapshot = read_snapshot(
+                        session, self.types(), archiving=self.config.audit.archiving
+                    )
             except Exception as err:
                 self._errors += 1
                 log.warning("cannot read the database gauges: %s", type(err).__name__)
@@ -221,6 +245,15 @@ class DatabaseCollector(Collector):
             labels=lanes,
         )
         pending = GaugeMetricFamily(f"{p}pending_events", "Stored events not applied yet.")
+        backlog = GaugeMetricFamily(
+            f"{p}audit_archive_backlog",
+            "Audit entries not archived to S3 yet (only while archival is on).",
+        )
+        behind = GaugeMetricFamily(
+            f"{p}audit_archive_oldest_age_seconds",
+            "Age of the oldest audit entry not archived yet, 0 when none waits "
+            "(only while archival is on).",
+        )
         if snapshot is not None:
             # Ages count from now, not from the reading: they keep growing between readings.
             now = self.clock()
@@ -240,4 +273,10 @@ class DatabaseCollector(Collector):
                     waited = 0.0 if since is None else (now - since).total_seconds()
                     oldest.add_metric([project, lane], max(0.0, waited))
             pending.add_metric([], snapshot.pending_events)
+            if snapshot.audit_backlog is not None:
+                backlog.add_metric([], snapshot.audit_backlog)
+                since = snapshot.oldest_unarchived_at
+                age = 0.0 if since is None else (now - since).total_seconds()
+                behind.add_metric([], max(0.0, age))
         yield from (items, in_flight, capacity, queued, autonomous, oldest, pending)
+        yield from (backlog, behind)
