@@ -7,6 +7,8 @@ over an `httpx.MockTransport`. Ages are computed against `NOW`, the app's clock.
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -193,47 +195,73 @@ def queue_page(project: str, lane: str) -> Any:
     return dump(QueuePagePublic, {"entries": entries, "next_cursor": None})
 
 
-def items_page(params: httpx.QueryParams) -> Any:
-    found = [
-        i
-        for i in ITEMS
-        if all(
-            i[key] == params[key]
-            for key in ("type", "phase", "project", "admission")
-            if key in params
+class CannedServer:
+    """The daemon's read endpoints over the documents above (or given items).
+
+    It logs every request path, can hold answers back (`delay`, seconds) and counts the
+    requests in flight at once per path, for the tests of the polling itself.
+    """
+
+    def __init__(self, items: list[Any] | None = None, delay: float = 0.0) -> None:
+        self.items = ITEMS if items is None else items
+        self.delay = delay
+        self.paths: list[str] = []
+        self.in_flight: dict[str, int] = {}
+        self.most_in_flight: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def items_page(self, params: httpx.QueryParams) -> Any:
+        keys = ("type", "phase", "project", "admission")
+        found = [i for i in self.items if all(i[k] == params[k] for k in keys if k in params)]
+        # The cursor is opaque to the client: an offset does here.
+        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 50)
+        more = start + limit < len(found)
+        page = found[start : start + limit]
+        return dump(
+            WorkItemPage, {"items": page, "next_cursor": str(start + limit) if more else None}
         )
-    ]
-    return dump(WorkItemPage, {"items": found, "next_cursor": None})
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        with self._lock:
+            self.paths.append(request.url.path)
+            path = request.url.path
+            self.in_flight[path] = self.in_flight.get(path, 0) + 1
+            self.most_in_flight[path] = max(self.most_in_flight.get(path, 0), self.in_flight[path])
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            return self.answer(request)
+        finally:
+            with self._lock:
+                self.in_flight[path] -= 1
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        path, params = request.url.path, request.url.params
+        body: Any
+        if path == "/api/whoami":
+            body = dump(WhoamiPublic, WHOAMI)
+        elif path == "/api/pools":
+            body = [dump(PoolPublic, p) for p in POOLS]
+        elif path.startswith("/api/pools/"):
+            project = path[len("/api/pools/") :]
+            body = dump(PoolPublic, next(p for p in POOLS if p["project"] == project))
+        elif path.startswith("/api/queue/"):
+            body = queue_page(params["project"], path.rsplit("/", 1)[1])
+        elif path == "/api/work-items":
+            body = self.items_page(params)
+        elif path.endswith("/history"):
+            body = dump(HistoryPage, {"entries": HISTORY, "next_cursor": None})
+        elif path.endswith("/pending-events"):
+            body = dump(PendingEventPage, {"events": PENDING, "next_cursor": None})
+        elif path.startswith("/api/work-items/"):
+            body = next(i for i in self.items if i["id"] == path.rsplit("/", 1)[1])
+        else:
+            return httpx.Response(404, json={"error": f"not canned: {path}"})
+        return httpx.Response(200, json=body)
 
 
-def handler(request: httpx.Request) -> httpx.Response:
-    """The daemon's read endpoints, from the documents above."""
-    path, params = request.url.path, request.url.params
-    body: Any
-    if path == "/api/whoami":
-        body = dump(WhoamiPublic, WHOAMI)
-    elif path == "/api/pools":
-        body = [dump(PoolPublic, p) for p in POOLS]
-    elif path.startswith("/api/pools/"):
-        body = dump(
-            PoolPublic, next(p for p in POOLS if p["project"] == path[len("/api/pools/") :])
-        )
-    elif path.startswith("/api/queue/"):
-        body = queue_page(params["project"], path.rsplit("/", 1)[1])
-    elif path == "/api/work-items":
-        body = items_page(params)
-    elif path.endswith("/history"):
-        body = dump(HistoryPage, {"entries": HISTORY, "next_cursor": None})
-    elif path.endswith("/pending-events"):
-        body = dump(PendingEventPage, {"events": PENDING, "next_cursor": None})
-    elif path.startswith("/api/work-items/"):
-        body = next(i for i in ITEMS if i["id"] == path.rsplit("/", 1)[1])
-    else:
-        return httpx.Response(404, json={"error": f"not canned: {path}"})
-    return httpx.Response(200, json=body)
-
-
-def canned_api() -> ApiClient:
+def canned_api(server: CannedServer | None = None) -> ApiClient:
     """The real client over the canned transport."""
+    server = server or CannedServer()
     credentials = Credentials(URL, environ={"WQ_TOKEN": "canned"}, login=None)
-    return ApiClient(URL, credentials=credentials, transport=httpx.MockTransport(handler))
+    return ApiClient(URL, credentials=credentials, transport=httpx.MockTransport(server.handle))

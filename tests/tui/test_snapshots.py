@@ -42,6 +42,9 @@ async def settle(pilot: Pilot[Any]) -> None:
         await pilot.pause(0.025)
     else:
         raise AssertionError("the view never loaded")
+    # Two idle passes: the refresh's layout (auto-height tables), then its paint.
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
 

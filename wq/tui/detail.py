@@ -23,7 +23,7 @@ from wq.tui.format import (
 )
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import keep_cursor
+from wq.tui.table import fill
 
 HISTORY_LIMIT = 100
 PENDING_LIMIT = 50
@@ -54,6 +54,11 @@ class DetailData:
     history: list[dict[str, Any]]
     pending: list[dict[str, Any]]
     more_pending: bool = False
+
+
+def _until(until: str | None, now: datetime) -> str:
+    """`2026-01-05 12:14:00 (in 14m)`, or `-`."""
+    return f"{moment(until)} ({age(until, now=now)})" if until else "-"
 
 
 class ItemDetailScreen(PollingScreen):
@@ -118,50 +123,64 @@ class ItemDetailScreen(PollingScreen):
             json.dumps(item.get("details") or {}, indent=2, ensure_ascii=False, sort_keys=True)
         )
         dimensions = self.query_one("#dimensions", DataTable)
-        with keep_cursor(dimensions):
-            dimensions.clear()
-            for row in item["dimensions"]:
-                until = row.get("pending_until")
-                dimensions.add_row(
+        fill(
+            dimensions,
+            [
+                (
                     dimension_label(row),
-                    dimension_mark(row, now),
-                    f"{moment(until)} ({age(until, now=now)})" if until else "-",
-                    age(row.get("updated_at"), now=now),
-                    short(compact(row.get("detail")), 60),
-                    key=dimension_label(row),
+                    [
+                        dimension_label(row),
+                        dimension_mark(row, now),
+                        _until(row.get("pending_until"), now),
+                        age(row.get("updated_at"), now=now),
+                        short(compact(row.get("detail")), 60),
+                    ],
                 )
+                for row in item["dimensions"]
+            ],
+        )
         self.query_one("#dimensions-title", Static).update(
             "Dimensions" if item["dimensions"] else "Dimensions: none"
         )
         dimensions.display = bool(item["dimensions"])
         self._show_pending(data, now)
         history = self.query_one("#history", DataTable)
-        with keep_cursor(history):
-            history.clear()
-            for entry in data.history:
-                history.add_row(
-                    moment(entry["at"]),
-                    entry["actor"],
-                    entry["event_type"],
-                    short(state_change(entry.get("old_state"), entry.get("new_state")), 60),
-                    short(compact(entry.get("trigger")), 30),
-                    key=str(entry["id"]),
+        fill(
+            history,
+            [
+                (
+                    str(entry["id"]),
+                    [
+                        moment(entry["at"]),
+                        entry["actor"],
+                        entry["event_type"],
+                        short(state_change(entry.get("old_state"), entry.get("new_state")), 60),
+                        short(compact(entry.get("trigger")), 30),
+                    ],
                 )
+                for entry in data.history
+            ],
+        )
         self.status.note(f"item {self.item_id}: {len(data.history)} history entries")
 
     def _show_pending(self, data: DetailData, now: datetime) -> None:
         """Events stored and not applied yet (usually none: they apply within moments)."""
         table = self.query_one("#pending", DataTable)
-        with keep_cursor(table):
-            table.clear()
-            for event in data.pending:
-                table.add_row(
-                    age(event.get("created_at"), now=now),
-                    event["event_type"],
-                    moment(event.get("event_at")),
-                    short(compact(event.get("payload")), 60),
-                    key=str(event["id"]),
+        fill(
+            table,
+            [
+                (
+                    str(event["id"]),
+                    [
+                        age(event.get("created_at"), now=now),
+                        event["event_type"],
+                        moment(event.get("event_at")),
+                        short(compact(event.get("payload")), 60),
+                    ],
                 )
+                for event in data.pending
+            ],
+        )
         count = f"{len(data.pending)}{'+' if data.more_pending else ''}"
         title = (
             f"Pending events ({count}, next applied first)"

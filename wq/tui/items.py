@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header
 from wq.tui.format import dimension_header, dimension_label, dimension_mark, short, short_id
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import keep_cursor, selected_key
+from wq.tui.table import fill, forget, keep_cursor, selected_key
 
 PAGE = 100
 FIXED = ("id", "type", "project", "phase", "admission", "attempts")
@@ -101,31 +101,19 @@ class ItemsScreen(PollingScreen):
         table = self.query_one("#items", DataTable)
         rows = self.shown_items()
         dimensions = sorted({dimension_label(d) for item in rows for d in item["dimensions"]})
-        with keep_cursor(table):
-            if dimensions != self.dimensions or not table.columns:
+        if dimensions != self.dimensions or not table.columns:
+            with keep_cursor(table):
                 table.clear(columns=True)
+                forget(table)
                 for column in FIXED:
                     table.add_column(column, key=column)
                 for name in dimensions:
                     table.add_column(dimension_header(name), key=name)
                 table.add_column("last error", key="last error")
                 self.dimensions = dimensions
-            else:
-                table.clear()
-            now = self.wq.now()
-            for item in rows:
-                marks = {dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]}
-                table.add_row(
-                    short_id(item["id"]),
-                    item["type"],
-                    item["project"],
-                    item["phase"],
-                    item["admission"],
-                    str(item["attempts"]),
-                    *(marks.get(name, "") for name in dimensions),
-                    short(item.get("error"), 40),
-                    key=item["id"],
-                )
+                fill(table, self.cells(rows, dimensions))
+        else:
+            fill(table, self.cells(rows, dimensions))
         described = " ".join(f"{key}={value}" for key, value in sorted(self.filters.items()))
         shown = f"{len(rows)}/{len(self.items)}" if self.text else str(len(self.items))
         self.status.note(
@@ -133,6 +121,27 @@ class ItemsScreen(PollingScreen):
             f"{'  filters: ' + described if described else ''}"
             f"{'  /' + self.text if self.text else ''}"
         )
+
+    def cells(
+        self, rows: list[dict[str, Any]], dimensions: list[str]
+    ) -> list[tuple[str, list[str]]]:
+        """The table's rows: fixed columns, one mark per dimension, the last error."""
+        now = self.wq.now()
+        found = []
+        for item in rows:
+            marks = {dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]}
+            cells = [
+                short_id(item["id"]),
+                item["type"],
+                item["project"],
+                item["phase"],
+                item["admission"],
+                str(item["attempts"]),
+                *(marks.get(name, "") for name in dimensions),
+                short(item.get("error"), 40),
+            ]
+            found.append((str(item["id"]), cells))
+        return found
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # Near the end of what is loaded: ask for the next page of the API's cursor.

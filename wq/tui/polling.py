@@ -74,7 +74,8 @@ class PollingScreen(Screen[None]):
         """Fetch now unless the view is hidden or a poll is still running."""
         if self.busy:
             return
-        if not self.is_current:
+        # Not `is_current`: that stays true for a screen seen behind a modal dialog.
+        if self.app.screen is not self:
             self.schedule(self.wq.refresh_seconds)
             return
         self.busy = True

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Footer, Header
 from wq.tui.format import age, bar, pressure
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import keep_cursor, selected_key
+from wq.tui.table import fill, selected_key
 
 COLUMNS = ("project", "normal", "alert", "queued normal", "queued alert", "autonomous", "oldest")
 
@@ -38,20 +38,20 @@ class PoolsScreen(PollingScreen):
 
     def show(self, data: list[dict[str, Any]]) -> None:
         table = self.query_one("#pools", DataTable)
-        with keep_cursor(table):
-            table.clear()
-            for pool in sorted(data, key=pressure):
-                normal, alert = pool["normal"], pool["alert"]
-                table.add_row(
-                    pool["project"],
-                    bar(normal["in_flight"], normal["capacity"]),
-                    bar(alert["in_flight"], alert["capacity"]),
-                    str(normal["queued"]),
-                    str(alert["queued"]),
-                    f"{pool['queued_autonomous']}/{pool['queued_autonomous_cap']}",
-                    age(pool.get("oldest_queued_age_seconds")),
-                    key=pool["project"],
-                )
+        rows = []
+        for pool in sorted(data, key=pressure):
+            normal, alert = pool["normal"], pool["alert"]
+            cells = [
+                pool["project"],
+                bar(normal["in_flight"], normal["capacity"]),
+                bar(alert["in_flight"], alert["capacity"]),
+                str(normal["queued"]),
+                str(alert["queued"]),
+                f"{pool['queued_autonomous']}/{pool['queued_autonomous_cap']}",
+                age(pool.get("oldest_queued_age_seconds")),
+            ]
+            rows.append((str(pool["project"]), cells))
+        fill(table, rows)
         self.status.note(f"{len(data)} project{'' if len(data) == 1 else 's'} with work")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

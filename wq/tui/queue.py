@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from wq.tui.format import age, pressure, short_id
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import keep_cursor, selected_key
+from wq.tui.table import fill, selected_key
 
 PAGE = 100
 ADMITTED_PAGE = 500
@@ -115,30 +115,40 @@ class QueueScreen(PollingScreen):
         now = self.wq.now()
         for lane in LANES:
             table = self.query_one(f"#queue-{lane}", DataTable)
-            with keep_cursor(table):
-                table.clear()
-                for entry in data.lanes.get(lane, []):
-                    table.add_row(
-                        str(entry["position"]),
-                        entry["id"],
-                        entry["type"],
-                        "✓" if entry.get("autonomous") else "",
-                        age(entry.get("queued_at"), now=now),
-                        key=entry["id"],
+            fill(
+                table,
+                [
+                    (
+                        str(entry["id"]),
+                        [
+                            str(entry["position"]),
+                            entry["id"],
+                            entry["type"],
+                            "✓" if entry.get("autonomous") else "",
+                            age(entry.get("queued_at"), now=now),
+                        ],
                     )
+                    for entry in data.lanes.get(lane, [])
+                ],
+            )
             self._title(lane, data)
         admitted = self.query_one("#admitted", DataTable)
-        with keep_cursor(admitted):
-            admitted.clear()
-            for item in data.admitted:
-                admitted.add_row(
-                    short_id(item["id"]),
-                    item["type"],
-                    item["lane"],
-                    age(item.get("admitted_at"), now=now),
-                    str(item["attempts"]),
-                    key=item["id"],
+        fill(
+            admitted,
+            [
+                (
+                    str(item["id"]),
+                    [
+                        short_id(item["id"]),
+                        item["type"],
+                        item["lane"],
+                        age(item.get("admitted_at"), now=now),
+                        str(item["attempts"]),
+                    ],
                 )
+                for item in data.admitted
+            ],
+        )
         self.query_one("#admitted-title", Static).update(f"Admitted ({len(data.admitted)})")
         self.status.note(
             f"queue of {data.project}" if data.project else "no project has queued work"

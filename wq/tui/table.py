@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
@@ -33,3 +34,39 @@ def keep_cursor(table: DataTable[Any]) -> Iterator[None]:
         target = min(row, table.row_count - 1)
     table.move_cursor(row=target, animate=False, scroll=False)
     table.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
+
+
+# What `fill` last put in each table, row by row: comparing with it is cheaper than
+# reading the cells back out of the table.
+_shown: WeakKeyDictionary[DataTable[Any], dict[str, list[str]]] = WeakKeyDictionary()
+
+
+def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> None:
+    """Show `rows` (key, cells) in `table`, the cursor and the scroll kept.
+
+    A refresh that brings the same rows in the same order (nothing arrived or left)
+    updates only the cells that changed: no rebuild and no re-measuring of every cell,
+    which keeps the refresh of thousands of loaded rows cheap. Anything else rebuilds
+    the rows inside `keep_cursor`.
+    """
+    shown = _shown.get(table)
+    if shown is not None and list(shown) == [key for key, _ in rows]:
+        columns = list(table.columns)
+        for key, cells in rows:
+            before = shown[key]
+            if before == cells:
+                continue
+            for column, old, new in zip(columns, before, cells, strict=True):
+                if old != new:
+                    table.update_cell(key, column, new, update_width=True)
+    else:
+        with keep_cursor(table):
+            table.clear()
+            for key, cells in rows:
+                table.add_row(*cells, key=key)
+    _shown[table] = {key: list(cells) for key, cells in rows}
+
+
+def forget(table: DataTable[Any]) -> None:
+    """After `clear(columns=True)`: the next `fill` rebuilds."""
+    _shown.pop(table, None)

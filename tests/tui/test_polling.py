@@ -1,0 +1,96 @@
+"""How the views poll, against the canned API: one poll at a time, none behind a modal,
+and a refresh that changes cells keeps the cursor and the scroll where they were."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api, item
+from tests.tui.conftest import table_on_screen, until
+from wq.tui.app import WqApp
+from wq.tui.help import HelpScreen
+from wq.tui.items import ItemsScreen
+from wq.tui.pools import PoolsScreen
+
+Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
+
+
+def run(server: CannedServer, scenario: Scenario, refresh: float = 0.05) -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=refresh, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await scenario(app, pilot)
+
+    asyncio.run(main())
+
+
+def test_the_next_poll_waits_for_the_previous_one() -> None:
+    server = CannedServer(delay=0.15)  # slower than the refresh interval
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: server.paths.count("/api/pools") >= 5, message="5 polls")
+        assert server.most_in_flight["/api/pools"] == 1
+
+    run(server, scenario, refresh=0.01)
+
+
+def test_no_poll_while_a_modal_is_open() -> None:
+    server = CannedServer()
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, PoolsScreen)
+        await until(pilot, lambda: screen.last_good is not None, message="the pools")
+        ticks: list[int] = []
+        real_poll = screen.poll
+
+        def counted() -> None:
+            ticks.append(server.paths.count("/api/pools"))
+            real_poll()
+
+        screen.poll = counted  # type: ignore[method-assign]
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), message="help")
+        await until(pilot, lambda: not screen.busy, message="the last poll before the modal")
+        ticks.clear()
+        # The timer keeps firing behind the modal, and every time it leaves the server alone.
+        await until(pilot, lambda: len(ticks) >= 4, message="four skipped polls")
+        assert len(set(ticks)) == 1, ticks
+        behind = ticks[0]
+        await pilot.press("escape")
+        await until(
+            pilot, lambda: server.paths.count("/api/pools") > behind, message="polls resume"
+        )
+
+    run(server, scenario)
+
+
+def test_a_refresh_updates_cells_and_keeps_cursor_and_scroll() -> None:
+    items = [item(n) for n in range(300, 0, -1)]  # newest first, as the API lists them
+    server = CannedServer(items=items)
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        app.show_items()
+        table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+        screen = app.screen
+        assert isinstance(screen, ItemsScreen)
+        await until(pilot, lambda: table.row_count == 100, message="the first page")
+        table.move_cursor(row=60)
+        await until(pilot, lambda: table.scroll_y > 0, message="scrolled to the cursor")
+        scroll, chosen = table.scroll_y, items[60]["id"]
+        # The chosen item fails; nothing arrives or leaves.
+        items[60] = {**items[60], "phase": "failed", "error": "GitLab said 500"}
+        await until(pilot, lambda: table.get_row(chosen)[3] == "failed", message="the change")
+        assert table.cursor_row == 60 and table.scroll_y == scroll
+        assert "GitLab said 500" in table.get_row(chosen)[-1]
+
+    run(server, scenario)
+
+
+def test_canned_items_are_newest_first() -> None:
+    assert [i["seq"] for i in ITEMS] == sorted((i["seq"] for i in ITEMS), reverse=True)
