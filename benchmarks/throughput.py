@@ -226,6 +226,10 @@ def machine_cpu() -> tuple[float, float] | None:
 
 
 def server_version(url: str) -> str:
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        return f"none: SQLite {sqlite3.sqlite_version}"
     with psycopg.connect(libpq_url(url)) as conn:
         row = conn.execute("SHOW server_version").fetchone()
     return str(row[0]) if row else "?"
@@ -425,6 +429,22 @@ AUDIT_TIMES = text(
 )
 
 
+def _timestamp(value: Any) -> Any:
+    """SQLite hands text() timestamps back as naive UTC strings."""
+    if isinstance(value, str):
+        parsed = datetime.fromisoformat(value)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return value
+
+
+def _with_times(row: Any) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        **{key: _timestamp(value) if key.endswith("_at") else value for key, value in row.items()}
+    )
+
+
 def analyse(engine: Engine, items: int) -> tuple[dict[str, Any], list[str]]:
     """Per-item times from the audit log, and anything that does not look right."""
     with engine.connect() as conn:
@@ -446,6 +466,7 @@ def analyse(engine: Engine, items: int) -> tuple[dict[str, Any], list[str]]:
             ),
             {"type": TYPE_NAME},
         ).all()
+    rows = [_with_times(row._mapping) for row in rows]
     anomalies: list[str] = []
     if len(rows) != items:
         anomalies.append(f"audit rows found for {len(rows)} items, expected {items}")
