@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wq.daemon.contract import ErrorBody
-from wq.daemon.outage import RETRY_AFTER_SECONDS, UNAVAILABLE_ERRORS, OutageLog, OutageWatch
+from wq.daemon.outage import RETRY_AFTER_SECONDS, OutageLog, OutageWatch
 from wq.engine.items import ItemConflict, ItemNotFound
+from wq.engine.outage import UNAVAILABLE_ERRORS
 from wq.engine.registry import SubmissionRejected
 
 log = logging.getLogger(__name__)

@@ -12,34 +12,13 @@ import logging
 import threading
 import time
 
-from sqlalchemy import exc as sa_exc
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from wq.engine.outage import REPEAT_SECONDS, describe
 
 log = logging.getLogger("wq.daemon")
 
-# Errors that mean "the database cannot be used right now" rather than a bug:
-# connection refused or lost, statement or answer timeout, no pooled connection left.
-UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.TimeoutError,
-)
 RETRY_AFTER_SECONDS = 5
-REPEAT_SECONDS = 60.0
-
-
-def is_unavailable(err: BaseException) -> bool:
-    """True for an error that says the database is unreachable, not that a request is bad."""
-    if isinstance(err, UNAVAILABLE_ERRORS):
-        return True
-    return isinstance(err, sa_exc.DBAPIError) and bool(err.connection_invalidated)
-
-
-def describe(err: BaseException) -> str:
-    """One line naming the failure (driver messages can span several lines)."""
-    cause = getattr(err, "orig", None) or err
-    text = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 class OutageLog:

@@ -36,6 +36,7 @@ from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.metrics import metrics_of
 from wq.engine.models import WorkItem, utcnow
+from wq.engine.outage import EngineFailures
 from wq.engine.registry import TickContext, Ticker, TypeRegistry
 from wq.engine.runner import ItemRunner, backoff_delay
 from wq.engine.sweep import sweep_once
@@ -90,6 +91,7 @@ class ProcessingManager:
         self._next_due: float | None = None  # monotonic time an admitted item comes due
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
+        self.failures = EngineFailures(log)
         self._runner = ItemRunner(
             self.sessions, registry, self.settings, clock, stopping=self._stopping
         )
@@ -181,8 +183,9 @@ class ProcessingManager:
                     projects=None if resync else pending.projects,
                     event_items=pending.event_items,
                 )
-            except Exception:
-                log.exception("scheduler pass failed; retrying after the poll interval")
+                self.failures.succeeded()
+            except Exception as err:
+                self.failures.failed("scheduler pass", err)
                 self._stopping.wait(self.settings.poll_interval_seconds)
             pending = self.wakeup.wait(self._wait_seconds())
 
@@ -328,8 +331,8 @@ class ProcessingManager:
         actor = f"{self.owner}/worker-{slot}"
         try:
             self._runner.run(item_id, token, actor)
-        except Exception:
-            log.exception("processing of work item %s failed", item_id)
+        except Exception as err:
+            self.failures.failed(f"processing of work item {item_id}", err)
         finally:
             with self._running_lock:
                 self._running.pop(item_id, None)
@@ -347,8 +350,8 @@ class ProcessingManager:
                 return
             try:
                 self.heartbeat()
-            except Exception:
-                log.exception("heartbeat failed")
+            except Exception as err:
+                self.failures.failed("heartbeat", err)
 
     def heartbeat(self) -> int:
         """Extend the leases of every item being processed; return how many still held."""
@@ -373,8 +376,8 @@ class ProcessingManager:
         while not self._stopping.is_set():
             try:
                 ticker.run(TickContext(self.sessions, self.registry, self.config, self.clock()))
-            except Exception:
-                log.exception("periodic %s failed", ticker.name)
+            except Exception as err:
+                self.failures.failed(f"periodic {ticker.name}", err)
             if self._stopping.wait(ticker.interval_seconds):
                 return
 
@@ -384,8 +387,8 @@ class ProcessingManager:
             try:
                 sweep_once(self.sessions, self.registry, self.config)
                 self.metrics.sweep_runs.labels("ok").inc()
-            except Exception:
+            except Exception as err:
                 self.metrics.sweep_runs.labels("error").inc()
-                log.exception("sweep failed")
+                self.failures.failed("sweep", err)
             if self._stopping.wait(self.settings.sweep_interval_seconds):
                 return

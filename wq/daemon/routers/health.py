@@ -15,8 +15,9 @@ from pydantic import BaseModel
 
 from wq.daemon.contract import ANY_ROUTE, RETRY_AFTER_HEADER, error_responses
 from wq.daemon.deps import RuntimeDep
-from wq.daemon.outage import RETRY_AFTER_SECONDS, OutageLog, is_unavailable
+from wq.daemon.outage import RETRY_AFTER_SECONDS, OutageLog
 from wq.engine import schema
+from wq.engine.outage import is_unavailable
 
 router = APIRouter(tags=["health"])
 
