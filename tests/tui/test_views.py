@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Input
 
 from tests.cli.daemon import BLOCKED, RunningDaemon
 from tests.tui.conftest import api_for, until
@@ -146,6 +146,21 @@ def test_items_filters_on_the_server_and_by_text(daemon: RunningDaemon) -> None:
         table = await open_items(app, pilot, "items phase=cancelled")
         await until(pilot, lambda: mine[0] in rows(table), message="the cancelled item")
         assert mine[1] not in rows(table)
+        # f puts the filters on the : line to edit them.
+        await pilot.press("f")
+        await until(pilot, lambda: app.screen.query("#prompt-input"), message="the : line")
+        line = app.screen.query_one("#prompt-input", Input)
+        assert line.value == f"items all phase=cancelled project={project}"
+        line.value = f"items all project={project} phase=active"
+        await pilot.press("enter")
+        await until(
+            pilot,
+            lambda: (
+                app.filters == {"project": project, "phase": "active"}
+                and sorted(rows(table)) == sorted(mine[1:])
+            ),
+            message="the edited filters",
+        )
         # Free text on what is loaded.
         table = await open_items(app, pilot, f"items all project={project}")
         await until(pilot, lambda: len(rows(table)) == 3, message="all three again")

@@ -23,7 +23,7 @@ from wq.tui.dialogs import ConfirmScreen, PromptScreen
 from wq.tui.format import short
 from wq.tui.help import HelpScreen
 from wq.tui.items import ItemsScreen
-from wq.tui.messages import Identified, Retried
+from wq.tui.messages import Acted, Identified
 from wq.tui.pools import PoolsScreen
 from wq.tui.queue import QueueScreen
 
@@ -174,50 +174,44 @@ class WqApp(App[None]):
 
     def confirm_retry(self, item: dict[str, Any], done: Callable[[], None]) -> None:
         """Ask, then retry; refused outright in read-only mode or without permission."""
-        if not self.may_retry(item["type"]):
-            reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
-            self.notify(f"retry refused: {reason}", severity="warning")
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._retry(item["id"], done)
-
-        self.push_screen(
-            ConfirmScreen(f"Retry {item['type']} item {item['id']} ({item['phase']})?"), answered
-        )
+        self._confirm("retry", item, done)
 
     def confirm_cancel(self, item: dict[str, Any], done: Callable[[], None]) -> None:
         """Ask, then cancel an active item; refused as retry is (the same permission)."""
+        self._confirm("cancel", item, done)
+
+    def _confirm(self, action: str, item: dict[str, Any], done: Callable[[], None]) -> None:
         if not self.may_retry(item["type"]):
             reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
-            self.notify(f"cancel refused: {reason}", severity="warning")
+            self.notify(f"{action} refused: {reason}", severity="warning")
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._retry(item["id"], done, cancel=True)
+                self._act(action, item["id"], done)
 
-        self.push_screen(
-            ConfirmScreen(f"Cancel {item['type']} item {item['id']} ({item['phase']})?"), answered
-        )
+        question = f"{action.capitalize()} {item['type']} item {item['id']} ({item['phase']})?"
+        self.push_screen(ConfirmScreen(question), answered)
 
     @work(thread=True, exit_on_error=False, group="action")
-    def _retry(self, item_id: str, done: Callable[[], None], cancel: bool = False) -> None:
+    def _act(self, action: str, item_id: str, done: Callable[[], None]) -> None:
         try:
-            if cancel:
-                self.api.cancel(item_id)
+            if action == "cancel":
+                outcome = str(self.api.cancel(item_id).get("action") or "cancelled")
             else:
                 self.api.retry(item_id)
+                outcome = "retried"
         except ClientError as err:
-            self.post_message(Retried(item_id, err.message))
+            self.post_message(Acted(action, item_id, error=err.message))
         else:
-            self.post_message(Retried(item_id))
+            self.post_message(Acted(action, item_id, outcome=outcome))
         self.call_from_thread(done)
 
-    @on(Retried)
-    def _retried(self, message: Retried) -> None:
+    @on(Acted)
+    def _acted(self, message: Acted) -> None:
         if message.error:
-            self.notify(f"retry failed: {message.error}", severity="error")
+            self.notify(f"{message.action} failed: {message.error}", severity="error")
+        elif message.outcome == "requested":
+            self.notify(f"cancel requested: {message.item_id} stops when its run does")
         else:
-            self.notify(f"retried {message.item_id}")
+            self.notify(f"{message.outcome} {message.item_id}")

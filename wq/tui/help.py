@@ -18,6 +18,7 @@ Views
   i   :items            work items, newest first (enter: detail, esc: back)
       :items k=v ...    filter on the server: type, phase, project, admission
       :items all        drop the server filters
+  f                     edit the server filters on the : line
   /                     filter the loaded items by text (id, type, project...)
 
 Actions on the item under the cursor

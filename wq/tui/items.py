@@ -37,7 +37,8 @@ class ItemsScreen(PollingScreen):
 
     BINDINGS = [  # noqa: RUF012
         Binding("enter", "open", "Detail"),
-        Binding("slash", "text_filter", "Filter", key_display="/"),
+        Binding("f", "server_filters", "Filters"),
+        Binding("slash", "text_filter", "Find", key_display="/"),
         Binding("r", "retry", "Retry"),
         Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
@@ -165,6 +166,11 @@ class ItemsScreen(PollingScreen):
         item = self.current()
         if item is not None:
             self.wq.open_item(item["id"])
+
+    def action_server_filters(self) -> None:
+        """The `:` line, prefilled with this view's server filters, to edit them."""
+        current = " ".join(f"{key}={value}" for key, value in sorted(self.wq.filters.items()))
+        self.wq.prompt(":", f"items all {current}".rstrip(), self.wq.run_command)
 
     def action_text_filter(self) -> None:
         """Ask for the `/` text."""

@@ -30,8 +30,10 @@ class Identified(Message):
 
 
 @dataclass
-class Retried(Message):
-    """A retry went through (`item` as the server returned it) or failed (`error`)."""
+class Acted(Message):
+    """A retry or cancel went through (`outcome`: retried, cancelled, requested) or failed."""
 
+    action: str
     item_id: str
+    outcome: str = ""
     error: str | None = None
