@@ -16,6 +16,7 @@ from wq.tui.app import WqApp
 from wq.tui.help import HelpScreen
 from wq.tui.items import ItemsScreen
 from wq.tui.pools import PoolsScreen
+from wq.tui.queue import QueueScreen
 
 Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
 
@@ -92,5 +93,16 @@ def test_a_refresh_updates_cells_and_keeps_cursor_and_scroll() -> None:
     run(server, scenario)
 
 
-def test_canned_items_are_newest_first() -> None:
-    assert [i["seq"] for i in ITEMS] == sorted((i["seq"] for i in ITEMS), reverse=True)
+def test_queue_without_a_project_shows_the_most_pressed_one() -> None:
+    server = CannedServer()
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        app.show_queue()
+        await until(pilot, lambda: isinstance(app.screen, QueueScreen), message="queue")
+        screen = app.screen
+        assert isinstance(screen, QueueScreen)
+        await until(pilot, lambda: screen.last_good is not None, message="the queue")
+        assert screen.project == "team/api"  # alert work waits there: first in Pools too
+        assert "/api/queue/alert" in server.paths and "/api/queue/normal" in server.paths
+
+    run(server, scenario)
