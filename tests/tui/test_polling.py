@@ -10,7 +10,7 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api, item
+from tests.tui.canned import NOW, CannedServer, canned_api, item
 from tests.tui.conftest import table_on_screen, until
 from wq.tui.app import WqApp
 from wq.tui.help import HelpScreen
