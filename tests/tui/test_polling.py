@@ -106,3 +106,24 @@ def test_queue_without_a_project_shows_the_most_pressed_one() -> None:
         assert "/api/queue/alert" in server.paths and "/api/queue/normal" in server.paths
 
     run(server, scenario)
+
+
+def test_items_load_the_next_page_as_the_cursor_nears_the_end() -> None:
+    items = [item(n) for n in range(250, 0, -1)]
+    server = CannedServer(items=items)
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        app.show_items()
+        table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+        await until(pilot, lambda: table.row_count == 100, message="the first page")
+        assert "(more below)" in str(app.screen.query_one("StatusLine").render())
+        table.move_cursor(row=97)
+        await until(pilot, lambda: table.row_count == 200, message="the second page")
+        assert table.cursor_row == 97
+        table.move_cursor(row=198)
+        await until(pilot, lambda: table.row_count == 250, message="the last page")
+        assert "(more below)" not in str(app.screen.query_one("StatusLine").render())
+        keys = [str(key.value) for key in table.rows]
+        assert keys == [i["id"] for i in items]  # in the API's order, none twice
+
+    run(server, scenario)
