@@ -228,26 +228,38 @@ def test_the_budget_bounds_the_queries_on_postgresql(
     assert timeout != "100ms"
 
 
+# Indexes that restrict a query to the live working set: partial indexes over queued,
+# admitted, unfinished or unarchived rows, or a `(type, phase)` range (an Index Cond, not a Filter).
+RESTRICTING = {
+    "items": ("ix_work_items_idempotency_key", "ix_work_items_dedup_key"),
+    "queued": ("ix_work_items_queue",),
+    "admitted": ("ix_work_items_in_flight", "ix_work_items_claimable"),
+    "audit": ("ix_audit_log_unarchived",),
+}
+
+
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 @pytest.mark.parametrize(
-    ("query", "index"),
+    ("name", "query"),
     [
-        (lambda: items_query(["chain", "mr"]), "ix_work_items_type_phase"),
-        (queued_query, "ix_work_items_queue"),
-        (admitted_query, "ix_work_items_in_flight"),
-        (audit_backlog_query, "ix_audit_log_unarchived"),
-        (oldest_unarchived_query, "ix_audit_log_unarchived"),
+        ("items", lambda: items_query(["chain", "mr"])),
+        ("queued", queued_query),
+        ("admitted", admitted_query),
+        ("audit", audit_backlog_query),
+        ("audit", oldest_unarchived_query),
     ],
 )
-def test_the_gauge_queries_use_the_indexes(
-    store: Store, query: Callable[[], Select[Any]], index: str
+def test_the_gauge_queries_are_served_by_indexes(
+    store: Store, name: str, query: Callable[[], Select[Any]]
 ) -> None:
-    """Cost follows the live working set, not the table: each query has its index.
+    """Cost follows the live working set, not the table.
 
-    PostgreSQL only: EXPLAIN's plan is PostgreSQL's.
+    The planner may pick any index whose predicate fits (it prefers the partial ones
+    over live items on a small table). PostgreSQL only: EXPLAIN's plan is PostgreSQL's.
     """
     with store.sessions() as session:
         session.execute(text("SET LOCAL enable_seqscan = off"))
         compiled = query().compile(store.engine, compile_kwargs={"literal_binds": True})
         plan = "\n".join(row[0] for row in session.execute(text(f"EXPLAIN {compiled}")))
-    assert index in plan, plan
+    ranged = "ix_work_items_type_phase" in plan and "Index Cond" in plan
+    assert ranged or any(index in plan for index in RESTRICTING[name]), plan
