@@ -289,7 +289,14 @@ class StatementCounter:
         event.listen(engine, "begin", self._begin)
         event.listen(engine, "commit", self._commit)
         event.listen(engine, "rollback", self._rollback)
-        event.listen(engine.pool, "checkout", self._checkout)
+        # The pool pings a connection only when it sat idle (wq.engine.db): count pings.
+        ping = engine.dialect.do_ping
+
+        def counted_ping(dbapi_connection: Any) -> bool:
+            self._add("pool ping of an idle connection (SELECT 1)")
+            return bool(ping(dbapi_connection))
+
+        engine.dialect.do_ping = counted_ping  # type: ignore[method-assign]
 
     def _add(self, key: str) -> None:
         with self._lock:
@@ -323,9 +330,6 @@ class StatementCounter:
 
     def _rollback(self, conn: Any) -> None:
         self._add("ROLLBACK")
-
-    def _checkout(self, *args: Any) -> None:
-        self._add("pool checkout (pre-ping SELECT 1)")
 
     def snapshot(self) -> Counter[str]:
         with self._lock:
