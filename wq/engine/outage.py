@@ -37,54 +37,85 @@ def describe(err: BaseException) -> str:
     return f"{type(cause).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-class EngineFailures:
-    """Logs the engine's failed passes: a traceback for a bug, a line per outage.
+class Outage:
+    """One database outage at a time: a line when it begins, one a minute, one when it ends.
 
-    The first failure of an outage logs one warning, a still-failing database one more a
-    minute, and the first successful pass after it one line with the outage's length.
+    `during` says what happens meanwhile ("answering 503 until it is back"); `counted`
+    names what the count of failures counts ("requests answered 503").
     """
 
-    def __init__(self, log: logging.Logger, repeat_seconds: float = REPEAT_SECONDS) -> None:
+    def __init__(
+        self,
+        log: logging.Logger,
+        *,
+        during: str,
+        counted: str,
+        repeat_seconds: float = REPEAT_SECONDS,
+    ) -> None:
         self.log = log
+        self._during = during
+        self._counted = counted
         self._repeat = repeat_seconds
         self._lock = threading.Lock()
         self._since: float | None = None
         self._last_line = 0.0
         self._failures = 0
 
-    def failed(self, what: str, err: BaseException) -> None:
-        """Note that `what` (e.g. "scheduler pass") failed with `err`."""
-        if not is_unavailable(err):
-            self.log.error("%s failed", what, exc_info=err)
-            return
+    @property
+    def active(self) -> bool:
+        """True between the first failure and the next success."""
+        return self._since is not None
+
+    def failed(self, err: BaseException) -> None:
+        """Note one failure because the database is unavailable."""
         now = time.monotonic()
         with self._lock:
             self._failures += 1
             if self._since is None:
                 self._since, self._last_line = now, now
-                self.log.warning(
-                    "database unavailable (%s): %s failed; the engine retries until it is back",
-                    describe(err),
-                    what,
-                )
+                self.log.warning("database unavailable (%s); %s", describe(err), self._during)
             elif now - self._last_line >= self._repeat:
                 self._last_line = now
                 self.log.warning(
-                    "database still unavailable after %.0fs, %d engine passes failed (%s)",
+                    "database still unavailable after %.0fs, %d %s (%s)",
                     now - self._since,
                     self._failures,
+                    self._counted,
                     describe(err),
                 )
 
     def succeeded(self) -> None:
-        """Note a pass that used the database; ends an outage."""
+        """Note a success that used the database; ends an outage."""
         if self._since is None:
             return
         with self._lock:
             if self._since is None:
                 return
             self.log.info(
-                "database answering again after %.0fs; the engine resumes",
+                "database answering again after %.0fs; %d %s",
                 time.monotonic() - self._since,
+                self._failures,
+                self._counted,
             )
             self._since, self._failures = None, 0
+
+
+class EngineFailures:
+    """Logs the engine's failed passes: a traceback for a bug, an `Outage` otherwise."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.outage = Outage(
+            log, during="the engine retries until it is back", counted="engine passes failed"
+        )
+
+    def failed(self, what: str, err: BaseException) -> None:
+        """Note that `what` (e.g. "scheduler pass") failed with `err`."""
+        if is_unavailable(err):
+            self.outage.failed(err)
+        else:
+            self.log.error("%s failed", what, exc_info=err)
+
+    def succeeded(self) -> None:
+        """Note a pass that used the database; ends an outage."""
+        self.outage.succeeded()
