@@ -9,8 +9,9 @@ from typing import Annotated, Literal, cast
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
 
-from wq.daemon.auth import authorize, authorize_item, authorize_lookup
+from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
 from wq.daemon.schemas import (
@@ -123,16 +124,24 @@ def read_items(
     )
 
 
-@router.get("/{item_id}", response_model=WorkItemPublic, responses=api_responses(404))
-def read_item(
-    request: Request, item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
-) -> WorkItemPublic:
-    """One work item with its details and dimensions (404 for a type the caller may not read)."""
+def _readable_item(
+    request: Request, session: Session, principal: Principal, item_id: uuid.UUID
+) -> WorkItem:
+    """The item, if the caller may read its type; 404 alike for absent and unreadable."""
     authorize_lookup(principal, "read")
     item = session.get(WorkItem, item_id)
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
     authorize_item(request, principal, "read", item.id, item.type)
+    return item
+
+
+@router.get("/{item_id}", response_model=WorkItemPublic, responses=api_responses(404))
+def read_item(
+    request: Request, item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
+) -> WorkItemPublic:
+    """One work item with its details and dimensions (404 for a type the caller may not read)."""
+    item = _readable_item(request, session, principal, item_id)
     return WorkItemPublic.of(item)
 
 
@@ -154,11 +163,7 @@ def read_item_history(
 ) -> HistoryPage:
     """An item's audit entries, newest first (404 for a type the caller may not read)."""
     before = _id_cursor(cursor)
-    authorize_lookup(principal, "read")
-    item = session.get(WorkItem, item_id)
-    if item is None:
-        raise item_service.ItemNotFound(str(item_id))
-    authorize_item(request, principal, "read", item.id, item.type)
+    item = _readable_item(request, session, principal, item_id)
     page = history_service.item_history(session, item_id=item.id, limit=limit, before=before)
     return HistoryPage(
         entries=[
@@ -198,11 +203,7 @@ def read_item_pending_events(
 ) -> PendingEventPage:
     """Events stored for an item and not applied yet, in the order they will be applied."""
     after = _id_cursor(cursor)
-    authorize_lookup(principal, "read")
-    item = session.get(WorkItem, item_id)
-    if item is None:
-        raise item_service.ItemNotFound(str(item_id))
-    authorize_item(request, principal, "read", item.id, item.type)
+    item = _readable_item(request, session, principal, item_id)
     page = pending_service.pending_events(session, item_id=item.id, limit=limit, after=after)
     return PendingEventPage(
         events=[PendingEventPublic.model_validate(event) for event in page.events],
