@@ -43,3 +43,27 @@ def test_local_token_is_decided_when_the_runtime_is_built(
         assert ("local" in runtime.authenticator.tier_names) is expected
     finally:
         runtime.engine.dispose()
+
+
+def test_the_environments_events_queue_wins_over_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's precedence: environment over the config file, as for the database URL.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    monkeypatch.delenv("WORKQUEUE_SERVICE_EVENTS_QUEUE_URL", raising=False)
+    from_file = "https://sqs.eu-west-1.amazonaws.com/123456789012/from-file"
+    from_env = "https://sqs.eu-west-1.amazonaws.com/123456789012/from-env"
+    config = parse_config(
+        {"database_url": f"sqlite:///{tmp_path / 'wq.db'}", "events": {"queue_url": from_file}},
+        "wq.yml",
+    )
+    runtime = build_runtime(config, loopback=True)
+    try:
+        monkeypatch.delenv("WQ_EVENTS_QUEUE_URL", raising=False)
+        consumer = runtime.prepare_consumer()
+        assert consumer is not None and consumer.queue_url == from_file
+        monkeypatch.setenv("WQ_EVENTS_QUEUE_URL", from_env)
+        consumer = runtime.prepare_consumer()
+        assert consumer is not None and consumer.queue_url == from_env
+    finally:
+        runtime.engine.dispose()

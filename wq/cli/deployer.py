@@ -25,7 +25,12 @@ class LogFormat(StrEnum):
 
 ConfigOption = Annotated[
     str | None,
-    typer.Option("--config", "-c", help="Config file (default: $WQ_CONFIG, /etc/wq/config.yml)"),
+    typer.Option(
+        "--config",
+        "-c",
+        help="Config file (default: $WQ_CONFIG or $WORKQUEUE_SERVICE_CONFIG, "
+        "then /etc/wq/config.yml, /etc/workqueue/config.yml)",
+    ),
 ]
 
 

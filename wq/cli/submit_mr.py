@@ -114,7 +114,7 @@ def submit_mr(
     url: UrlOption = None,
     no_auth: NoAuthOption = False,
 ) -> None:
-    """Submit the desired state of a merge request (created, unchanged or updated)."""
+    """Submit the desired state of a merge request (created, unchanged, updated or retried)."""
     actions = file_actions(files or [], creates or [], deletes or [], moves or [])
     if not actions:
         usage_error("give at least one of --file, --create, --delete or --move")

@@ -64,12 +64,14 @@ class Runtime:
         return self.archiver
 
     def prepare_consumer(self) -> SqsConsumer | None:
-        """Build the SQS consumer when a queue URL is configured (config, then env).
+        """Build the SQS consumer when a queue URL is configured (env, then config).
+
+        The environment wins over the file, as for the database URL and the audit bucket.
 
         Raises `EventsConfigError` when the queue cannot be used (before the daemon binds).
         """
         events = self.config.events
-        queue_url = events.queue_url or queue_url_from_env()
+        queue_url = queue_url_from_env() or events.queue_url
         if queue_url is None:
             return None
         self.consumer = SqsConsumer(
