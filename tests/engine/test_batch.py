@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from dataclasses import replace
@@ -203,3 +204,48 @@ def test_an_action_that_is_not_cheap_goes_to_a_worker_with_its_lease(store: Stor
     for claim_ in claims:
         item = load(store.sessions, claim_.id)
         assert item.lease_token == claim_.token and item.admission == "admitted"
+
+
+def test_items_waiting_for_a_busy_worker_are_not_claimed_over_and_over(
+    store: Store, managers: list[Any], monkeypatch: Any
+) -> None:
+    """Handed-off items beyond the free workers are given back, and not re-claimed at once.
+
+    step1 is cheap, step2 is slow and runs on the only worker: the other items wait. The
+    scheduler must not spin claiming and giving them back while the worker is busy.
+    """
+    behaviour = Behaviour(sleep={"step2": 1.5})
+    config = make_config(
+        store.url,
+        pools=BIG_POOLS,
+        processing={"workers": 1, "poll_interval_seconds": 0.2, "batch_size": 2},
+    )
+    registry = TypeRegistry()
+    registry.register_type(
+        replace(chain_type(behaviour, cheap=True), cheap_actions=frozenset({"step1"}))
+    )
+    ids = submit_many(store.sessions, registry, config, [f"g/p{n}" for n in range(5)])
+    claims: list[int] = []
+    real_claim = store_ops.claim
+
+    def counted(*args: Any, **kwargs: Any) -> list[store_ops.Claim]:
+        found = real_claim(*args, **kwargs)
+        claims.append(len(found))
+        return found
+
+    monkeypatch.setattr(store_ops, "claim", counted)
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    manager.start()
+    managers.append(manager)
+    wait_for(
+        lambda: (
+            "step2" in behaviour.actions_of(ids[0])
+            or any("step2" in behaviour.actions_of(i) for i in ids)
+        ),
+        message="a step2 started",
+    )
+    before = len(claims)
+    time.sleep(1.0)  # the worker is busy with step2 all along
+    # About one pass per poll interval (0.2 s), not a claim loop.
+    assert len(claims) - before <= 20, len(claims) - before
+    assert all(len(behaviour.actions_of(i)) <= 3 for i in ids)

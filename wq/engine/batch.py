@@ -70,9 +70,9 @@ class BatchRunner:
         self.clock = clock
 
     @property
-    def any_cheap(self) -> bool:
-        """Whether any registered type has cheap actions."""
-        return any(self.registry.get(name).cheap_actions for name in self.registry.names)
+    def cheap_types(self) -> list[str]:
+        """The registered types that have cheap actions."""
+        return [name for name in self.registry.names if self.registry.get(name).cheap_actions]
 
     def batchable(self, item_type: str) -> bool:
         """Whether items of this type go through the batch (it has cheap actions)."""

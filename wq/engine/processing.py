@@ -219,27 +219,44 @@ class ProcessingManager:
     def _claim_and_start(self) -> int:
         with self._claim_lock:  # one claim at a time, so free slots are never overbooked
             free = self.settings.workers - self.busy
-            if free <= 0 or self._stopping.is_set():
+            cheap_types = self._batch.cheap_types
+            if (free <= 0 and not cheap_types) or self._stopping.is_set():
                 return 0
-            # Cheap items finish in the batch without a worker: take more of them at once.
-            limit = max(free, self.settings.batch_size) if self._batch.any_cheap else free
             now = self.clock()
             lease_until = now + timedelta(seconds=self.settings.lease_seconds)
+            token = str(uuid.uuid4())
             with self.sessions.begin() as session:
+                # As many items as there are free workers; then, since they finish in the
+                # batch without a worker, up to a batch of items of types with cheap actions.
+                every_type_cheap = len(cheap_types) == len(self.registry.names)
+                first = max(free, self.settings.batch_size) if every_type_cheap else free
                 claims = store.claim(
                     session,
                     owner=self.owner,
-                    limit=limit,
+                    limit=first,
                     types=self.registry.names,
                     now=now,
                     lease_until=lease_until,
+                    token=token,
                 )
+                extra = (
+                    self.settings.batch_size - len(claims)
+                    if cheap_types and not every_type_cheap
+                    else 0
+                )
+                more = store.claim(
+                    session,
+                    owner=self.owner,
+                    limit=extra,
+                    types=cheap_types,
+                    now=now,
+                    lease_until=lease_until,
+                    token=token,
+                )
+                claims += more
                 self._audit_takeovers(session, claims, lease_until)
-                due = (
-                    None
-                    if len(claims) == limit
-                    else store.next_due(session, self.registry.names, now)
-                )
+                full = len(more) == extra if extra > 0 else len(claims) == first
+                due = None if full else store.next_due(session, self.registry.names, now)
             self._next_due = None if due is None else time.monotonic() + (due - now).total_seconds()
             self.metrics.claims_per_pass.observe(len(claims))
             rescued = sum(1 for claim in claims if claim.previous_until is not None)
@@ -253,8 +270,11 @@ class ProcessingManager:
                 with self.sessions.begin() as session:
                     for claim in surplus:
                         store.drop_lease(session, claim.id, claim.token)
-            if len(claims) == limit:
-                self.wakeup.poke()  # maybe more to claim: the next pass comes at once
+            if full and not surplus:
+                # Maybe more to claim: the next pass comes at once. Not after surplus was
+                # given back: that pass would take the same items again; a worker that
+                # returns wakes the scheduler.
+                self.wakeup.poke()
             with self._running_lock:
                 if not self._stopping.is_set():
                     for claim in workers:

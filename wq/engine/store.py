@@ -240,16 +240,18 @@ def claim(
     types: Sequence[str],
     now: datetime,
     lease_until: datetime,
+    token: str | None = None,
 ) -> list[Claim]:
     """Lease up to `limit` admitted, active, unleased items.
 
-    Every claim takes a fresh token. PostgreSQL skips rows other replicas hold
+    Every claim takes a fresh token (or the one given: claims that are processed
+    together share one). PostgreSQL skips rows other replicas hold
     (`FOR UPDATE SKIP LOCKED`); SQLite runs inside the `BEGIN IMMEDIATE` lock. An
     item whose lease expired is taken over; its previous owner is returned.
     """
     if limit <= 0 or not types:
         return []
-    token = str(uuid.uuid4())
+    token = token or str(uuid.uuid4())
     candidates = (
         select(WorkItem.id, WorkItem.lease_owner, WorkItem.leased_until, WorkItem.type)
         .where(
