@@ -77,3 +77,23 @@ def test_the_daemon_help_names_every_place_a_config_is_looked_for() -> None:
         assert f"${variable}" in text
     for path in SYSTEM_CONFIG_PATHS:
         assert str(path) in text
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_links_point_at_what_exists() -> None:
+    anchors = {slug(title) for title in re.findall(r"^#+ (.+)$", README, re.M)}
+    for target in re.findall(r"\]\(([^)]+)\)", README):
+        path, _, anchor = target.partition("#")
+        if path.startswith("http"):
+            continue
+        if path:
+            assert (ROOT / path).exists(), target
+            text = (ROOT / path).read_text(encoding="utf-8")
+            targets = {slug(title) for title in re.findall(r"^#+ (.+)$", text, re.M)}
+        else:
+            targets = anchors
+        assert not anchor or anchor in targets, target
