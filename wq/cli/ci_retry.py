@@ -36,7 +36,8 @@ def _load(path: Path) -> tuple[JobRetryConfig, int]:
     """The parsed block and the trace byte limit; exits 1 with one line when invalid."""
     import yaml
 
-    from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES, JobRetryConfigError, parse_job_retry
+    from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES
+    from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
     try:
         data = yaml.safe_load(path.read_text())

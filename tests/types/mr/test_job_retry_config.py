@@ -7,15 +7,8 @@ from typing import Any
 import pytest
 
 from wq.engine.config import ConfigError
-from wq.types.mr.job_retry import (
-    JobRetryConfigError,
-    decide,
-    format_duration,
-    parse_duration,
-    parse_job_retry,
-    trace_lines,
-    trace_tail,
-)
+from wq.types.mr.job_retry import decide, format_duration, trace_lines, trace_tail
+from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_duration, parse_job_retry
 from wq.types.mr.settings import parse_settings
 
 GIT_CLONE_TRACE = """\

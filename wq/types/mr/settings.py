@@ -9,12 +9,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from wq.engine.config import ConfigError
-from wq.types.mr.job_retry import (
-    DEFAULT_TRACE_MAX_BYTES,
-    JobRetryConfig,
-    JobRetryConfigError,
-    parse_job_retry,
-)
+from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES, JobRetryConfig
+from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
 MANAGED_LABEL = "managed-by::workqueue"
 
