@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from wq.cli.common import Output, usage_error
-from wq.cli.output import console
+from wq.cli.output import console, printable
 
 
 def check_watchable(mode: Output) -> None:
@@ -42,7 +42,7 @@ def watch(view: Callable[[], Any], *, interval: float) -> None:
             body = view()
             header = Text(f"every {interval:g}s, {stamp} UTC (Ctrl-C to stop)", "dim")
         except (ServerUnreachable, ServerError) as err:
-            body = Text(f"error: {err.message}", "red")
+            body = Text(f"error: {printable(err.message)}", "red")
             header = Text(f"retrying every {interval:g}s, {stamp} UTC", "dim")
         return Group(header, body)
 

@@ -7,6 +7,7 @@ so they are stable; tables are for reading and may change.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,13 +22,34 @@ Renderer = Callable[[Any, bool], "RenderableType"]
 """Builds the human view of a document; the flag asks for the wide variant."""
 
 
-def console(stderr: bool = False) -> Console:
-    """A rich console; a wide page when the output is not a terminal (no truncation)."""
-    from rich.console import Console
+# C0 and C1 control characters but newline and tab: from a server's document they could
+# move the cursor, rewrite the screen or the clipboard, or set the window title.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
-    out = Console(stderr=stderr, highlight=False)
+
+def printable(value: str) -> str:
+    """Text from a server made safe for a terminal: control characters shown as `\\x1b`."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", value)
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console; a wide page when the output is not a terminal (no truncation).
+
+    Every string it prints is plain text: no rich markup or emoji codes (a project or an
+    error holding `[/x]` would otherwise be styled, or crash the rendering) and no
+    control characters (see `printable`).
+    """
+    from rich.console import Console
+    from rich.text import Text
+
+    class PlainConsole(Console):
+        def render_str(self, text: str, **options: Any) -> Text:
+            return super().render_str(printable(text), **options)
+
+    settings: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False}
+    out = PlainConsole(**settings, emoji=False)
     if not out.is_terminal:
-        out = Console(stderr=stderr, highlight=False, width=max(out.width, 200))
+        out = PlainConsole(**settings, emoji=False, width=max(out.width, 200))
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from wq.cli.common import Output, usage_error
+from wq.cli.output import printable
 from wq.cli.submit import (
     JsonOption,
     NoAuthOption,
@@ -55,7 +56,8 @@ def task_done(item: dict[str, Any]) -> str | None:
         return None
     details = item.get("details") or {}
     tail = (details.get("log_tail") or "").rstrip()
-    return "completed" + (f"; output ends with:\n{tail}" if tail else "")
+    # The run's own output: shown as text, never as terminal control sequences.
+    return "completed" + (f"; output ends with:\n{printable(tail)}" if tail else "")
 
 
 def submit_task(

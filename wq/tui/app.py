@@ -156,6 +156,7 @@ class WqApp(App[None]):
                     self.notify(
                         f"not a filter: {arg!r} (use {'|'.join(FILTER_KEYS)}=VALUE)",
                         severity="error",
+                        markup=False,
                     )
                     return
                 filters[key] = value
@@ -163,7 +164,7 @@ class WqApp(App[None]):
         elif verb in ("h", "help"):
             self.action_help()
         else:
-            self.notify(f"unknown command :{verb} (? for help)", severity="error")
+            self.notify(f"unknown command :{verb} (? for help)", severity="error", markup=False)
 
     # Actions ----------------------------------------------------------------------
 
@@ -183,7 +184,7 @@ class WqApp(App[None]):
     def _confirm(self, action: str, item: dict[str, Any], done: Callable[[], None]) -> None:
         if not self.may_retry(item["type"]):
             reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
-            self.notify(f"{action} refused: {reason}", severity="warning")
+            self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
             return
 
         def answered(yes: bool | None) -> None:
@@ -210,7 +211,8 @@ class WqApp(App[None]):
     @on(Acted)
     def _acted(self, message: Acted) -> None:
         if message.error:
-            self.notify(f"{message.action} failed: {message.error}", severity="error")
+            # The server's words: shown as they are, never read as markup.
+            self.notify(f"{message.action} failed: {message.error}", severity="error", markup=False)
         elif message.outcome == "requested":
             self.notify(f"cancel requested: {message.item_id} stops when its run does")
         else:

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
+from wq.cli.output import printable
 from wq.tui.format import (
     age,
     compact,
@@ -114,9 +115,11 @@ class ItemDetailScreen(PollingScreen):
         item = self.item = data.item
         now = self.wq.now()
         self.query_one("#summary", Static).update(
-            "\n".join(
-                f"{key:>12}  {item.get(key) if item.get(key) is not None else '-'}"
-                for key in SUMMARY
+            printable(
+                "\n".join(
+                    f"{key:>12}  {item.get(key) if item.get(key) is not None else '-'}"
+                    for key in SUMMARY
+                )
             )
         )
         self.query_one("#details", Static).update(

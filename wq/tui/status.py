@@ -6,6 +6,8 @@ from datetime import datetime
 
 from textual.widgets import Static
 
+from wq.cli.output import printable
+
 
 class StatusLine(Static):
     """One line: `updated 12:00:03`, or the last error with the retry delay."""
@@ -38,4 +40,5 @@ class StatusLine(Static):
 
     def _set(self, message: str) -> None:
         self.message = message
-        self.update(f"{message}   {self.extra}" if self.extra else message)
+        # Errors and project names come from the server: no control sequences.
+        self.update(printable(f"{message}   {self.extra}" if self.extra else message))

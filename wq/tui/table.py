@@ -7,8 +7,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from rich.markup import escape
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
+
+from wq.cli.output import printable
 
 
 def selected_key(table: DataTable[Any]) -> str | None:
@@ -41,6 +44,12 @@ def keep_cursor(table: DataTable[Any]) -> Iterator[None]:
 _shown: WeakKeyDictionary[DataTable[Any], dict[str, list[str]]] = WeakKeyDictionary()
 
 
+def shown_as(cell: str) -> str:
+    """A cell as the table takes it: a DataTable reads a string as markup, and the
+    server's text (a project `a[/b]`, an error with escape sequences) is plain text."""
+    return escape(printable(cell))
+
+
 def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> None:
     """Show `rows` (key, cells) in `table`, the cursor and the scroll kept.
 
@@ -58,12 +67,12 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> No
                 continue
             for column, old, new in zip(columns, before, cells, strict=True):
                 if old != new:
-                    table.update_cell(key, column, new, update_width=True)
+                    table.update_cell(key, column, shown_as(new), update_width=True)
     else:
         with keep_cursor(table):
             table.clear()
             for key, cells in rows:
-                table.add_row(*cells, key=key)
+                table.add_row(*map(shown_as, cells), key=key)
     _shown[table] = {key: list(cells) for key, cells in rows}
 
 

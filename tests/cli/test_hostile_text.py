@@ -1,0 +1,61 @@
+"""Text from the server is printed as text: a project `…/a[/b]` is not rich markup (it
+crashed `wq status` and `wq pools` for everyone while the item lived), and control
+characters in an error or a task's output never reach the terminal as escape sequences."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.daemon import BLOCKED, RunningDaemon, cli_env, invoke
+from wq.cli.common import Output
+from wq.cli.items import item_view
+from wq.cli.output import emit
+from wq.cli.submit_task import task_done
+
+# Below the capacity-0 pool: the item stays queued, so pools and queue list it.
+HOSTILE_PROJECT = f"{BLOCKED}/a[/b]"
+
+
+def test_markup_in_a_project_is_printed_as_it_is(daemon: RunningDaemon, cache_home: Path) -> None:
+    item = daemon.submit(project=HOSTILE_PROJECT)
+    env = cli_env(cache_home, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+    for args, shown in (
+        (["status"], HOSTILE_PROJECT),
+        (["status", "-o", "wide"], HOSTILE_PROJECT),
+        (["status", "--id", item["id"]], HOSTILE_PROJECT),
+        (["pools"], HOSTILE_PROJECT),
+        (["queue", "--project", HOSTILE_PROJECT], item["id"]),
+    ):
+        result = invoke(args, env)
+        assert result.code == 0, (args, result)
+        assert shown in result.stdout, args
+
+
+ERROR = "exit status 3\n\x1b]0;owned\x07\x1b[2J[bold]loud[/bold] [/oops] :skull:"
+
+
+def test_control_characters_and_markup_in_an_error_are_inert(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    item = {
+        "id": "5b1d0c8e-8c55-4a55-9d43-61e0c5d1c7a1",
+        "type": "task",
+        "project": "demo",
+        "phase": "failed",
+        "admission": "done",
+        "attempts": 0,
+        "error": ERROR,
+        "created_at": "2026-12-01T08:00:00Z",
+        "updated_at": "2026-12-01T08:00:00Z",
+        "details": {"log_tail": ERROR},
+        "dimensions": [],
+    }
+    emit(item, Output.table, item_view)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;owned\\x07\\x1b[2J[bold]loud[/bold] [/oops] :skull:" in out
+
+    done = task_done({**item, "phase": "completed"})
+    assert done is not None and "\x1b" not in done and "\\x1b[2J" in done

@@ -1,0 +1,52 @@
+"""Text from the server or the `:` line is shown as it is: a project `team/a[/b]`, an error
+holding rich markup or terminal escape sequences, never read as markup (which crashed
+the whole TUI) nor written to the terminal as control sequences."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from tests.tui.canned import NOW, CannedServer, canned_api, item
+from tests.tui.conftest import table_on_screen, until
+from wq.tui.app import WqApp
+from wq.tui.detail import ItemDetailScreen
+
+HOSTILE_ERROR = "\x1b[2J\x1b]52;c;cHduZWQ=\x07 [/oops] [link=https://evil.example]x[/link]"
+HOSTILE = item(1, project="team/a[/b]", phase="failed", admission="done", error=HOSTILE_ERROR)
+
+
+def on_screen(widget: Widget) -> str:
+    """The text a widget draws, line by line."""
+    return "\n".join(widget.render_line(y).text for y in range(widget.size.height))
+
+
+def test_markup_and_escape_sequences_from_the_server_are_plain_text() -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(CannedServer(items=[HOSTILE])), refresh=0.05, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.show_items()
+            table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == 1, message="the item")
+            await pilot.pause(0.2)  # a few refreshes: the cells are rendered again
+            shown = on_screen(table)
+            assert "team/a[/b]" in shown and "\\x1b[2J" in shown and "\x1b" not in shown
+            assert "\\x1b]52;c;" in str(table.get_row(HOSTILE["id"])[-1])  # visible, inert
+
+            app.open_item(HOSTILE["id"])
+            await until(pilot, lambda: app.screen.query("#summary"), message="the detail")
+            assert isinstance(app.screen, ItemDetailScreen)
+            summary = app.screen.query_one("#summary", Static)
+            await until(pilot, lambda: "team/a[/b]" in on_screen(summary), message="summary")
+            assert "[/oops]" in on_screen(summary) and "\x1b" not in on_screen(summary)
+
+            # A `:` line holding markup is an unknown command, said as typed.
+            app.run_command("[/x]")
+            await pilot.pause(0.3)  # the notice is drawn
+            assert app.is_running and app._exception is None
+        assert app.return_code in (None, 0) and app._exception is None
+
+    asyncio.run(main())
