@@ -12,6 +12,7 @@ import boto3
 import pytest
 from sqlalchemy import func, select
 
+from tests.cli.daemon import cli_env, invoke
 from tests.conftest import Store
 from tests.daemon.test_daemon_process import clean_env, run_wq
 from wq.cli.audit import parse_time
@@ -101,3 +102,20 @@ def test_parse_time_takes_iso_and_ages() -> None:
     assert parse_time("7d", now=now) == datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
     assert parse_time("2026-11-30") == datetime(2026, 11, 30, tzinfo=UTC)
     assert parse_time("2026-11-30T10:00:00+02:00") == datetime(2026, 11, 30, 8, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "since",
+    [
+        "99999999d",  # before the year 1
+        "9" * 5000 + "s",  # beyond Python's int-from-string limit
+        "0001-01-01T00:00:00+01:00",  # in UTC, before the year 1
+        "9999-12-31T23:59:59-01:00",  # in UTC, after the year 9999
+        "\u0663h",  # an Arabic-Indic 3 is not an age
+    ],
+)
+def test_a_time_out_of_range_is_a_usage_error(tmp_path: Path, since: str) -> None:
+    result = invoke(["audit", "archive", "--since", since], cli_env(tmp_path))
+    assert result.code == 2, result
+    assert "Traceback" not in result.stderr
+    assert "is not an ISO 8601 date or time" in result.stderr or "too far" in result.stderr

@@ -159,11 +159,15 @@ def test_the_trace_is_cut_as_the_executor_cuts_it(config: Path, tmp_path: Path) 
         ),
         ({"handled_types": {"mr": {}}}, "no handled_types.mr.job_retry"),
         ("matchers: [", "not valid YAML"),
+        (b"\xff\xfejob_retry: {}\n", "not UTF-8 text"),
     ],
 )
 def test_a_bad_config_is_one_line_and_exit_1(tmp_path: Path, content: Any, message: str) -> None:
     path = tmp_path / "bad.yml"
-    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
     result = explain(path, "git-clone-failure")
     assert result.exit_code == 1, result.output
     assert result.stdout == ""

@@ -550,6 +550,8 @@ def test_config_check(tmp_path: Path) -> None:
     bad = write(tmp_path / "bad.yml", "pools:\n  default:\n    capacity: -1\n")
     unknown = write(tmp_path / "unknown.yml", "processing:\n  wrokers: 3\n")
     missing = tmp_path / "missing.yml"
+    binary = tmp_path / "binary.yml"
+    binary.write_bytes(b"\xff\xfepools: {}\n")  # UTF-16 or garbage, not UTF-8
 
     result = run_wq("config", "check", str(good), env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -559,6 +561,7 @@ def test_config_check(tmp_path: Path) -> None:
         (bad, "pools.default.capacity"),
         (unknown, "processing.wrokers"),
         (missing, "cannot read"),
+        (binary, "not UTF-8 text"),
     ]:
         result = run_wq("config", "check", str(path), env=env, cwd=tmp_path)
         assert result.returncode != 0, (path, result.stdout)

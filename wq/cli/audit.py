@@ -17,7 +17,8 @@ from wq.cli.deployer import ConfigOption
 
 audit_app = typer.Typer(help="The audit trail.", no_args_is_help=True, rich_markup_mode=None)
 
-_AGO = re.compile(r"^(\d+)\s*([smhdw])$")
+# ASCII digits only (`\d` takes any script's digits), few enough for `int` and `timedelta`.
+_AGO = re.compile(r"^([0-9]{1,12})\s*([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 TIME_HELP = "an ISO 8601 date or time (UTC unless it names a zone), or an age such as 2h or 7d"
 
@@ -26,14 +27,16 @@ def parse_time(value: str, *, now: datetime | None = None) -> datetime:
     """A point in time from ISO 8601 (naive means UTC) or an age (`90m`, `2h`, `7d`)."""
     value = value.strip()
     ago = _AGO.match(value)
-    if ago:
-        delta = timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
-        return (now or datetime.now(UTC)) - delta
     try:
+        if ago:
+            delta = timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
+            return (now or datetime.now(UTC)) - delta
         parsed = datetime.fromisoformat(value)
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError:  # an age before the year 1, a zone that moves it out of range
+        raise typer.BadParameter(f"{value!r} is too far from now") from None
     except ValueError:
         raise typer.BadParameter(f"{value!r} is not {TIME_HELP}") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 @audit_app.command("archive")

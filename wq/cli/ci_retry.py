@@ -40,9 +40,11 @@ def _load(path: Path) -> tuple[JobRetryConfig, int]:
     from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:
         usage_error(f"cannot read {path}: {err.strerror or err}")
+    except UnicodeDecodeError as err:
+        fail(f"config {path}: not UTF-8 text (byte {err.start})", 1)
     except yaml.YAMLError as err:
         fail(f"config {path}: not valid YAML: {str(err).splitlines()[0]}", 1)
     mr = ((data or {}).get("handled_types") or {}).get("mr") if isinstance(data, dict) else None
