@@ -4,6 +4,7 @@ characters in an error or a task's output never reach the terminal as escape seq
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,15 @@ def test_control_characters_and_markup_in_an_error_are_inert(
 
     done = task_done({**item, "phase": "completed"})
     assert done is not None and "\x1b" not in done and "\\x1b[2J" in done
+
+
+@pytest.mark.parametrize("project", ["../work-items", "..", "group/./x", "group/x.y"])
+def test_dot_segments_in_a_project_ask_for_that_project(
+    daemon: RunningDaemon, cache_home: Path, project: str
+) -> None:
+    # `../work-items` was resolved to GET /api/work-items: a KeyError traceback.
+    env = cli_env(cache_home, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+    result = invoke(["pools", "--project", project, "-o", "json"], env)
+    assert result.code in (0, 2), result
+    if result.code == 0:
+        assert json.loads(result.stdout)[0]["project"] == project

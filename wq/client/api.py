@@ -177,7 +177,10 @@ class ApiClient:
 
     def pool(self, project: str) -> Json:
         """One project's pool."""
-        return self.request("GET", f"/api/pools/{quote(project, safe='/')}")
+        # Dots escaped too: a `..` segment would otherwise be resolved by the URL and
+        # ask for another endpoint (`../work-items`), not for that project.
+        path = quote(project, safe="/").replace(".", "%2E")
+        return self.request("GET", f"/api/pools/{path}")
 
     def queue(self, project: str, *, lane: str | None = None, limit: int = 100) -> list[Json]:
         """A project's queued items in admission order."""
