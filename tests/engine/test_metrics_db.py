@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -189,6 +190,34 @@ def test_readings_are_cached_and_a_failed_reading_serves_the_last_one(store: Sto
     samples = scrape(metrics)
     assert value(samples, "items", **items) == 2
     assert value(samples, "db_metrics_errors_total") == 1
+
+
+def test_an_outage_is_one_warning_and_a_bug_keeps_its_traceback(
+    store: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metrics, collector = collecting(store, make_config(store.url, metrics={"cache_seconds": 0}))
+    caplog.set_level(logging.INFO, logger="wq.engine.metrics_db")
+    nowhere = create_engine("postgresql+psycopg://wq@127.0.0.1:1/none")
+    collector.sessions = sessionmaker(bind=nowhere)
+    try:
+        for _ in range(4):  # Prometheus scrapes every few seconds
+            scrape(metrics)
+    finally:
+        nowhere.dispose()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "database unavailable" in warnings[0].getMessage()
+
+    collector.sessions = store.sessions
+    scrape(metrics)
+    assert "database answering again" in caplog.records[-1].getMessage()
+
+    def broken(*args: Any, **kwargs: Any) -> Snapshot:
+        raise RuntimeError("a bug in a gauge query")
+
+    monkeypatch.setattr(metrics_db, "read_snapshot", broken)
+    scrape(metrics)
+    assert caplog.records[-1].levelno == logging.ERROR and caplog.records[-1].exc_info
+    assert value(scrape(metrics), "db_metrics_errors_total") == 6
 
 
 def test_without_any_reading_the_gauges_are_empty_not_zero(store: Store) -> None:

@@ -43,6 +43,7 @@ from wq.engine.models import (
     WorkItem,
     utcnow,
 )
+from wq.engine.outage import Outage, is_unavailable
 from wq.engine.store import inline
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,11 @@ class DatabaseCollector(Collector):
         self.budget_seconds = config.metrics.budget_seconds
         self._snapshot: Snapshot | None = None
         self._errors = 0
+        self._outage = Outage(
+            log,
+            during="scrapes serve the last reading until it is back",
+            counted="gauge readings failed",
+        )
         # One reading at a time: concurrent scrapes wait for it and share it.
         self._lock = threading.Lock()
 
@@ -191,7 +197,14 @@ class DatabaseCollector(Collector):
                     )
             except Exception as err:
                 self._errors += 1
-                log.warning("cannot read the database gauges: %s", type(err).__name__)
+                # Scrapes come every few seconds: an outage is a line when it begins (one
+                # a minute) and one when it ends; anything else is a bug, with its traceback.
+                if is_unavailable(err):
+                    self._outage.failed(err)
+                else:
+                    log.error("cannot read the database gauges", exc_info=err)
+            else:
+                self._outage.succeeded()
             return self._snapshot
 
     def _limit(self, session: Session) -> None:
