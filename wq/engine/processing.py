@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
 from wq.engine.admission import dispatch
-from wq.engine.audit import AuditRecord, audit
 from wq.engine.batch import BatchRunner
+from wq.engine.claims import claim_pass
 from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.metrics import metrics_of
@@ -224,38 +224,18 @@ class ProcessingManager:
                 return 0
             now = self.clock()
             lease_until = now + timedelta(seconds=self.settings.lease_seconds)
-            token = str(uuid.uuid4())
             with self.sessions.begin() as session:
-                # As many items as there are free workers; then, since they finish in the
-                # batch without a worker, up to a batch of items of types with cheap actions.
-                every_type_cheap = len(cheap_types) == len(self.registry.names)
-                first = max(free, self.settings.batch_size) if every_type_cheap else free
-                claims = store.claim(
+                taken = claim_pass(
                     session,
                     owner=self.owner,
-                    limit=first,
                     types=self.registry.names,
+                    cheap_types=cheap_types,
+                    free=free,
+                    batch_size=self.settings.batch_size,
                     now=now,
                     lease_until=lease_until,
-                    token=token,
                 )
-                extra = (
-                    self.settings.batch_size - len(claims)
-                    if cheap_types and not every_type_cheap
-                    else 0
-                )
-                more = store.claim(
-                    session,
-                    owner=self.owner,
-                    limit=extra,
-                    types=cheap_types,
-                    now=now,
-                    lease_until=lease_until,
-                    token=token,
-                )
-                claims += more
-                self._audit_takeovers(session, claims, lease_until)
-                full = len(more) == extra if extra > 0 else len(claims) == first
+                claims, full = taken.claims, taken.full
                 due = None if full else store.next_due(session, self.registry.names, now)
             self._next_due = None if due is None else time.monotonic() + (due - now).total_seconds()
             self.metrics.claims_per_pass.observe(len(claims))
@@ -298,35 +278,6 @@ class ProcessingManager:
             # The batch's transaction rolled back: its items go the long way instead.
             log.exception("a batch of %d item(s) failed; handing them to workers", len(batched))
             return claims
-
-    def _audit_takeovers(
-        self, session: Session, claims: list[store.Claim], lease_until: datetime
-    ) -> None:
-        """One audit row per expired lease this claim took over, naming the old owner."""
-        records = [
-            AuditRecord(
-                "lease_taken_over",
-                self.owner,
-                claim.id,
-                old_state={
-                    "lease_owner": claim.previous_owner,
-                    "leased_until": claim.previous_until.isoformat()
-                    if claim.previous_until
-                    else None,
-                },
-                new_state={"lease_owner": self.owner, "leased_until": lease_until.isoformat()},
-                trigger={"source": "claim", "reason": "lease expired"},
-            )
-            for claim in claims
-            if claim.previous_until is not None
-        ]
-        if records:
-            log.warning(
-                "took over %d work item(s) whose lease had expired: %s",
-                len(records),
-                ", ".join(f"{c.id} (from {c.previous_owner})" for c in claims if c.previous_until),
-            )
-            audit(session, *records)
 
     # ----------------------------------------------------------------- workers
 
