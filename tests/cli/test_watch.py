@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.daemon import BLOCKED, RunningDaemon, base_env
+from tests.cli.daemon import BLOCKED, RunningDaemon, base_env, cli_env, invoke
 from tests.support.waiting import wait_for
 
 
@@ -60,3 +60,12 @@ def test_watch_redraws_until_ctrl_c(daemon: RunningDaemon, tmp_path: Path, comma
     assert b"Traceback" not in stderr
     frames = out.read_bytes().count(b"Ctrl-C to stop")
     assert frames >= (1 if terminal else 2)
+
+
+@pytest.mark.parametrize("interval", ["inf", "1e308", "nan"])
+def test_an_interval_out_of_range_is_a_usage_error(tmp_path: Path, interval: str) -> None:
+    # `inf` reached time.sleep: an OverflowError traceback after the first frame.
+    for command in ("pools", "status"):
+        result = invoke([command, "--watch", "--interval", interval], cli_env(tmp_path))
+        assert result.code == 2, result
+        assert "--interval" in result.stderr

@@ -52,7 +52,9 @@ ItemIdOptions = Annotated[
     list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
 ]
 IntervalOption = Annotated[
-    float, typer.Option("--interval", min=0.2, help="Seconds between redraws with --watch.")
+    float,
+    # A bound above too: `inf` or 1e308 would reach time.sleep and overflow.
+    typer.Option("--interval", min=0.2, max=86400, help="Seconds between redraws with --watch."),
 ]
 
 
