@@ -13,11 +13,14 @@ throws away. The child is the real app with two probes:
   about the redraw).
 
 It measures the Pools view (one row per project), the Items view with its first page
-(100 rows), and the Items view after scrolling has loaded 1,000 and then every item
-(each refresh reloads and redraws as many rows as are loaded). Each figure is the median
-and the maximum over `--samples` refreshes. RSS is the child's resident set at the end
-and its peak (`ru_maxrss`). Goals (the issue): redraw ≤ 100 ms, RSS ≤ 150 MB. Nothing is
-asserted.
+(100 rows), and the Items view after scrolling has loaded 1,000 and then every item,
+with the cursor moved to the middle of what is loaded (a refresh fetches the first page
+and the rows on screen, and updates the table in place). The last phase, **new item on
+top**, submits one item before each refresh while every item is loaded, so each refresh
+adds a row above the cursor. Each figure is the median and the maximum over `--samples`
+refreshes, with the median number of list requests a refresh made. RSS is the child's
+resident set at the end and its peak (`ru_maxrss`). Goals (the issue): redraw <= 100 ms,
+RSS <= 150 MB. Nothing is asserted.
 
     python benchmarks/tui.py [--items 10000] [--projects 100] [--samples 5] [--json]
 """
@@ -149,25 +152,36 @@ def _child(url: str, out: str, items: int, samples: int, refresh: float) -> None
     records: list[dict[str, Any]] = []
     pending: dict[str, Any] = {}
     fetch_times: list[float] = []
+    requests: list[int] = []
+    calls = [0]
     original_display = App._display
 
     def probe_show(show: Any) -> Any:
         # `show` runs on the UI thread as the `Loaded` message is handled: data arrived.
         def probed(self: PollingScreen, data: Any) -> None:
             pending.clear()
-            rows = len(data.items) if hasattr(data, "filters") else len(data or [])
-            pending.update(view=type(self).__name__, rows=rows, start=time.perf_counter())
+            pending.update(view=type(self).__name__, start=time.perf_counter())
             show(self, data)
+            pending["rows"] = len(self.items) if isinstance(self, ItemsScreen) else len(data)
+            pending["requests"] = requests[-1] if requests else 0
 
         return probed
 
     def probe_fetch(fetch: Any) -> Any:
         def probed(self: PollingScreen) -> Any:
-            start = time.perf_counter()
+            start, before = time.perf_counter(), calls[0]
             try:
                 return fetch(self)
             finally:
                 fetch_times.append(time.perf_counter() - start)
+                requests.append(calls[0] - before)
+
+        return probed
+
+    def counting(items_page: Any) -> Any:
+        def probed(self: ApiClient, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return items_page(self, **kwargs)
 
         return probed
 
@@ -178,6 +192,7 @@ def _child(url: str, out: str, items: int, samples: int, refresh: float) -> None
             records.append(dict(pending))
 
     App._display = display  # type: ignore[method-assign]
+    ApiClient.items_page = counting(ApiClient.items_page)  # type: ignore[method-assign]
     for screen_class in PollingScreen.__subclasses__():
         screen_class.show = probe_show(screen_class.show)  # type: ignore[method-assign]
         screen_class.fetch = probe_fetch(screen_class.fetch)  # type: ignore[method-assign]
@@ -188,44 +203,80 @@ def _child(url: str, out: str, items: int, samples: int, refresh: float) -> None
         async def on_mount(self) -> None:  # type: ignore[override]
             self.run_worker(self.script(), exclusive=False)
 
-        async def wait_samples(self, view: str, rows: int | None, label: str) -> None:
+        async def wait_samples(
+            self, view: str, rows: int | None, label: str, since: int = 0
+        ) -> None:
             seen = 0
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 mine = [
-                    r for r in records if r["view"] == view and (rows is None or r["rows"] == rows)
+                    r
+                    for r in records[since:]
+                    if r["view"] == view and (rows is None or r["rows"] == rows)
                 ]
                 if len(mine) >= samples + 1:  # the first one builds the table: left out
-                    redraws = [r["redraw"] for r in mine[1:]]
-                    with open(f"{out}.log", "a", encoding="utf-8") as log:
-                        log.write(f"{label}: {len(mine)} refreshes\n")
-                    results[label] = {
-                        "rows": mine[-1]["rows"],
-                        "redraw_median_ms": statistics.median(redraws) * 1000,
-                        "redraw_max_ms": max(redraws) * 1000,
-                        "fetch_median_ms": statistics.median(fetch_times[-samples:]) * 1000,
-                    }
+                    self.record(label, mine[1:])
                     return
                 seen = len(mine)
                 await self._sleep(0.05)
             results[label] = {"rows": rows, "error": f"only {seen} refreshes in 600 s"}
+
+        def record(self, label: str, mine: list[dict[str, Any]]) -> None:
+            redraws = [r["redraw"] for r in mine]
+            with open(f"{out}.log", "a", encoding="utf-8") as log:
+                log.write(f"{label}: {len(mine)} refreshes\n")
+            results[label] = {
+                "rows": mine[-1]["rows"],
+                "redraw_median_ms": statistics.median(redraws) * 1000,
+                "redraw_max_ms": max(redraws) * 1000,
+                "fetch_median_ms": statistics.median(fetch_times[-len(mine) :]) * 1000,
+                "requests_median": statistics.median(r["requests"] for r in mine),
+            }
+
+        async def wait_rows(self, rows: int, since: int) -> None:
+            deadline = time.monotonic() + 600
+            while not any(r["rows"] == rows for r in records[since:]):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{rows} rows never arrived")
+                await self._sleep(0.05)
 
         async def _sleep(self, seconds: float) -> None:
             import asyncio
 
             await asyncio.sleep(seconds)
 
+        async def new_on_top(self, screen: ItemsScreen) -> None:
+            """Submit an item before each refresh; each refresh adds a row above the cursor."""
+            import asyncio
+
+            mine: list[dict[str, Any]] = []
+            for n in range(samples):
+                rows = len(screen.items)
+                body = {"project": "bench/new", "kind": "bench", "payload": {"new": n}}
+                await asyncio.to_thread(self.api.submit, "task", body)
+                since = len(records)
+                await self.wait_rows(rows + 1, since)
+                mine.append(next(r for r in records[since:] if r["rows"] == rows + 1))
+            self.record("items, new item on top", mine)
+
         async def script(self) -> None:
             try:
                 await self.wait_samples("PoolsScreen", None, "pools")
                 self.show_items()
                 await self.wait_samples("ItemsScreen", 100, "items, first page")
+                screen = self.screen
+                assert isinstance(screen, ItemsScreen)
                 for target in sorted({min(1000, items), items}):
-                    screen = self.screen
-                    assert isinstance(screen, ItemsScreen)
+                    since = len(records)
                     screen.want = target  # as scrolling to the end of each page does
                     screen.schedule(0)
-                    await self.wait_samples("ItemsScreen", target, f"items, {target} loaded")
+                    await self.wait_rows(target, since)
+                    # Read in the middle of what is loaded: the rows on screen are refreshed.
+                    screen.table.move_cursor(row=target // 2)
+                    await self.wait_samples(
+                        "ItemsScreen", target, f"items, {target} loaded", since=len(records)
+                    )
+                await self.new_on_top(screen)
             finally:
                 usage = resource.getrusage(resource.RUSAGE_SELF)
                 status = Path("/proc/self/status").read_text()
@@ -319,7 +370,10 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     print(f"{options.items} items over {options.projects} projects, seeded in {seeded:.0f} s")
-    print(f"{'view':<24} {'rows':>6} {'redraw p50':>11} {'redraw max':>11} {'fetch p50':>10}")
+    print(
+        f"{'view':<24} {'rows':>6} {'redraw p50':>11} {'redraw max':>11} {'fetch p50':>10}"
+        f" {'requests':>8}"
+    )
     for label, row in results.items():
         if not isinstance(row, dict):
             continue
@@ -329,6 +383,7 @@ def main() -> None:
         print(
             f"{label:<24} {row['rows']:>6} {row['redraw_median_ms']:>8.1f} ms"
             f" {row['redraw_max_ms']:>8.1f} ms {row['fetch_median_ms']:>7.0f} ms"
+            f" {row['requests_median']:>8.0f}"
         )
     print(
         f"RSS of the TUI: {results['rss_mb']:.0f} MB at the end,"

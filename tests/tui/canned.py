@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from wq.client.api import ApiClient
 from wq.client.credentials import Credentials
+from wq.client.cursors import item_cursor, item_key
 from wq.daemon.routers.identity import WhoamiPublic
 from wq.daemon.routers.pools import PoolPublic, QueuePagePublic
 from wq.daemon.schemas import HistoryPage, PendingEventPage, WorkItemPage, WorkItemPublic
@@ -206,6 +207,7 @@ class CannedServer:
         self.items = ITEMS if items is None else items
         self.delay = delay
         self.paths: list[str] = []
+        self.item_limits: list[int] = []  # the `limit` of every item-list request
         self.in_flight: dict[str, int] = {}
         self.most_in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -213,12 +215,20 @@ class CannedServer:
     def items_page(self, params: httpx.QueryParams) -> Any:
         keys = ("type", "phase", "project", "admission")
         found = [i for i in self.items if all(i[k] == params[k] for k in keys if k in params)]
-        # The cursor is opaque to the client: an offset does here.
-        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 50)
-        more = start + limit < len(found)
-        page = found[start : start + limit]
+        # As the daemon pages: newest first by (created_at, id), the cursor the keyset
+        # position of the item before the page.
+        found.sort(key=item_key, reverse=True)
+        if "cursor" in params:
+            micros, _, hex_id = params["cursor"].partition("-")
+            after = (int(micros), hex_id)
+            found = [i for i in found if item_key(i) < after]
+        limit = int(params.get("limit") or 50)
+        assert 1 <= limit <= 500, limit
+        self.item_limits.append(limit)
+        page = found[:limit]
+        more = len(found) > limit
         return dump(
-            WorkItemPage, {"items": page, "next_cursor": str(start + limit) if more else None}
+            WorkItemPage, {"items": page, "next_cursor": item_cursor(page[-1]) if more else None}
         )
 
     def handle(self, request: httpx.Request) -> httpx.Response:

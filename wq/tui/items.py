@@ -1,8 +1,10 @@
 """The Items view: filtered by the API, `/` text filter, one column per dimension.
 
-Filters (type, phase, project, admission) go to the server; the list follows the API's
-cursor one page at a time as the cursor nears the end, and a refresh reloads as many
-items as are loaded, so the rows under the cursor stay put.
+Filters (type, phase, project, admission) go to the server. The list follows the API's
+cursor one page at a time as the cursor nears the end; a refresh fetches only the rows
+a user can notice (the first page, the rows on screen and around the cursor, see
+`wq.tui.itemlist`) and updates the table in place, so with thousands of rows loaded a
+refresh costs about as much as with one page, and the cursor stays on its item.
 """
 
 from __future__ import annotations
@@ -15,21 +17,32 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from wq.tui.format import dimension_header, dimension_label, dimension_mark, short, short_id
+from wq.tui.itemlist import PAGE, Answer, ItemList, Span, fetch_spans
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import fill, forget, keep_cursor, selected_key
+from wq.tui.table import fill, forget, selected_key, visible_keys
 
-PAGE = 100
 FIXED = ("id", "type", "project", "phase", "admission", "attempts")
+# Rows refreshed above and below those on screen: what a page key or two brings into view.
+MARGIN = 40
 
 
 @dataclass
 class ItemsData:
-    """One poll's items, the filters they were fetched with, and whether more exist."""
+    """One poll's answers, and the filters they were fetched with."""
 
-    items: list[dict[str, Any]]
+    answers: list[Answer]
     filters: dict[str, str]
-    more: bool
+
+
+@dataclass
+class _Row:
+    """An item's cells, computed when the item last came from the server."""
+
+    fixed: list[str]
+    marks: dict[str, str]
+    error: str
+    cells: list[str] | None = None  # for the current dimension columns
 
 
 class ItemsScreen(PollingScreen):
@@ -47,11 +60,23 @@ class ItemsScreen(PollingScreen):
     def __init__(self) -> None:
         super().__init__()
         self.want = PAGE
-        self.items: list[dict[str, Any]] = []
+        self.list = ItemList()
+        self.rows: dict[str, _Row] = {}
         self.filters: dict[str, str] = {}
         self.text = ""
-        self.more = False
         self.dimensions: list[str] = []
+        self._spans: list[Span] = []
+        self._planned_filters: dict[str, str] = {}
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """The loaded items, newest first."""
+        return self.list.items
+
+    @property
+    def more(self) -> bool:
+        """More items exist below the loaded ones."""
+        return self.list.more
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -59,29 +84,47 @@ class ItemsScreen(PollingScreen):
         yield StatusLine()
         yield Footer()
 
-    def fetch(self) -> ItemsData:
+    def prepare(self) -> None:
+        # On the UI thread: which rows the user can see decides what the worker fetches.
         filters = dict(self.wq.filters)
-        want = self.want if filters == self.filters else PAGE
-        found: list[dict[str, Any]] = []
-        cursor: str | None = None
-        more = False
-        while len(found) < want:
-            page = self.wq.api.items_page(
-                limit=min(500, want - len(found)), cursor=cursor, **filters
-            )
-            found += page["items"]
-            cursor = page.get("next_cursor")
-            more = bool(cursor)
-            if not cursor:
-                break
-        return ItemsData(found, filters, more)
+        self._planned_filters = filters
+        if filters != self.filters:
+            self._spans = ItemList().plan([], PAGE)
+            return
+        index = {str(item["id"]): n for n, item in enumerate(self.items)}
+        seen = [index[key] for key in visible_keys(self.table) if key in index]
+        rows = [range(min(seen) - MARGIN, max(seen) + MARGIN + 1)] if seen else []
+        self._spans = self.list.plan(rows, self.want)
+
+    def fetch(self) -> ItemsData:
+        filters = self._planned_filters
+
+        def page(limit: int, cursor: str | None) -> Any:
+            return self.wq.api.items_page(limit=limit, cursor=cursor, **filters)
+
+        return ItemsData(fetch_spans(self._spans, page), filters)
 
     def show(self, data: ItemsData) -> None:
-        if data.filters != self.filters:
+        if data.filters != self.filters:  # a new list: start from its top
             self.want = PAGE
             self.filters = data.filters
-        self.items, self.more = data.items, data.more
+            self.list = ItemList()
+            self.rows = {}
+        fresh = self.list.merge(data.answers)
+        now = self.wq.now()
+        for item in self.items:
+            key = str(item["id"])
+            if key in fresh or key not in self.rows:
+                self.rows[key] = self._row(item, now)
+        if len(self.rows) > 2 * len(self.items) + PAGE:  # forget rows of items that left
+            loaded = {str(item["id"]) for item in self.items}
+            self.rows = {key: row for key, row in self.rows.items() if key in loaded}
         self.render_rows()
+
+    @property
+    def table(self) -> DataTable[Any]:
+        """The items table."""
+        return self.query_one("#items", DataTable)
 
     def shown_items(self) -> list[dict[str, Any]]:
         """The loaded items that match the `/` text."""
@@ -98,62 +141,65 @@ class ItemsScreen(PollingScreen):
         ]
 
     def render_rows(self) -> None:
-        """Rebuild the table from `items` (columns change with the dimensions seen)."""
-        table = self.query_one("#items", DataTable)
-        rows = self.shown_items()
-        dimensions = sorted({dimension_label(d) for item in rows for d in item["dimensions"]})
+        """Show the loaded items: in place, or rebuilt when the dimension columns change."""
+        table = self.table
+        shown = self.shown_items()
+        keys = [str(item["id"]) for item in shown]
+        dimensions = sorted({label for key in keys for label in self.rows[key].marks})
         if dimensions != self.dimensions or not table.columns:
-            with keep_cursor(table):
-                table.clear(columns=True)
-                forget(table)
-                for column in FIXED:
-                    table.add_column(column, key=column)
-                for name in dimensions:
-                    table.add_column(dimension_header(name), key=name)
-                table.add_column("last error", key="last error")
-                self.dimensions = dimensions
-                fill(table, self.cells(rows, dimensions))
-        else:
-            fill(table, self.cells(rows, dimensions))
+            table.clear(columns=True)
+            forget(table)
+            for column in FIXED:
+                table.add_column(column, key=column)
+            for name in dimensions:
+                table.add_column(dimension_header(name), key=name)
+            table.add_column("last error", key="last error")
+            self.dimensions = dimensions
+            for row in self.rows.values():
+                row.cells = None
+        fill(table, [(key, self._cells(self.rows[key])) for key in keys])
         described = " ".join(f"{key}={value}" for key, value in sorted(self.filters.items()))
-        shown = f"{len(rows)}/{len(self.items)}" if self.text else str(len(self.items))
+        shown_count = f"{len(shown)}/{len(self.items)}" if self.text else str(len(self.items))
         self.status.note(
-            f"{shown} items{' (more below)' if self.more else ''}"
+            f"{shown_count} items{' (more below)' if self.more else ''}"
             f"{'  filters: ' + described if described else ''}"
             f"{'  /' + self.text if self.text else ''}"
         )
 
-    def cells(
-        self, rows: list[dict[str, Any]], dimensions: list[str]
-    ) -> list[tuple[str, list[str]]]:
-        """The table's rows: fixed columns, one mark per dimension, the last error."""
-        now = self.wq.now()
-        found = []
-        for item in rows:
-            marks = {dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]}
-            cells = [
+    def _row(self, item: dict[str, Any], now: Any) -> _Row:
+        return _Row(
+            fixed=[
                 short_id(item["id"]),
                 item["type"],
                 item["project"],
                 item["phase"],
                 item["admission"],
                 str(item["attempts"]),
-                *(marks.get(name, "") for name in dimensions),
-                short(item.get("error"), 40),
+            ],
+            marks={dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]},
+            error=short(item.get("error"), 40),
+        )
+
+    def _cells(self, row: _Row) -> list[str]:
+        # Built once per item and dimension columns: `fill` skips a row whose cells are
+        # the very list it was given last time.
+        if row.cells is None:
+            row.cells = [
+                *row.fixed,
+                *(row.marks.get(name, "") for name in self.dimensions),
+                row.error,
             ]
-            found.append((str(item["id"]), cells))
-        return found
+        return row.cells
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # Near the end of what is loaded: ask for the next page of the API's cursor.
         if self.more and event.cursor_row >= event.data_table.row_count - 5:
             self.want = len(self.items) + PAGE
-            self.more = False
             self.schedule(0)
 
     def current(self) -> dict[str, Any] | None:
         """The item under the cursor."""
-        key = selected_key(self.query_one("#items", DataTable))
+        key = selected_key(self.table)
         return next((item for item in self.items if item["id"] == key), None)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

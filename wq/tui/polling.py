@@ -55,6 +55,9 @@ class PollingScreen(Screen[None]):
         """Put fetched data on screen (runs on the UI thread)."""
         raise NotImplementedError
 
+    def prepare(self) -> None:
+        """Before a fetch, on the UI thread: note what it needs from the screen."""
+
     # Scheduling ------------------------------------------------------------------
 
     def on_mount(self) -> None:
@@ -79,6 +82,7 @@ class PollingScreen(Screen[None]):
             self.schedule(self.wq.refresh_seconds)
             return
         self.busy = True
+        self.prepare()
         self._fetch()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="poll")

@@ -1,4 +1,4 @@
-"""DataTable helpers: keep the cursor row and the scroll position across a refresh."""
+"""DataTable helpers: update rows in place, keeping the cursor item and what is on screen."""
 
 from __future__ import annotations
 
@@ -7,11 +7,28 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from rich.cells import cell_len
 from rich.markup import escape
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
 from wq.cli.output import printable
+
+# Removing a row renumbers every row after it, so past this many removals at once a
+# rebuild is cheaper than removing them one by one.
+MAX_REMOVALS = 20
+
+
+class KeyedCell(str):
+    """A row's first cell, which knows its row's key: `DataTable.sort` gives its key
+    function cell values only, and `fill` sorts by the order the caller wants."""
+
+    row_key: str
+
+    def __new__(cls, text: str, row_key: str) -> KeyedCell:
+        cell = super().__new__(cls, text)
+        cell.row_key = row_key
+        return cell
 
 
 def selected_key(table: DataTable[Any]) -> str | None:
@@ -22,26 +39,66 @@ def selected_key(table: DataTable[Any]) -> str | None:
     return str(value) if value is not None else None
 
 
+def visible_keys(table: DataTable[Any]) -> list[str]:
+    """The keys of the rows on screen (and of the cursor row), top to bottom."""
+    rows = table.ordered_rows
+    top = int(table.scroll_y)
+    shown = [str(row.key.value) for row in rows[top : top + max(1, table.size.height)]]
+    cursor = selected_key(table)
+    return shown + ([cursor] if cursor is not None else [])
+
+
+class _Anchor:
+    """Where the user is: the cursor's item and the item in the top line on screen."""
+
+    def __init__(self, table: DataTable[Any]) -> None:
+        self.cursor_key = selected_key(table)
+        self.cursor_row = table.cursor_row
+        self.scroll_x, self.scroll_y = table.scroll_x, table.scroll_y
+        top = int(table.scroll_y)
+        rows = table.ordered_rows
+        self.top_key = str(rows[top].key.value) if 0 < top < len(rows) else None
+
+    def restore(self, table: DataTable[Any]) -> None:
+        """The cursor back on its item; scrolled so the same item heads the screen.
+
+        At the very top the view stays at the top, so new items come into sight (the
+        cursor still moves with its item, and is scrolled to if it left the screen).
+        """
+        if not table.row_count:
+            return
+        target = _index(table, self.cursor_key)
+        if target is None:  # the row is gone: stay at the same height
+            target = min(self.cursor_row, table.row_count - 1)
+        scroll_y = self.scroll_y
+        top = _index(table, self.top_key)
+        if top is not None:
+            scroll_y = top + (self.scroll_y - int(self.scroll_y))
+        table.scroll_to(self.scroll_x, scroll_y, animate=False, immediate=True)
+        # Moving the cursor also scrolls it into view, should it be off screen now.
+        table.move_cursor(row=target, animate=False, scroll=False)
+
+
+def _index(table: DataTable[Any], key: str | None) -> int | None:
+    if key is None:
+        return None
+    try:
+        return table.get_row_index(key)
+    except RowDoesNotExist:
+        return None
+
+
 @contextlib.contextmanager
 def keep_cursor(table: DataTable[Any]) -> Iterator[None]:
-    """Around a rebuild: put the cursor back on the same row (by key) and the same scroll."""
-    key = selected_key(table)
-    row = table.cursor_row
-    scroll_x, scroll_y = table.scroll_x, table.scroll_y
+    """Around a rebuild: the cursor back on the same row (by key), the same rows on screen."""
+    anchor = _Anchor(table)
     yield
-    if not table.row_count:
-        return
-    try:
-        target = table.get_row_index(key) if key is not None else row
-    except RowDoesNotExist:  # the row is gone: stay at the same height
-        target = min(row, table.row_count - 1)
-    table.move_cursor(row=target, animate=False, scroll=False)
-    table.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
+    anchor.restore(table)
 
 
 # What `fill` last put in each table, row by row: comparing with it is cheaper than
 # reading the cells back out of the table.
-_shown: WeakKeyDictionary[DataTable[Any], dict[str, list[str]]] = WeakKeyDictionary()
+_shown: WeakKeyDictionary[DataTable[Any], dict[str, Sequence[str]]] = WeakKeyDictionary()
 
 
 def shown_as(cell: str) -> str:
@@ -51,29 +108,72 @@ def shown_as(cell: str) -> str:
 
 
 def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> None:
-    """Show `rows` (key, cells) in `table`, the cursor and the scroll kept.
+    """Show `rows` (key, cells; the caller must not change a sequence once passed) in
+    `table`, in that order, with the cursor on its item and the screen where it was.
 
-    A refresh that brings the same rows in the same order (nothing arrived or left)
-    updates only the cells that changed: no rebuild and no re-measuring of every cell,
-    which keeps the refresh of thousands of loaded rows cheap. Anything else rebuilds
-    the rows inside `keep_cursor`.
+    Only what differs from the last call is touched: changed cells are updated, new
+    rows added and put in place by one sort, rows that left removed. Nothing else is
+    re-measured or re-rendered, so a refresh of a table of thousands of rows costs
+    about what changed. A table filled otherwise, or losing many rows, is rebuilt.
     """
     shown = _shown.get(table)
-    if shown is not None and list(shown) == [key for key, _ in rows]:
-        columns = list(table.columns)
+    wanted = dict(rows)
+    if shown is None:
+        _rebuild(table, rows)
+        return
+    removed = [key for key in shown if key not in wanted]
+    if len(removed) > MAX_REMOVALS:
+        _rebuild(table, rows)
+        return
+    anchor = _Anchor(table)
+    for key in removed:
+        table.remove_row(key)
+    columns = list(table.columns)
+    added: list[str] = []
+    for key, cells in rows:
+        before = shown.get(key)
+        if before is None:
+            table.add_row(*_keyed(key, cells), key=key)
+            added.append(key)
+        elif before is not cells and before != cells:
+            _update(table, key, columns, before, cells)
+    order = [key for key, _ in rows]
+    if [key for key in shown if key in wanted] + added != order:
+        position = {key: index for index, key in enumerate(order)}
+        table.sort(key=lambda cells: position[cells[0].row_key])
+    if removed or added:
+        anchor.restore(table)
+    _shown[table] = wanted
+
+
+def _keyed(key: str, cells: Sequence[str]) -> list[str]:
+    shown = [shown_as(cell) for cell in cells]
+    return [KeyedCell(shown[0], key), *shown[1:]] if shown else []
+
+
+def _update(
+    table: DataTable[Any],
+    key: str,
+    columns: list[Any],
+    before: Sequence[str],
+    cells: Sequence[str],
+) -> None:
+    for index, (column, old, new) in enumerate(zip(columns, before, cells, strict=True)):
+        if old == new:
+            continue
+        value = KeyedCell(shown_as(new), key) if index == 0 else shown_as(new)
+        # Widen a column for a longer value; never narrow one (narrowing re-measures
+        # every cell of the column, and columns that keep their width do not jump).
+        wider = cell_len(printable(new)) > table.columns[column].content_width
+        table.update_cell(key, column, value, update_width=wider)
+
+
+def _rebuild(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> None:
+    with keep_cursor(table):
+        table.clear()
         for key, cells in rows:
-            before = shown[key]
-            if before == cells:
-                continue
-            for column, old, new in zip(columns, before, cells, strict=True):
-                if old != new:
-                    table.update_cell(key, column, shown_as(new), update_width=True)
-    else:
-        with keep_cursor(table):
-            table.clear()
-            for key, cells in rows:
-                table.add_row(*map(shown_as, cells), key=key)
-    _shown[table] = {key: list(cells) for key, cells in rows}
+            table.add_row(*_keyed(key, cells), key=key)
+    _shown[table] = dict(rows)
 
 
 def forget(table: DataTable[Any]) -> None:
