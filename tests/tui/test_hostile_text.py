@@ -14,6 +14,7 @@ from tests.tui.canned import NOW, CannedServer, canned_api, item
 from tests.tui.conftest import table_on_screen, until
 from wq.tui.app import WqApp
 from wq.tui.detail import ItemDetailScreen
+from wq.tui.status import StatusLine
 
 HOSTILE_ERROR = "\x1b[2J\x1b]52;c;cHduZWQ=\x07 [/oops] [link=https://evil.example]x[/link]"
 HOSTILE = item(1, project="team/a[/b]", phase="failed", admission="done", error=HOSTILE_ERROR)
@@ -48,5 +49,24 @@ def test_markup_and_escape_sequences_from_the_server_are_plain_text() -> None:
             await pilot.pause(0.3)  # the notice is drawn
             assert app.is_running and app._exception is None
         assert app.return_code in (None, 0) and app._exception is None
+
+    asyncio.run(main())
+
+
+def test_a_filter_value_the_server_refuses_is_refused_on_the_spot() -> None:
+    server = CannedServer()
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=0.05, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.run_command("items phase=failed")
+            table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == 1, message="the failed item")
+            # Was sent as is: a 422 shown as an error and asked again at every refresh.
+            app.run_command("items phase=nope")
+            app.run_command("items admission=[/x]")
+            await pilot.pause(0.3)
+            assert app.filters == {"phase": "failed"} and table.row_count == 1
+            assert not app.screen.query_one(StatusLine).has_class("error")
 
     asyncio.run(main())

@@ -16,6 +16,7 @@ from textual import on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
 
+from wq.cli.items import ADMISSIONS, PHASES
 from wq.client.api import ApiClient
 from wq.client.errors import ClientError
 from wq.tui.detail import ItemDetailScreen
@@ -28,6 +29,7 @@ from wq.tui.pools import PoolsScreen
 from wq.tui.queue import QueueScreen
 
 FILTER_KEYS = ("type", "phase", "project", "admission")
+CHOICES = {"phase": PHASES, "admission": ADMISSIONS}
 WHOAMI_RETRY = 5.0
 
 
@@ -155,6 +157,15 @@ class WqApp(App[None]):
                 if not sep or key not in FILTER_KEYS:
                     self.notify(
                         f"not a filter: {arg!r} (use {'|'.join(FILTER_KEYS)}=VALUE)",
+                        severity="error",
+                        markup=False,
+                    )
+                    return
+                choices = CHOICES.get(key)
+                if choices and value not in choices:
+                    # Refused here: the server would answer 422 at every refresh.
+                    self.notify(
+                        f"{key}={value!r}: use one of {', '.join(choices)}",
                         severity="error",
                         markup=False,
                     )
