@@ -92,3 +92,39 @@ def test_at_the_top_new_items_come_into_sight_and_the_cursor_keeps_its_item() ->
             assert table.cursor_row == 5 and key_at(table, 5) == chosen
 
     asyncio.run(main())
+
+
+def test_under_a_text_filter_a_refresh_stays_bounded() -> None:
+    # `/` shows rows that lie far apart in the list: the refresh still asks for one
+    # page of the API around them, not for every row between the first and the last.
+    items = [item(n, error=f"boom {n}" if n % 100 == 0 else None) for n in range(2500, 0, -1)]
+    server = CannedServer(items=items)
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=0.05, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.show_items()
+            table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+            screen = app.screen
+            assert isinstance(screen, ItemsScreen)
+            screen.want = 2000
+            screen.schedule(0)
+            await until(pilot, lambda: len(screen.items) == 2000, message="2,000 items")
+            screen.text = "boom"
+            screen.render_rows()
+            assert table.row_count == 20
+            per_poll: list[int] = []
+            real_fetch = screen.fetch
+
+            def counted() -> Any:
+                before = len(server.item_limits)
+                try:
+                    return real_fetch()
+                finally:
+                    per_poll.append(sum(server.item_limits[before:]))
+
+            screen.fetch = counted  # type: ignore[method-assign]
+            await until(pilot, lambda: len(per_poll) >= 3, message="three refreshes")
+            assert max(per_poll) <= 600, per_poll
+
+    asyncio.run(main())

@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from wq.tui.format import dimension_header, dimension_label, dimension_mark, short, short_id
-from wq.tui.itemlist import PAGE, Answer, ItemList, Span, fetch_spans
+from wq.tui.itemlist import MAX_PAGE, PAGE, Answer, ItemList, Span, fetch_spans
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import fill, forget, selected_key, visible_keys
@@ -93,7 +93,12 @@ class ItemsScreen(PollingScreen):
             return
         index = {str(item["id"]): n for n, item in enumerate(self.items)}
         seen = [index[key] for key in visible_keys(self.table) if key in index]
-        rows = [range(min(seen) - MARGIN, max(seen) + MARGIN + 1)] if seen else []
+        rows = []
+        if seen:
+            # Under a `/` filter the rows on screen can lie far apart in the list: past
+            # one page of the API, the rows below go stale until scrolled to.
+            start = min(seen) - MARGIN
+            rows = [range(start, min(max(seen) + MARGIN + 1, start + MAX_PAGE))]
         self._spans = self.list.plan(rows, self.want)
 
     def fetch(self) -> ItemsData:
