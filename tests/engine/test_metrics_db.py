@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -218,6 +219,48 @@ def test_an_outage_is_one_warning_and_a_bug_keeps_its_traceback(
     scrape(metrics)
     assert caplog.records[-1].levelno == logging.ERROR and caplog.records[-1].exc_info
     assert value(scrape(metrics), "db_metrics_errors_total") == 6
+
+
+def test_an_unreachable_database_is_asked_once_per_cache_period(store: Store) -> None:
+    # /metrics needs no credentials: scraping it faster must not reach the database more.
+    metrics, collector = collecting(store, make_config(store.url, metrics={"cache_seconds": 3600}))
+    nowhere = create_engine("postgresql+psycopg://wq@127.0.0.1:1/none")
+    collector.sessions = sessionmaker(bind=nowhere)
+    try:
+        samples = [scrape(metrics) for _ in range(3)]
+    finally:
+        nowhere.dispose()
+    assert value(samples[-1], "db_metrics_errors_total") == 1
+
+
+def test_a_scrape_during_a_hung_reading_serves_the_last_one_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metrics, _ = collecting(store, make_config(store.url, metrics={"cache_seconds": 0}))
+    scrape(metrics)  # a first reading
+    entered, release = threading.Event(), threading.Event()
+    read = metrics_db.read_snapshot
+
+    def hung(*args: Any, **kwargs: Any) -> Snapshot:
+        entered.set()
+        release.wait(30)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(metrics_db, "read_snapshot", hung)
+    first = threading.Thread(target=scrape, args=(metrics,))
+    first.start()
+    try:
+        assert entered.wait(10)
+        # Scrapes behind it used to wait for the lock, each holding an API thread.
+        later: list[dict[Any, float]] = []
+        second = threading.Thread(target=lambda: later.append(scrape(metrics)))
+        second.start()
+        second.join(10)
+        assert not second.is_alive(), "the second scrape waited for the hung reading"
+        assert value(later[0], "pending_events") == 0  # the last reading, served
+    finally:
+        release.set()
+        first.join(10)
 
 
 def test_without_any_reading_the_gauges_are_empty_not_zero(store: Store) -> None:

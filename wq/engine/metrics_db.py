@@ -176,19 +176,29 @@ class DatabaseCollector(Collector):
             during="scrapes serve the last reading until it is back",
             counted="gauge readings failed",
         )
-        # One reading at a time: concurrent scrapes wait for it and share it.
+        # One reading at a time; scrapes meanwhile serve the last one (see `snapshot`).
         self._lock = threading.Lock()
+        self._tried_at: float | None = None  # time.monotonic() of the last attempt
 
     def describe(self) -> list[Metric]:
         """No description up front: the registry must not read the database to register."""
         return []
 
     def snapshot(self) -> Snapshot | None:
-        """The cached reading, refreshed when older than `cache_seconds`."""
-        with self._lock:
-            current = self._snapshot
-            if current is not None and time.monotonic() - current.taken_at < self.cache_seconds:
-                return current
+        """The cached reading, refreshed when older than `cache_seconds`.
+
+        The database is asked at most once per `cache_seconds`, also when it fails to
+        answer, and a scrape arriving while a reading is under way gets the last one at
+        once: `/metrics` needs no credentials, and scrapes queued behind a hung database
+        would hold every worker thread of the API (the probes' too).
+        """
+        if not self._lock.acquire(blocking=False):
+            return self._snapshot
+        try:
+            now = time.monotonic()
+            if self._tried_at is not None and now - self._tried_at < self.cache_seconds:
+                return self._snapshot
+            self._tried_at = now
             try:
                 with self.sessions() as session:
                     self._limit(session)
@@ -206,6 +216,8 @@ class DatabaseCollector(Collector):
             else:
                 self._outage.succeeded()
             return self._snapshot
+        finally:
+            self._lock.release()
 
     def _limit(self, session: Session) -> None:
         """Bound the gauge queries by the budget (PostgreSQL's statement timeout)."""
