@@ -117,14 +117,14 @@ class ItemsScreen(PollingScreen):
             self.rows = {}
         fresh = self.list.merge(data.answers)
         now = self.wq.now()
-        for item in self.items:
-            key = str(item["id"])
-            if key in fresh or key not in self.rows:
-                self.rows[key] = self._row(item, now)
+        # Only the items the answers brought get new cells (every new item is among them).
+        for answer in data.answers:
+            for item in answer.items:
+                self.rows[str(item["id"])] = self._row(item, now)
         if len(self.rows) > 2 * len(self.items) + PAGE:  # forget rows of items that left
             loaded = {str(item["id"]) for item in self.items}
             self.rows = {key: row for key, row in self.rows.items() if key in loaded}
-        self.render_rows()
+        self.render_rows(fresh)
 
     @property
     def table(self) -> DataTable[Any]:
@@ -145,12 +145,24 @@ class ItemsScreen(PollingScreen):
             )
         ]
 
-    def render_rows(self) -> None:
-        """Show the loaded items: in place, or rebuilt when the dimension columns change."""
+    def render_rows(self, fresh: set[str] | None = None) -> None:
+        """Show the loaded items: in place, or rebuilt when the dimension columns change.
+
+        With `fresh` (the ids a refresh brought), the columns are looked for only in
+        those rows: a column whose last item left stays until the list is filtered anew.
+        """
         table = self.table
         shown = self.shown_items()
         keys = [str(item["id"]) for item in shown]
-        dimensions = sorted({label for key in keys for label in self.rows[key].marks})
+        known = set(self.dimensions)
+        if (
+            fresh is not None
+            and table.columns
+            and all(set(self.rows[key].marks) <= known for key in fresh if key in self.rows)
+        ):
+            dimensions = self.dimensions
+        else:
+            dimensions = sorted({label for key in keys for label in self.rows[key].marks})
         if dimensions != self.dimensions or not table.columns:
             table.clear(columns=True)
             forget(table)

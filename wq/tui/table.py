@@ -9,6 +9,7 @@ from weakref import WeakKeyDictionary
 
 from rich.cells import cell_len
 from rich.markup import escape
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
@@ -39,13 +40,20 @@ def selected_key(table: DataTable[Any]) -> str | None:
     return str(value) if value is not None else None
 
 
+def key_at(table: DataTable[Any], row: int) -> str | None:
+    """The key of the row at index `row`, or None past the end (no O(rows) list built)."""
+    if not 0 <= row < table.row_count:
+        return None
+    value = table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
+    return str(value) if value is not None else None
+
+
 def visible_keys(table: DataTable[Any]) -> list[str]:
     """The keys of the rows on screen (and of the cursor row), top to bottom."""
-    rows = table.ordered_rows
     top = int(table.scroll_y)
-    shown = [str(row.key.value) for row in rows[top : top + max(1, table.size.height)]]
-    cursor = selected_key(table)
-    return shown + ([cursor] if cursor is not None else [])
+    found = [key_at(table, row) for row in range(top, top + max(1, table.size.height))]
+    found.append(selected_key(table))
+    return [key for key in found if key is not None]
 
 
 class _Anchor:
@@ -56,8 +64,7 @@ class _Anchor:
         self.cursor_row = table.cursor_row
         self.scroll_x, self.scroll_y = table.scroll_x, table.scroll_y
         top = int(table.scroll_y)
-        rows = table.ordered_rows
-        self.top_key = str(rows[top].key.value) if 0 < top < len(rows) else None
+        self.top_key = key_at(table, top) if top > 0 else None
 
     def restore(self, table: DataTable[Any]) -> None:
         """The cursor back on its item; scrolled so the same item heads the screen.
@@ -140,7 +147,7 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> No
     order = [key for key, _ in rows]
     if [key for key in shown if key in wanted] + added != order:
         position = {key: index for index, key in enumerate(order)}
-        table.sort(key=lambda cells: position[cells[0].row_key])
+        table.sort(columns[0], key=lambda cell: position[cell.row_key])
     if removed or added:
         anchor.restore(table)
     _shown[table] = wanted
