@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +182,29 @@ def test_a_missing_file_is_a_usage_error(config: Path, tmp_path: Path) -> None:
     result = explain(config, tmp_path / "nope.log")
     assert result.exit_code == 2
     assert "cannot read" in result.stderr and "Traceback" not in result.output
+
+
+def test_only_the_end_of_a_huge_trace_is_read(config: Path, tmp_path: Path) -> None:
+    # A 4 GiB trace (sparse: no disk used) under a 1.5 GB address-space limit: reading it
+    # whole, as explain did, is a MemoryError; its last job_trace_max_bytes are enough.
+    trace = tmp_path / "huge.log"
+    with trace.open("wb") as stream:
+        stream.truncate(4 << 30)
+        stream.seek(0, 2)
+        stream.write(b"\nKilled\n")
+    limit = 1_500_000_000
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    args = ["ci-retry", "explain", "-c", str(config), "--json", "--trace", str(trace)]
+    result = subprocess.run(
+        [sys.executable, "-m", "wq", *args],
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["matcher"]["name"] == "oom"

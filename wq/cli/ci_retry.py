@@ -9,6 +9,7 @@ are not known here: `--attempt` stands for the job's retries so far.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,6 +31,19 @@ OUTCOMES = {
     "report": "report only: the matcher's action is report",
     "limit_reached": "limit reached: reported, not retried",
 }
+
+
+def _read_end(path: Path, size: int) -> bytes:
+    """The last `size` bytes of a file or a pipe, in bounded memory: a trace can be
+    gigabytes, and only its end is looked at (as the daemon streams it)."""
+    with path.open("rb") as stream:
+        if stream.seekable():
+            stream.seek(max(0, stream.seek(0, os.SEEK_END) - size))
+            return stream.read()
+        end = b""
+        while chunk := stream.read(1 << 20):
+            end = (end + chunk)[-size:]
+        return end
 
 
 def _load(path: Path) -> tuple[JobRetryConfig, int]:
@@ -156,7 +170,7 @@ def explain(
 
     parsed, max_bytes = _load(config)
     try:
-        raw = trace.read_bytes()
+        raw = _read_end(trace, max_bytes + 1)
     except OSError as err:
         usage_error(f"cannot read {trace}: {err.strerror or err}")
     text = trace_tail(raw, max_bytes)
