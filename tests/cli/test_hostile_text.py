@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+import typer
 
 from tests.cli.daemon import BLOCKED, RunningDaemon, cli_env, invoke
-from wq.cli.common import Output
+from wq.cli.common import Output, fail
 from wq.cli.items import item_view
 from wq.cli.output import emit
 from wq.cli.submit_task import task_done
@@ -72,3 +73,13 @@ def test_dot_segments_in_a_project_ask_for_that_project(
     assert result.code in (0, 2), result
     if result.code == 0:
         assert json.loads(result.stdout)[0]["project"] == project
+
+
+def test_an_error_line_shows_control_characters_as_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `wq submit task --wait` on a failing task: the error carries the run's output.
+    with pytest.raises(typer.Exit):
+        fail(f"item x ended failed: {ERROR}", 1, hint="\x1b[2J")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b]0;owned\\x07" in err and "hint: \\x1b[2J" in err

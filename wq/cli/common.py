@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -70,11 +71,24 @@ def client(url: str | None, no_auth: bool) -> ApiClient:
     return ApiClient(url, no_auth=no_auth)
 
 
+# C0 and C1 control characters but newline and tab: from a server's document they could
+# move the cursor, rewrite the screen or the clipboard, or set the window title.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(value: str) -> str:
+    """Text from a server made safe for a terminal: control characters shown as `\\x1b`."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", value)
+
+
 def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
-    """Print one error line (and a hint) on stderr and exit with `code`."""
-    sys.stderr.write(f"wq: error: {message}\n")
+    """Print one error line (and a hint) on stderr and exit with `code`.
+
+    Messages carry the server's words (an item's error, a run's output): printable only.
+    """
+    sys.stderr.write(f"wq: error: {printable(message)}\n")
     if hint:
-        sys.stderr.write(f"hint: {hint}\n")
+        sys.stderr.write(f"hint: {printable(hint)}\n")
     raise typer.Exit(code)
 
 
@@ -156,6 +170,6 @@ def for_each_item(
         except ClientError as err:
             if err.exit_code == 4 and err.status is None:
                 raise
-            sys.stderr.write(f"wq: error: {item_id}: {err.message}\n")
+            sys.stderr.write(f"wq: error: {item_id}: {printable(err.message)}\n")
             first_error = first_error or err
     return answers, first_error

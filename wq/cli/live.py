@@ -16,8 +16,8 @@ from typing import Any
 
 import typer
 
-from wq.cli.common import Output, usage_error
-from wq.cli.output import console, printable
+from wq.cli.common import Output, printable, usage_error
+from wq.cli.output import console
 
 
 def check_watchable(mode: Output) -> None:

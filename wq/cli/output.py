@@ -7,29 +7,18 @@ so they are stable; tables are for reading and may change.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from wq.cli.common import Output
+from wq.cli.common import Output, printable
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
 Renderer = Callable[[Any, bool], "RenderableType"]
 """Builds the human view of a document; the flag asks for the wide variant."""
-
-
-# C0 and C1 control characters but newline and tab: from a server's document they could
-# move the cursor, rewrite the screen or the clipboard, or set the window title.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(value: str) -> str:
-    """Text from a server made safe for a terminal: control characters shown as `\\x1b`."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", value)
 
 
 def console(stderr: bool = False) -> Console:

@@ -24,6 +24,7 @@ from wq.cli.common import (
     errors,
     fail,
     output_mode,
+    printable,
 )
 from wq.cli.output import dump, emit, table
 
@@ -112,7 +113,7 @@ def report(
     if outcome is None:
         fail(f"item {item['id']} ended {item['phase']}: {item.get('error') or 'no error'}", 1)
     if not machine:
-        typer.echo(outcome)
+        typer.echo(printable(outcome))
 
 
 def register(app: typer.Typer) -> None:

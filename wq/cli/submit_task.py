@@ -14,8 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wq.cli.common import Output, usage_error
-from wq.cli.output import printable
+from wq.cli.common import Output, printable, usage_error
 from wq.cli.submit import (
     JsonOption,
     NoAuthOption,

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
-from wq.cli.output import printable
+from wq.cli.common import printable
 from wq.tui.format import (
     age,
     compact,

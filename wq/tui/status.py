@@ -6,7 +6,7 @@ from datetime import datetime
 
 from textual.widgets import Static
 
-from wq.cli.output import printable
+from wq.cli.common import printable
 
 
 class StatusLine(Static):

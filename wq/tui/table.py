@@ -13,7 +13,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
-from wq.cli.output import printable
+from wq.cli.common import printable
 
 # Removing a row renumbers every row after it, so past this many removals at once a
 # rebuild is cheaper than removing them one by one.
