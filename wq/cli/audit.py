@@ -52,6 +52,9 @@ def archive(
     """Upload the audit entries of a time range to the S3 archive (again)."""
     start = parse_time(since)
     end = parse_time(until) if until is not None else None
+    if start > datetime.now(UTC):
+        # Nothing can be archived from there on ("archived 0 ... from 2027-01-01 to now").
+        raise typer.BadParameter(f"{since!r} is in the future", param_hint="--since")
     if end is not None and end <= start:
         raise typer.BadParameter("--until must be later than --since", param_hint="--until")
     from wq.daemon import commands
