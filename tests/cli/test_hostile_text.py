@@ -35,7 +35,7 @@ def test_markup_in_a_project_is_printed_as_it_is(daemon: RunningDaemon, cache_ho
         assert shown in result.stdout, args
 
 
-ERROR = "exit status 3\n\x1b]0;owned\x07\x1b[2J[bold]loud[/bold] [/oops] :skull:"
+ERROR = "exit status 3\n\x1b]0;owned\x07\x1b[2J[bold]loud[/bold] [/oops] :skull: \u202egnp.exe"
 
 
 def test_control_characters_and_markup_in_an_error_are_inert(
@@ -57,7 +57,7 @@ def test_control_characters_and_markup_in_an_error_are_inert(
     emit(item, Output.table, item_view)
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
-    assert "\\x1b]0;owned\\x07\\x1b[2J[bold]loud[/bold] [/oops] :skull:" in out
+    assert "\\x1b]0;owned\\x07\\x1b[2J[bold]loud[/bold] [/oops] :skull: \\u202egnp" in out
 
     done = task_done({**item, "phase": "completed"})
     assert done is not None and "\x1b" not in done and "\\x1b[2J" in done

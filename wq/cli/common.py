@@ -72,13 +72,19 @@ def client(url: str | None, no_auth: bool) -> ApiClient:
 
 
 # C0 and C1 control characters but newline and tab: from a server's document they could
-# move the cursor, rewrite the screen or the clipboard, or set the window title.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# move the cursor, rewrite the screen or the clipboard, or set the window title. The
+# bidirectional overrides and isolates could show a name reversed (a project is free text).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(value: str) -> str:
     """Text from a server made safe for a terminal: control characters shown as `\\x1b`."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", value)
+    return _CONTROL.sub(_escaped, value)
 
 
 def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
