@@ -23,7 +23,10 @@ def tui(
     with errors(), client(url, no_auth) as api:
         from wq.tui.app import WqApp
 
-        WqApp(api, refresh=refresh, readonly=readonly).run()
+        app = WqApp(api, refresh=refresh, readonly=readonly)
+        app.run()
+    if app.return_code:  # the app died (Textual has printed why): say so to the caller
+        raise typer.Exit(app.return_code)
 
 
 def register(app: typer.Typer) -> None:
