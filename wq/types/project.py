@@ -1,8 +1,10 @@
 """Project names, shared by every type: a path like `group/sub/project`.
 
-Pools match projects by `/`-separated prefix, and types hand the name to GitLab or
-Kubernetes, so a name must be a clean path: no control characters, no backslash, no
-empty, `.` or `..` segment, no leading or trailing `/`.
+Pools match projects by `/`-separated prefix, types hand the name to GitLab or
+Kubernetes, and operators read it in tables, logs and metric labels, so a name must be a
+clean path: no whitespace, control or invisible formatting character (a direction
+override could make it read as another name), no backslash, no empty, `.` or `..`
+segment, no leading or trailing `/`.
 """
 
 from __future__ import annotations
@@ -12,14 +14,20 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 controls, DEL, the space separators, and the invisible formatting characters
+# (soft hyphen, zero-width, bidirectional embeddings, overrides and isolates, BOM).
+_UNSEEN = (
+    r"\x00-\x20\x7f-\xa0\xad\u1680\u2000-\u200f\u2028-\u202f\u205f-\u2064"
+    r"\u2066-\u206f\u3000\ufeff"
+)
+_UNSEEN_CHAR = re.compile(f"[{_UNSEEN}]")
 
 # The same rule as `project_problem`, for the OpenAPI document: segments separated by
-# single slashes, each without control characters or backslash, and none `.` or `..`
+# single slashes, each without those characters or backslash, and none `.` or `..`
 # (one not starting with a dot, one dot and a non-dot, or two dots and more). No
 # look-arounds, so that any JSON Schema regex engine reads it.
-_CHAR = r"[^/\\\x00-\x1f\x7f]"
-_FIRST = r"[^./\\\x00-\x1f\x7f]"
+_CHAR = rf"[^/\\{_UNSEEN}]"
+_FIRST = rf"[^./\\{_UNSEEN}]"
 SEGMENT_PATTERN = rf"(?:{_FIRST}{_CHAR}*|\.{_FIRST}{_CHAR}*|\.\.{_CHAR}+)"
 PROJECT_PATTERN = rf"^{SEGMENT_PATTERN}(?:/{SEGMENT_PATTERN})*$"
 
@@ -28,8 +36,8 @@ def project_problem(path: str) -> str | None:
     """Why `path` is not a project path (`group/sub/project`), or None."""
     if not path:
         return "must not be empty"
-    if _CONTROL.search(path):
-        return "must not contain control characters"
+    if _UNSEEN_CHAR.search(path):
+        return "must not contain whitespace, control or invisible formatting characters"
     if "\\" in path or path.startswith("/") or path.endswith("/"):
         return "must be a path like group/project (no backslash, no leading or trailing /)"
     if any(segment in ("", ".", "..") for segment in path.split("/")):

@@ -43,7 +43,10 @@ def count(runtime: Any) -> int:
         ({"project": "p", "kind": "echo", "payload": [1]}, "payload: Input should be"),
         ({"project": "../etc", "kind": "echo"}, "project: Value error, must not contain"),
         ({"project": "/p", "kind": "echo"}, "project: Value error, must be a path"),
-        ({"project": "a\nb", "kind": "echo"}, "project: Value error, must not contain control"),
+        ({"project": "a\nb", "kind": "echo"}, "project: Value error, must not contain whitespace"),
+        ({"project": "my project", "kind": "echo"}, "must not contain whitespace, control"),
+        ({"project": "g/\u202ep", "kind": "echo"}, "or invisible formatting characters"),
+        ({"project": "a\u200bb", "kind": "echo"}, "or invisible formatting characters"),
         (
             {"project": "p", "kind": "review", "repository": "p/../q"},
             "repository: Value error, must not contain empty, '.' or '..' segments",
