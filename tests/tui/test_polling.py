@@ -7,9 +7,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
+from tests.tui import canned
 from tests.tui.canned import NOW, CannedServer, canned_api, item
 from tests.tui.conftest import table_on_screen, until
 from wq.tui.app import WqApp
@@ -17,6 +19,7 @@ from wq.tui.help import HelpScreen
 from wq.tui.items import ItemsScreen
 from wq.tui.pools import PoolsScreen
 from wq.tui.queue import QueueScreen
+from wq.tui.table import selected_key
 
 Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
 
@@ -125,5 +128,26 @@ def test_items_load_the_next_page_as_the_cursor_nears_the_end() -> None:
         assert "(more below)" not in str(app.screen.query_one("StatusLine").render())
         keys = [str(key.value) for key in table.rows]
         assert keys == [i["id"] for i in items]  # in the API's order, none twice
+
+    run(server, scenario)
+
+
+def test_pools_reordered_by_pressure_keep_the_cursor_on_its_project(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = CannedServer()
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        table: DataTable[Any] = await table_on_screen(app, pilot, "#pools")
+        await until(pilot, lambda: table.row_count == 3, message="the pools")
+        order = [str(key.value) for key in table.rows]
+        table.move_cursor(row=order.index("team/web"))
+        # team/web becomes the most pressed project: it moves to the top.
+        pressed = [canned.pool("team/web", 4, 30, 2, 9000.0), *canned.POOLS[::2]]
+        monkeypatch.setattr(canned, "POOLS", pressed)
+        await until(
+            pilot, lambda: table.ordered_rows[0].key.value == "team/web", message="the new order"
+        )
+        assert table.cursor_row == 0 and selected_key(table) == "team/web"
 
     run(server, scenario)

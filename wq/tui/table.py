@@ -145,10 +145,11 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> No
         elif before is not cells and before != cells:
             _update(table, key, columns, before, cells)
     order = [key for key, _ in rows]
-    if [key for key in shown if key in wanted] + added != order:
+    moved = [key for key in shown if key in wanted] + added != order
+    if moved:
         position = {key: index for index, key in enumerate(order)}
         table.sort(columns[0], key=lambda cell: position[cell.row_key])
-    if removed or added:
+    if removed or added or moved:
         anchor.restore(table)
     _shown[table] = wanted
 
