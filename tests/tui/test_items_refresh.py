@@ -128,3 +128,24 @@ def test_under_a_text_filter_a_refresh_stays_bounded() -> None:
             assert max(per_poll) <= 600, per_poll
 
     asyncio.run(main())
+
+
+def test_items_that_leave_go_and_the_cursor_keeps_its_item() -> None:
+    items = [item(n) for n in range(300, 0, -1)]
+    server = CannedServer(items=items)
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=0.05, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.show_items()
+            table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == 100, message="the first page")
+            table.move_cursor(row=10)
+            chosen = key_at(table, 10)
+            gone = {items[3]["id"], items[5]["id"]}
+            server.items = [i for i in items if i["id"] not in gone]
+            await until(pilot, lambda: key_at(table, 3) == items[4]["id"], message="rows gone")
+            assert not gone & {str(key.value) for key in table.rows}
+            assert table.cursor_row == 8 and key_at(table, 8) == chosen
+
+    asyncio.run(main())
