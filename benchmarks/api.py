@@ -83,6 +83,16 @@ def mr_payload(number: int) -> dict[str, Any]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return math.nan
+    # utime and stime are fields 14 and 15 of stat(5), counted after the command's ")".
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of sorted values (NaN when empty)."""
     if not values:
@@ -211,6 +221,13 @@ async def measure(base: str, token: str, ids: list[str], args: argparse.Namespac
         )
 
 
+def spy(pid: int, output: str, seconds: float) -> subprocess.Popen[bytes]:
+    """py-spy sampling the daemon for the load's duration (its threads, GIL holders)."""
+    command = ["py-spy", "record", "--pid", str(pid), "--duration", str(math.ceil(seconds))]
+    command += ["--rate", "250", "--format", "raw", "--gil", "--output", output]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100)
@@ -224,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         "--admin-url", default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL)
     )
     parser.add_argument("--database-url", default=None)
+    parser.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="sample the daemon with py-spy (installed separately) while loaded; "
+        "FILE gets collapsed stacks (`-f raw`) of the thread holding the GIL",
+    )
     args = parser.parse_args(argv)
     with bench_database(args.database_url, args.admin_url, False, prefix="wq_bench_api") as url:
         engine = make_engine(url, pool_size=1)
@@ -245,7 +268,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"wq daemon on PostgreSQL, {args.items} MR items, open loop for "
                     f"{args.seconds:g} s (load average {os.getloadavg()[0]:.2f})"
                 )
+                sampler = spy(daemon.proc.pid, args.py_spy, args.seconds) if args.py_spy else None
+                daemon_cpu, client_cpu = cpu_seconds(daemon.proc.pid), time.process_time()
                 asyncio.run(measure(daemon.base, token, ids, args))
+                daemon_cpu = cpu_seconds(daemon.proc.pid) - daemon_cpu
+                client_cpu = time.process_time() - client_cpu
+                print(
+                    f"CPU during the load: daemon {daemon_cpu:.2f} s, this client "
+                    f"{client_cpu:.2f} s (load average after {os.getloadavg()[0]:.2f})"
+                )
+                if sampler is not None:
+                    sampler.wait(timeout=60)
             finally:
                 daemon.stop()
     return 0

@@ -1,15 +1,24 @@
-"""FastAPI dependencies: the runtime, sessions, the caller, permission checks."""
+"""FastAPI dependencies: the runtime, sessions, the caller, permission checks.
+
+Each sync dependency costs a hop to the threadpool and back (and, under load, a wait
+for the GIL on each side), so the ones that do no I/O are `async`: the runtime, the
+sessions (a session connects only at its first statement, in the endpoint's thread)
+and the caller once the body guard has authenticated it. A session is closed in the
+threadpool only when it still holds a connection; read endpoints close theirs.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
-from wq.daemon.auth import Principal, authenticate_request, authorize
+from wq.daemon.auth import Principal, authenticate_request, authenticated_already, authorize
 from wq.daemon.runtime import Runtime
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
@@ -18,7 +27,7 @@ _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
 NO_NUL = r"^[^\x00]*$"
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     """The daemon's runtime."""
     runtime: Runtime = request.app.state.runtime
     return runtime
@@ -27,15 +36,29 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def get_session(runtime: RuntimeDep) -> Iterator[Session]:
+@asynccontextmanager
+async def _session(factory: sessionmaker[Session]) -> AsyncIterator[Session]:
+    session = factory()
+    try:
+        yield session
+    finally:
+        # Closing returns the connection (a rollback: I/O), so off the event loop;
+        # a session that never connected, or was closed already, has nothing to do.
+        if session.in_transaction():
+            await run_in_threadpool(session.close)
+        else:
+            session.close()
+
+
+async def get_session(runtime: RuntimeDep) -> AsyncIterator[Session]:
     """A session for a state-changing request; committed by the handler."""
-    with runtime.sessions() as session:
+    async with _session(runtime.sessions) as session:
         yield session
 
 
-def get_read_session(runtime: RuntimeDep) -> Iterator[Session]:
-    """A session for reads (never waits for a writer on SQLite)."""
-    with runtime.read_sessions() as session:
+async def get_read_session(runtime: RuntimeDep) -> AsyncIterator[Session]:
+    """A session for reads (autocommit on PostgreSQL; never waits for a writer on SQLite)."""
+    async with _session(runtime.api_read_sessions or runtime.read_sessions) as session:
         yield session
 
 
@@ -43,7 +66,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 
 
-def get_principal(
+async def get_principal(
     request: Request,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
@@ -51,8 +74,13 @@ def get_principal(
 
     Failures are audited (see `wq.daemon.auth.audit`). The `_bearer` parameter only
     declares the scheme in OpenAPI: the header is read by `authenticate_request`.
+    A tier may call out (OIDC keys, OpenShift), so it runs in the threadpool unless
+    the body guard authenticated this request already.
     """
-    return authenticate_request(request)
+    cached = authenticated_already(request)
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(authenticate_request, request)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

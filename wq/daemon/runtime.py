@@ -12,7 +12,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.daemon.auth import Authenticator, LocalTokenTier, build_authenticator
 from wq.engine.archive import AuditArchiver, S3Archive
 from wq.engine.config import Config, ConfigError, default_database_url
-from wq.engine.db import DEFAULT_TIMEOUTS, Timeouts, make_engine, make_sessionmaker, read_only
+from wq.engine.db import (
+    DEFAULT_TIMEOUTS,
+    Timeouts,
+    autocommit_reads,
+    make_engine,
+    make_sessionmaker,
+    read_only,
+)
 from wq.engine.metrics import METRICS_KEY, Metrics
 from wq.engine.metrics_db import DatabaseCollector
 from wq.engine.processing import ProcessingManager
@@ -40,6 +47,8 @@ class Runtime:
     consumer: SqsConsumer | None = None
     archiver: AuditArchiver | None = None
     timeouts: Timeouts = DEFAULT_TIMEOUTS
+    # The API's reads: no BEGIN/ROLLBACK round trips on PostgreSQL (see `autocommit_reads`).
+    api_read_sessions: sessionmaker[Session] | None = None
 
     def start_processing(self) -> ProcessingManager:
         """Create and start the processing manager (scheduler, workers, sweep)."""
@@ -150,6 +159,8 @@ def build_runtime(
     sessions.configure(info={WAKEUP_KEY: wakeup, METRICS_KEY: metrics})
     read_sessions = make_sessionmaker(read_only(engine))
     read_sessions.configure(info={METRICS_KEY: metrics})
+    api_read_sessions = make_sessionmaker(autocommit_reads(engine))
+    api_read_sessions.configure(info={METRICS_KEY: metrics})
     metrics.registry.register(
         DatabaseCollector(
             read_sessions,
@@ -170,4 +181,5 @@ def build_runtime(
         local_tier=local_tier,
         webhook_secret=config.events.webhook_secret(),
         timeouts=timeouts,
+        api_read_sessions=api_read_sessions,
     )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
+from fastapi import Response
 from pydantic import BaseModel, ConfigDict
 
 from wq.engine.models import WorkItem
@@ -56,41 +57,45 @@ class WorkItemPublic(BaseModel):
     @classmethod
     def of(cls, item: WorkItem) -> WorkItemPublic:
         """Build from a loaded item."""
-        return cls(
-            id=item.id,
-            type=item.type,
-            project=item.project,
-            # The columns are plain text to the type checker; pydantic checks the values.
-            phase=cast(Phase, item.phase),
-            attempts=item.attempts,
-            error=item.error,
-            admission=cast(Admission, item.admission),
-            lane=cast(Lane, item.lane),
-            seq=item.seq,
-            autonomous=item.autonomous,
-            dedup_key=item.dedup_key,
-            idempotency_key=item.idempotency_key,
-            leased_until=item.leased_until,
-            lease_owner=item.lease_owner,
-            run_after=item.run_after,
-            last_event_at=item.last_event_at,
-            queued_at=item.queued_at,
-            admitted_at=item.admitted_at,
-            created_at=item.created_at,
-            updated_at=item.updated_at,
-            details=item.details_dict(),
-            dimensions=[
-                DimensionPublic(
-                    dimension=row.dimension,
-                    variant=row.variant,
-                    status=row.status,
-                    detail=row.detail,
-                    pending_until=row.pending_until,
-                    updated_at=row.updated_at,
-                )
-                for row in item.statuses
-            ],
-        )
+        return cls.model_validate(item_document(item))
+
+
+def item_document(item: WorkItem) -> dict[str, Any]:
+    """A loaded item as `WorkItemPublic`'s fields, unvalidated (see `answer`)."""
+    return {
+        "id": item.id,
+        "type": item.type,
+        "project": item.project,
+        "phase": item.phase,
+        "attempts": item.attempts,
+        "error": item.error,
+        "admission": item.admission,
+        "lane": item.lane,
+        "seq": item.seq,
+        "autonomous": item.autonomous,
+        "dedup_key": item.dedup_key,
+        "idempotency_key": item.idempotency_key,
+        "leased_until": item.leased_until,
+        "lease_owner": item.lease_owner,
+        "run_after": item.run_after,
+        "last_event_at": item.last_event_at,
+        "queued_at": item.queued_at,
+        "admitted_at": item.admitted_at,
+        "created_at": item.created_at,
+        "updated_at": item.updated_at,
+        "details": item.details_dict(),
+        "dimensions": [
+            {
+                "dimension": row.dimension,
+                "variant": row.variant,
+                "status": row.status,
+                "detail": row.detail,
+                "pending_until": row.pending_until,
+                "updated_at": row.updated_at,
+            }
+            for row in item.statuses
+        ],
+    }
 
 
 class WorkItemPage(BaseModel):
@@ -144,3 +149,15 @@ class PendingEventPage(BaseModel):
 
     events: list[PendingEventPublic]
     next_cursor: str | None
+
+
+def answer(model: type[BaseModel], document: dict[str, Any], status_code: int = 200) -> Response:
+    """`document` validated as `model` and serialised, in the caller's thread.
+
+    The JSON FastAPI would send for the route's `response_model`, without its costs:
+    a sync endpoint's returned value is validated in another hop to the threadpool
+    (FastAPI's `serialize_response`), and a model built field by field is validated
+    once per nested model instead of once for the whole answer.
+    """
+    body = model.model_validate(document).model_dump_json()
+    return Response(content=body, status_code=status_code, media_type="application/json")

@@ -207,3 +207,17 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 def read_only(engine: Engine) -> Engine:
     """The same engine, marked so that SQLite opens deferred (reader) transactions."""
     return engine.execution_options(**{READ_ONLY_OPTION: True})
+
+
+def autocommit_reads(engine: Engine) -> Engine:
+    """For reads that need no snapshot across statements: autocommit on PostgreSQL.
+
+    Each statement of a READ COMMITTED transaction takes a snapshot of its own anyway,
+    so a reader gains nothing from the transaction but two round trips (BEGIN, and the
+    ROLLBACK when the connection goes back to the pool). `SET LOCAL` has no effect
+    there. SQLite keeps `read_only`'s deferred transaction (one WAL snapshot).
+    """
+    reads = read_only(engine)
+    if is_sqlite(engine):
+        return reads
+    return reads.execution_options(isolation_level="AUTOCOMMIT")

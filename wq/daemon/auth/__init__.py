@@ -32,6 +32,7 @@ from wq.daemon.auth.core import (
 )
 from wq.daemon.auth.guard import (
     authenticate_request,
+    authenticated_already,
     authorize,
     authorize_item,
     authorize_lookup,
@@ -50,6 +51,7 @@ __all__ = [
     "allowed",
     "answer_refusal",
     "authenticate_request",
+    "authenticated_already",
     "authorize",
     "authorize_item",
     "authorize_lookup",

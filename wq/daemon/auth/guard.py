@@ -23,6 +23,12 @@ from wq.daemon.auth.core import AuthenticationFailed, AuthenticationUnavailable,
 _STATE_KEY = "wq_principal"
 
 
+def authenticated_already(request: Request) -> Principal | None:
+    """The caller, when `authenticate_request` ran for this request already (no I/O)."""
+    cached = getattr(request.state, _STATE_KEY, None)
+    return cached if isinstance(cached, Principal) else None
+
+
 def authenticate_request(request: Request) -> Principal:
     """The caller of a request, from its `Authorization: Bearer` header alone.
 
@@ -30,8 +36,8 @@ def authenticate_request(request: Request) -> Principal:
     for the same request (a middleware, then a dependency) authenticates once.
     401 without a valid token, 503 when the token cannot be checked now.
     """
-    cached = getattr(request.state, _STATE_KEY, None)
-    if isinstance(cached, Principal):
+    cached = authenticated_already(request)
+    if cached is not None:
         return cached
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip()

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from wq.daemon.auth import Principal
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import PrincipalDep, RuntimeDep, SessionDep, require
-from wq.daemon.schemas import WorkItemPublic
+from wq.daemon.schemas import WorkItemPublic, answer, item_document
 from wq.engine.models import utcnow
 from wq.engine.registry import ItemType, SubmitContext
 
@@ -35,11 +35,10 @@ def _endpoint(item_type: ItemType) -> Any:
 
     def create_item(
         payload: Any,
-        response: Response,
         session: SessionDep,
         runtime: RuntimeDep,
         principal: Annotated[Principal, Depends(require("submit", item_type.name))],
-    ) -> SubmissionPublic:
+    ) -> Response:
         project = submission.project_of(payload)
         context = SubmitContext(
             registry=runtime.registry,
@@ -55,8 +54,9 @@ def _endpoint(item_type: ItemType) -> Any:
             raise HTTPException(429, f"not enqueued: {result.outcome} for project {project}")
         session.commit()
         counted.inc()
-        response.status_code = STATUS_BY_OUTCOME.get(result.outcome, 200)
-        return SubmissionPublic(action=result.outcome, item=WorkItemPublic.of(result.item))
+        document = {"action": result.outcome, "item": item_document(result.item)}
+        session.close()  # here: the dependency would otherwise close it in another hop
+        return answer(SubmissionPublic, document, STATUS_BY_OUTCOME.get(result.outcome, 200))
 
     create_item.__annotations__["payload"] = submission.schema
     create_item.__doc__ = f"Submit a `{item_type.name}` work item (created, or the existing one)."

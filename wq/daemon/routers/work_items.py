@@ -23,6 +23,8 @@ from wq.daemon.schemas import (
     Phase,
     WorkItemPage,
     WorkItemPublic,
+    answer,
+    item_document,
 )
 from wq.engine import history as history_service
 from wq.engine import items as item_service
@@ -91,7 +93,7 @@ def read_items(
     cursor: Annotated[
         str | None, Query(max_length=50, pattern=ITEMS_CURSOR, description=ITEMS_CURSOR_TEXT)
     ] = None,
-) -> WorkItemPage:
+) -> Response:
     """List work items, newest first, with filters and cursor pagination."""
     authorize(request, principal, "read", type)
     query = select(WorkItem)
@@ -118,10 +120,12 @@ def read_items(
     rows = list(session.execute(query).scalars())
     page = rows[:limit]
     more = len(rows) > limit
-    return WorkItemPage(
-        items=[WorkItemPublic.of(item) for item in page],
-        next_cursor=_encode_cursor(page[-1]) if more and page else None,
-    )
+    document = {
+        "items": [item_document(item) for item in page],
+        "next_cursor": _encode_cursor(page[-1]) if more and page else None,
+    }
+    session.close()  # in this thread: the connection goes back before the answer is sent
+    return answer(WorkItemPage, document)
 
 
 def _readable_item(
@@ -139,10 +143,12 @@ def _readable_item(
 @router.get("/{item_id}", response_model=WorkItemPublic, responses=api_responses(404))
 def read_item(
     request: Request, item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
-) -> WorkItemPublic:
+) -> Response:
     """One work item with its details and dimensions (404 for a type the caller may not read)."""
     item = _readable_item(request, session, principal, item_id)
-    return WorkItemPublic.of(item)
+    document = item_document(item)
+    session.close()
+    return answer(WorkItemPublic, document)
 
 
 @router.get("/{item_id}/history", response_model=HistoryPage, responses=api_responses(404))
