@@ -33,16 +33,20 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 from databases import bench_database
+from sqlalchemy import insert
 
 from wq.engine import schema
 from wq.engine.db import make_engine
+from wq.engine.models import WorkItemStatus
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PROJECT = "bench/api"
@@ -221,6 +225,30 @@ async def measure(base: str, token: str, ids: list[str], args: argparse.Namespac
         )
 
 
+def add_dimensions(url: str, ids: list[str], count: int) -> None:
+    """Give every item `count` dimensions, as processing would (the pool admits nothing)."""
+    if count <= 0:
+        return
+    engine = make_engine(url, pool_size=1)
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "work_item_id": uuid.UUID(item_id),
+            "dimension": f"bench_{n}",
+            "variant": "",
+            "status": "false" if n % 2 else "true",
+            "detail": {"reason": f"bench dimension {n}"},
+            "pending_until": None,
+            "updated_at": now,
+        }
+        for item_id in ids
+        for n in range(count)
+    ]
+    with engine.begin() as connection:
+        connection.execute(insert(WorkItemStatus.__table__), rows)
+    engine.dispose()
+
+
 def spy(pid: int, output: str, seconds: float) -> subprocess.Popen[bytes]:
     """py-spy sampling the daemon for the load's duration (its threads, GIL holders)."""
     command = ["py-spy", "record", "--pid", str(pid), "--duration", str(math.ceil(seconds))]
@@ -231,6 +259,12 @@ def spy(pid: int, output: str, seconds: float) -> subprocess.Popen[bytes]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100)
+    parser.add_argument(
+        "--dimensions",
+        type=int,
+        default=0,
+        help="readiness dimensions per item (processed items have a few; new ones none)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--item-rate", type=float, default=200.0)
     parser.add_argument("--list-rate", type=float, default=100.0)
@@ -264,8 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                         response = http.post("/api/work-items/mr", json=mr_payload(number))
                         response.raise_for_status()
                         ids.append(response.json()["item"]["id"])
+                add_dimensions(url, ids, args.dimensions)
                 print(
-                    f"wq daemon on PostgreSQL, {args.items} MR items, open loop for "
+                    f"wq daemon on PostgreSQL, {args.items} MR items with {args.dimensions} "
+                    f"dimensions each, open loop for "
                     f"{args.seconds:g} s (load average {os.getloadavg()[0]:.2f})"
                 )
                 sampler = spy(daemon.proc.pid, args.py_spy, args.seconds) if args.py_spy else None

@@ -464,6 +464,27 @@ def test_get_item_with_details_dimensions_and_admission(
     assert dims[1]["updated_at"]
 
 
+def test_a_page_shows_each_item_as_its_own_document_does(
+    client: TestClient, store: Store, runtime: Runtime
+) -> None:
+    # The list loads the page's dimensions in one query: each item keeps its own.
+    ids = [add_item(store, runtime, now=T0 + timedelta(seconds=i)) for i in range(3)]
+    with store.sessions() as session:
+        for n, item_id in enumerate(ids):
+            item = session.get(WorkItem, item_id)
+            assert item is not None
+            for step in range(n):
+                set_dimension(session, item, f"needs_step{step}", bool(step % 2), detail={"n": n})
+        session.commit()
+
+    page = client.get("/api/work-items", params={"limit": 50}).json()["items"]
+
+    assert [item["id"] for item in page] == [str(item_id) for item_id in reversed(ids)]
+    assert [len(item["dimensions"]) for item in page] == [2, 1, 0]
+    for item in page:
+        assert item == client.get(f"/api/work-items/{item['id']}").json()
+
+
 def test_get_alert_lane_item(client: TestClient, store: Store, runtime: Runtime) -> None:
     item_id = add_item(store, runtime, lane="alert")
     body = client.get(f"/api/work-items/{item_id}").json()

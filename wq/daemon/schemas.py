@@ -60,8 +60,23 @@ class WorkItemPublic(BaseModel):
         return cls.model_validate(item_document(item))
 
 
-def item_document(item: WorkItem) -> dict[str, Any]:
-    """A loaded item as `WorkItemPublic`'s fields, unvalidated (see `answer`)."""
+def dimension_document(row: Any) -> dict[str, Any]:
+    """A `WorkItemStatus` (or a row of its columns) as `DimensionPublic`'s fields."""
+    return {
+        "dimension": row.dimension,
+        "variant": row.variant,
+        "status": row.status,
+        "detail": row.detail,
+        "pending_until": row.pending_until,
+        "updated_at": row.updated_at,
+    }
+
+
+def item_document(item: WorkItem, dimensions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A loaded item as `WorkItemPublic`'s fields, unvalidated (see `answer`).
+
+    `dimensions` (from `dimension_document`), when given, stand for `item.statuses`.
+    """
     return {
         "id": item.id,
         "type": item.type,
@@ -84,17 +99,9 @@ def item_document(item: WorkItem) -> dict[str, Any]:
         "created_at": item.created_at,
         "updated_at": item.updated_at,
         "details": item.details_dict(),
-        "dimensions": [
-            {
-                "dimension": row.dimension,
-                "variant": row.variant,
-                "status": row.status,
-                "detail": row.detail,
-                "pending_until": row.pending_until,
-                "updated_at": row.updated_at,
-            }
-            for row in item.statuses
-        ],
+        "dimensions": (
+            [dimension_document(row) for row in item.statuses] if dimensions is None else dimensions
+        ),
     }
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
@@ -24,12 +24,13 @@ from wq.daemon.schemas import (
     WorkItemPage,
     WorkItemPublic,
     answer,
+    dimension_document,
     item_document,
 )
 from wq.engine import history as history_service
 from wq.engine import items as item_service
 from wq.engine import pending as pending_service
-from wq.engine.models import WorkItem, utcnow
+from wq.engine.models import WorkItem, WorkItemStatus, utcnow
 
 router = APIRouter(prefix="/api/work-items", tags=["work items"])
 
@@ -96,7 +97,7 @@ def read_items(
 ) -> Response:
     """List work items, newest first, with filters and cursor pagination."""
     authorize(request, principal, "read", type)
-    query = select(WorkItem)
+    query = select(WorkItem).options(lazyload(WorkItem.statuses))
     for column, value in (
         (WorkItem.type, type),
         (WorkItem.phase, phase),
@@ -120,12 +121,40 @@ def read_items(
     rows = list(session.execute(query).scalars())
     page = rows[:limit]
     more = len(rows) > limit
+    dimensions = _dimensions(session, [item.id for item in page])
     document = {
-        "items": [item_document(item) for item in page],
+        "items": [item_document(item, dimensions.get(item.id, [])) for item in page],
         "next_cursor": _encode_cursor(page[-1]) if more and page else None,
     }
     session.close()  # in this thread: the connection goes back before the answer is sent
     return answer(WorkItemPage, document)
+
+
+def _dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """The dimensions of these items, in the API's order, as plain rows.
+
+    One query like the relationship's `selectin` load, without an ORM object per
+    row (a page of 50 items has a few hundred).
+    """
+    if not ids:
+        return {}
+    found = session.execute(
+        select(
+            WorkItemStatus.work_item_id,
+            WorkItemStatus.dimension,
+            WorkItemStatus.variant,
+            WorkItemStatus.status,
+            WorkItemStatus.detail,
+            WorkItemStatus.pending_until,
+            WorkItemStatus.updated_at,
+        )
+        .where(WorkItemStatus.work_item_id.in_(ids))
+        .order_by(WorkItemStatus.dimension, WorkItemStatus.variant)
+    )
+    by_item: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for row in found:
+        by_item.setdefault(row.work_item_id, []).append(dimension_document(row))
+    return by_item
 
 
 def _readable_item(
@@ -133,7 +162,8 @@ def _readable_item(
 ) -> WorkItem:
     """The item, if the caller may read its type; 404 alike for absent and unreadable."""
     authorize_lookup(principal, "read")
-    item = session.get(WorkItem, item_id)
+    # Its dimensions only where they are shown (`_dimensions`), not with every lookup.
+    item = session.get(WorkItem, item_id, options=[lazyload(WorkItem.statuses)])
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
     authorize_item(request, principal, "read", item.id, item.type)
@@ -146,7 +176,7 @@ def read_item(
 ) -> Response:
     """One work item with its details and dimensions (404 for a type the caller may not read)."""
     item = _readable_item(request, session, principal, item_id)
-    document = item_document(item)
+    document = item_document(item, _dimensions(session, [item.id]).get(item.id, []))
     session.close()
     return answer(WorkItemPublic, document)
 
