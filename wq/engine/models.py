@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -120,6 +120,10 @@ class WorkItem(Base):
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+    # Columns of a type that its `details_dict` never reads (bulky payloads): the API's
+    # reads leave them unloaded, and reading one there raises instead of loading it.
+    api_unshown: ClassVar[tuple[str, ...]] = ()
 
     statuses: Mapped[list[WorkItemStatus]] = relationship(
         back_populates="work_item",

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import Session, lazyload
+from sqlalchemy import and_, inspect, or_, select
+from sqlalchemy.orm import Session, defer, lazyload
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
@@ -97,7 +97,7 @@ def read_items(
 ) -> Response:
     """List work items, newest first, with filters and cursor pagination."""
     authorize(request, principal, "read", type)
-    query = select(WorkItem).options(lazyload(WorkItem.statuses))
+    query = select(WorkItem).options(*_shown_only())
     for column, value in (
         (WorkItem.type, type),
         (WorkItem.phase, phase),
@@ -128,6 +128,16 @@ def read_items(
     }
     session.close()  # in this thread: the connection goes back before the answer is sent
     return answer(WorkItemPage, document)
+
+
+def _shown_only() -> list[Any]:
+    """Loader options: no dimensions (see `_dimensions`), no columns of any type's
+    `api_unshown` (reading one raises rather than costing a query per item)."""
+    options: list[Any] = [lazyload(WorkItem.statuses)]
+    for mapper in inspect(WorkItem).polymorphic_map.values():
+        for name in mapper.class_.api_unshown:
+            options.append(defer(getattr(mapper.class_, name), raiseload=True))
+    return options
 
 
 def _dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
@@ -163,7 +173,7 @@ def _readable_item(
     """The item, if the caller may read its type; 404 alike for absent and unreadable."""
     authorize_lookup(principal, "read")
     # Its dimensions only where they are shown (`_dimensions`), not with every lookup.
-    item = session.get(WorkItem, item_id, options=[lazyload(WorkItem.statuses)])
+    item = session.get(WorkItem, item_id, options=_shown_only())
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
     authorize_item(request, principal, "read", item.id, item.type)

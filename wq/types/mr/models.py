@@ -42,6 +42,9 @@ class MrItem(WorkItem):
     mr_url: Mapped[str | None] = mapped_column(Text)
     head_pipeline_id: Mapped[int | None] = mapped_column(BigInteger)
 
+    # The file contents can be large; `details` shows none of these.
+    api_unshown = ("description", "commit_message", "file_actions", "applied_labels")
+
     __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
         "polymorphic_identity": "mr",
         "polymorphic_load": "selectin",
