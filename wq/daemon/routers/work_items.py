@@ -167,6 +167,18 @@ def _dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[
     return by_item
 
 
+# The paging parameters of an item's history and pending events.
+PageLimit = Annotated[int, Query(ge=1, le=500)]
+IdCursor = Annotated[
+    str | None,
+    Query(
+        max_length=18,
+        pattern=ID_CURSOR,
+        description="the `next_cursor` of the previous page: the id of its last entry",
+    ),
+]
+
+
 def _readable_item(
     request: Request, session: Session, principal: Principal, item_id: uuid.UUID
 ) -> WorkItem:
@@ -197,15 +209,8 @@ def read_item_history(
     item_id: uuid.UUID,
     session: ReadSessionDep,
     principal: PrincipalDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[
-        str | None,
-        Query(
-            max_length=18,
-            pattern=ID_CURSOR,
-            description="the `next_cursor` of the previous page: the id of its last entry",
-        ),
-    ] = None,
+    limit: PageLimit = 50,
+    cursor: IdCursor = None,
 ) -> HistoryPage:
     """An item's audit entries, newest first (404 for a type the caller may not read)."""
     before = _id_cursor(cursor)
@@ -237,15 +242,8 @@ def read_item_pending_events(
     item_id: uuid.UUID,
     session: ReadSessionDep,
     principal: PrincipalDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[
-        str | None,
-        Query(
-            max_length=18,
-            pattern=ID_CURSOR,
-            description="the `next_cursor` of the previous page: the id of its last event",
-        ),
-    ] = None,
+    limit: PageLimit = 50,
+    cursor: IdCursor = None,
 ) -> PendingEventPage:
     """Events stored for an item and not applied yet, in the order they will be applied."""
     after = _id_cursor(cursor)
