@@ -45,20 +45,22 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-import psycopg
-from databases import bench_database, libpq_url
+from databases import bench_database
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import make_url
 
+# EXPLAIN and its reading are shared with the test that guards the admission plan.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.plans import Plan, explain
 from wq.engine import schema
 from wq.engine.admission import dispatch
 from wq.engine.config import Config, parse_config
@@ -391,99 +393,6 @@ def run_case(
 
 
 # ----------------------------------------------------------------------------- plans
-
-_PARAM = re.compile(r"%\((\w+)\)s")
-
-
-@dataclass
-class Plan:
-    """EXPLAIN output of one statement of a pass."""
-
-    name: str
-    sql: str
-    custom: list[str]
-    generic: list[str]
-    custom_indexes: list[str]
-    generic_indexes: list[str]
-    custom_seq_scans: list[str]
-    generic_seq_scans: list[str]
-
-
-def _positional(statement: str, parameters: dict[str, Any]) -> tuple[str, list[Any]]:
-    """psycopg's %(name)s placeholders as $n, for PREPARE."""
-    order: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in order:
-            order.append(match.group(1))
-        return f"${order.index(match.group(1)) + 1}"
-
-    sql = _PARAM.sub(number, statement).replace("%%", "%")
-    return sql, [parameters[name] for name in order]
-
-
-def _literal(statement: str, parameters: dict[str, Any]) -> str:
-    """The statement with its parameters inlined (for the report only)."""
-
-    def value(match: re.Match[str]) -> str:
-        param = parameters[match.group(1)]
-        return str(param) if isinstance(param, int) else "'" + str(param).replace("'", "''") + "'"
-
-    return _PARAM.sub(value, statement).replace("%%", "%")
-
-
-def explain(url: str, name: str, statement: str, parameters: dict[str, Any]) -> Plan:
-    """EXPLAIN (ANALYZE, BUFFERS) of one captured statement, custom and generic plan.
-
-    The custom plan is what the first executions get; the generic plan is what a
-    statement prepared by psycopg (after 5 runs on a connection) may switch to under
-    plan_cache_mode=auto. Both run inside a transaction that is rolled back.
-    """
-    sql, values = _positional(statement, parameters)
-    # Client-side binding: the server cannot infer parameter types inside EXPLAIN.
-    with psycopg.connect(libpq_url(url), cursor_factory=psycopg.ClientCursor) as conn:
-        custom = [
-            row[0]
-            for row in conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters, prepare=False
-            )
-        ]
-        conn.rollback()
-        conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(f"PREPARE bench_{name.replace('-', '_')} AS {sql}")
-        placeholders = ", ".join(["%s"] * len(values))
-        generic = [
-            row[0]
-            for row in conn.execute(
-                f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_{name.replace('-', '_')}"
-                + (f"({placeholders})" if values else ""),
-                values,
-                prepare=False,
-            )
-        ]
-        conn.rollback()
-    return Plan(
-        name=name,
-        sql=_literal(statement, parameters),
-        custom=custom,
-        generic=generic,
-        custom_indexes=_indexes(custom),
-        generic_indexes=_indexes(generic),
-        custom_seq_scans=_seq_scans(custom),
-        generic_seq_scans=_seq_scans(generic),
-    )
-
-
-def _indexes(plan: list[str]) -> list[str]:
-    pattern = (
-        r"(?:Index Scan|Index Only Scan|Index Scan Backward) using (\w+)|Bitmap Index Scan on (\w+)"
-    )
-    found = re.findall(pattern, "\n".join(plan))
-    return sorted({a or b for a, b in found})
-
-
-def _seq_scans(plan: list[str]) -> list[str]:
-    return sorted({line.strip() for line in plan if "Seq Scan on work_items" in line})
 
 
 def capture_plans(url: str, config: Config) -> list[Plan]:
