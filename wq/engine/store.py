@@ -102,12 +102,15 @@ def lock_admission(session: Session) -> None:
 # reads what it admits, never the backlog behind it. The heads are gathered into an
 # array first (an InitPlan run once), so the rows are then updated by primary key
 # whatever the planner believes of the table (without statistics, a join here was
-# once planned as a loop over the whole queue).
+# once planned as a loop over the whole queue). The outer test of `admission` is
+# written so that it cannot match the partial indexes: without statistics the planner
+# believes ix_work_items_queue empty and would read the whole queue through it to find
+# these rows; the primary key finds them. (It still re-checks a row changed meanwhile.)
 _ADMIT_HEADS_PG = text(
     f"""
 UPDATE work_items AS w
 SET admission = '{ADMITTED}', admitted_at = :now, updated_at = :now
-WHERE w.admission = '{QUEUED}' AND w.id = ANY(ARRAY(
+WHERE w.admission || '' = '{QUEUED}' AND w.id = ANY(ARRAY(
     SELECT h.id
     FROM unnest(CAST(:projects AS text[]), CAST(:lanes AS text[]), CAST(:capacities AS int[]))
         AS c(project, lane, capacity)
