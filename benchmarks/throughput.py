@@ -46,6 +46,7 @@ import pstats
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -297,6 +298,20 @@ class StatementCounter:
             return bool(ping(dbapi_connection))
 
         engine.dialect.do_ping = counted_ping  # type: ignore[method-assign]
+        # The audit rows go in with COPY on the driver's connection, which SQLAlchemy's
+        # events do not see: count it too, on this engine's connections.
+        mine: weakref.WeakSet[Any] = weakref.WeakSet()
+        event.listen(
+            engine, "connect", lambda dbapi_connection, _record: mine.add(dbapi_connection)
+        )
+        copy = psycopg.Cursor.copy
+
+        def counted_copy(cursor: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            if cursor.connection in mine:
+                self._add(" ".join(str(statement).split()[:2]))
+            return copy(cursor, statement, *args, **kwargs)
+
+        psycopg.Cursor.copy = counted_copy  # type: ignore[method-assign]
 
     def _add(self, key: str) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import audit_types, load, submit_many
-from tests.support.chain import STEPS, Behaviour, chain_registry, chain_type
+from tests.support.chain import STEPS, Behaviour, chain_registry, chain_type, make_executor
 from tests.support.waiting import wait_for
 from wq.engine import store as store_ops
 from wq.engine.admission import dispatch
@@ -22,7 +22,7 @@ from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
-from wq.engine.registry import TypeRegistry
+from wq.engine.registry import ActionContext, TypeRegistry
 
 BIG_POOLS = {"default": {"capacity": 1000, "alert_capacity": 1}}
 
@@ -187,6 +187,40 @@ def test_an_exception_in_one_item_keeps_the_others_work(store: Store) -> None:
         else:
             assert completed[item_id] == 3 and released[item_id] == 1
             assert load(store.sessions, item_id).admission == "idle"
+
+
+def test_an_item_finished_in_the_batch_is_done_and_frees_its_slot_for_the_next(
+    store: Store,
+) -> None:
+    behaviour = Behaviour()
+    finish = make_executor("step2", behaviour)
+
+    def step2_completes(ctx: ActionContext) -> None:
+        finish(ctx)
+        ctx.item.phase = "completed"
+
+    chain = chain_type(behaviour, cheap=True)
+    registry = TypeRegistry()
+    registry.register_type(replace(chain, executors={**chain.executors, "step2": step2_completes}))
+    # One slot in the project: the second item waits in line behind the first.
+    config = make_config(store.url, pools={"default": {"capacity": 1, "alert_capacity": 0}})
+    first, second = submit_many(store.sessions, registry, config, ["g/p", "g/p"])
+    dispatch(store.sessions, config, now=utcnow())
+    claims = claim(store, "me", 2)
+    assert [claim_.id for claim_ in claims] == [first]
+    assert batch_runner(store, registry, config).run(claims, "me/batch") == []
+    done = load(store.sessions, first)
+    assert (done.phase, done.admission) == ("completed", "done")
+    assert done.lease_token is None and done.lease_owner is None and done.leased_until is None
+    assert audit_types(store.sessions, first)[-3:] == [
+        "action_completed",
+        "action_completed",
+        "released",
+    ]
+    assert behaviour.actions_of(first) == ["step1", "step2"]  # nothing after the end
+    # The freed slot goes to the next in line.
+    dispatch(store.sessions, config, now=utcnow())
+    assert load(store.sessions, second).admission == "admitted"
 
 
 def test_an_action_that_is_not_cheap_goes_to_a_worker_with_its_lease(store: Store) -> None:

@@ -115,10 +115,43 @@ def on_committed(listener: Callable[[], None]) -> Callable[[], None]:
     return lambda: _committed_listeners.remove(listener)
 
 
+_COPY_AUDIT = (
+    "COPY audit_log (at, event_type, work_item_id, actor, old_state, new_state, "
+    '"trigger", metadata) FROM STDIN'
+)
+
+
 @on_commit.before("audit")
 def _write(session: Session, rows: list[dict[str, Any]]) -> None:
-    # Into the table, so that the rows' keys are column names ("metadata" included).
-    session.execute(insert(AUDIT_TABLE), rows)
+    connection = session.connection()
+    if connection.dialect.name != "postgresql":
+        # Into the table, so that the rows' keys are column names ("metadata" included).
+        session.execute(insert(AUDIT_TABLE), rows)
+        return
+    # COPY, in the session's transaction: about a third of the client CPU of an
+    # executemany, which costs a pipelined statement (and four JSON binds) per row.
+    session.flush()  # the rows may describe changes still pending in the session
+    cursor = cast(Any, connection.connection.driver_connection).cursor()
+    with cursor.copy(_COPY_AUDIT) as copy:
+        for row in rows:
+            if row["at"].tzinfo is None:
+                raise ValueError("naive datetime given to a UTC column")
+            copy.write_row(
+                (
+                    row["at"],
+                    row["event_type"],
+                    row["work_item_id"],
+                    row["actor"],
+                    _json(row["old_state"]),
+                    _json(row["new_state"]),
+                    _json(row["trigger"]),
+                    _json(row["metadata"]),
+                )
+            )
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 @on_commit.handler("audit")

@@ -2,12 +2,13 @@
 
 A type may mark actions cheap (`ItemType.cheap_actions`): no external call, changes
 only through the ORM objects given. For the claimed items of such types one
-transaction does everything: it re-checks every lease token (an UPDATE that also
-locks the rows until commit, so the items read next are fresh and nobody else can
-change them meanwhile), loads the items with one query, asks each decider, runs
-cheap actions, asks again, releases or holds, and commits the audit rows of the
-whole batch in one INSERT. Items that want an action that is not cheap are handed
-to worker threads with their lease (`wq.engine.runner`).
+transaction does everything: one query loads the items still under this claim's
+lease token and locks their rows until commit (on PostgreSQL), so they are fresh and
+nobody else can change them meanwhile; then each decider is asked, cheap actions run,
+the deciders are asked again, and the items let go are released with one UPDATE and
+the audit rows of the whole batch written in one statement (COPY on PostgreSQL).
+Items that want an action that is not cheap are handed to worker threads with their
+lease (`wq.engine.runner`).
 
 An action that raises rolls the transaction back; the batch is then run again from
 the start with that item's failure recorded instead of its action, so the others'
@@ -28,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.fence import _IN_EXECUTOR
-from wq.engine.items import release_slot, snapshot
+from wq.engine.items import Release, release_slots, snapshot
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import ActionContext, Decision, Requeue, TypeRegistry, Wait
@@ -102,36 +103,33 @@ class BatchRunner:
         token = claims[0].token
         handoff: list[Claim] = []
         with self.sessions() as session:
-            # The fence of the whole batch: locks (on PostgreSQL) the rows still ours
-            # until commit. A row lock, not an UPDATE: no new row version to write.
-            mine = set(
-                session.execute(
-                    select(WorkItem.id)
-                    .where(WorkItem.id.in_(list(by_id)), WorkItem.lease_token == token)
-                    .with_for_update()
-                ).scalars()
-            )
-            if not mine:
-                session.rollback()
-                return []
+            # The fence of the whole batch: the rows still ours, loaded and locked (on
+            # PostgreSQL) until commit, so nobody else changes them meanwhile. A row
+            # lock, not an UPDATE: no new row version to write.
             loaded = {
                 item.id: item
                 for item in session.execute(
                     select(WorkItem)
-                    .where(WorkItem.id.in_(list(mine)))
+                    .where(WorkItem.id.in_(list(by_id)), WorkItem.lease_token == token)
+                    .with_for_update()
                     .execution_options(populate_existing=True)
                 ).scalars()
             }
+            if not loaded:
+                session.rollback()
+                return []
+            releases: list[Release] = []
             for claim in claims:
                 item = loaded.get(claim.id)
                 if item is None:
                     continue
                 try:
-                    if not self._advance(session, item, actor, failed.get(item.id), now):
+                    if not self._advance(session, item, actor, failed.get(item.id), now, releases):
                         handoff.append(claim)
                 except _ActionFailed:
                     session.rollback()
                     raise
+            release_slots(session, releases, actor=actor, now=now)
             session.commit()
         return handoff
 
@@ -147,8 +145,12 @@ class BatchRunner:
         actor: str,
         failure: _ActionFailed | None,
         now: datetime,
+        releases: list[Release],
     ) -> bool:
-        """Take one item as far as cheap actions go; False when it needs a worker."""
+        """Take one item as far as cheap actions go; False when it needs a worker.
+
+        Items to let go are added to `releases`, written together before the commit.
+        """
         item_type = self.registry.get(item.type)
         for step in range(MAX_STEPS):
             decision = self._decide(item, now)
@@ -158,7 +160,7 @@ class BatchRunner:
                     if item.phase in TERMINAL_PHASES
                     else {"source": "decider", "reason": "nothing to do"}
                 )
-                release_slot(session, item, actor=actor, trigger=trigger)
+                releases.append(Release(item, trigger))
                 return True
             if isinstance(decision, Wait):
                 # Keep the slot, no audit row: nothing about the item changed.
@@ -173,13 +175,14 @@ class BatchRunner:
                 record_failure(session, item, decision, failure.error, actor, self.settings, now)
                 return True
             if not self._act(session, item, step, decision, actor, now):
+                releases.append(Release(item, {"source": "worker", "action": decision}))
                 return True
         return False
 
     def _act(
         self, session: Session, item: WorkItem, step: int, action: str, actor: str, now: datetime
     ) -> bool:
-        """Run one cheap action in the batch; False once the item is let go (terminal)."""
+        """Run one cheap action in the batch; False once the item is terminal."""
         item_type = self.registry.get(item.type)
         executor = self.registry.executor(item.type, action)
         old = snapshot(item)
@@ -220,7 +223,4 @@ class BatchRunner:
                 trigger=trigger,
             ),
         )
-        if item.phase in TERMINAL_PHASES:
-            release_slot(session, item, actor=actor, trigger=trigger)
-            return False
-        return True
+        return item.phase not in TERMINAL_PHASES

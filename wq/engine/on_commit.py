@@ -45,12 +45,13 @@ def handler(kind: str) -> Callable[[Handler], Handler]:
 def defer(session: Session, kind: str, value: Any) -> None:
     """Keep a value until the root transaction commits (dropped if its savepoint rolls back)."""
     session.connection()  # tie the value to a transaction, begun now if need be
-    session.info.setdefault(_KEY, []).append((session.get_nested_transaction(), kind, value))
+    entries: dict[str, list[tuple[Any, Any]]] = session.info.setdefault(_KEY, {})
+    entries.setdefault(kind, []).append((session.get_nested_transaction(), value))
 
 
 def pending(session: Session, kind: str) -> list[Any]:
     """The values of one kind still waiting for the commit."""
-    return _by_kind(session.info.get(_KEY, []), kind)
+    return [value for _, value in session.info.get(_KEY, {}).get(kind, ())]
 
 
 def _within(marker: SessionTransaction | None, savepoint: SessionTransaction) -> bool:
@@ -61,30 +62,24 @@ def _within(marker: SessionTransaction | None, savepoint: SessionTransaction) ->
     return False
 
 
-def _by_kind(entries: list[tuple[Any, str, Any]], kind: str) -> list[Any]:
-    return [value for _, seen, value in entries if seen == kind]
-
-
 @event.listens_for(Session, "before_commit")
 def _committing(session: Session) -> None:
     if session.in_nested_transaction():
         return
-    entries = session.info.get(_KEY, [])
+    entries = session.info.get(_KEY, {})
     for kind, function in _before.items():
-        values = _by_kind(entries, kind)
-        if values:
-            function(session, values)
+        if entries.get(kind):
+            function(session, [value for _, value in entries[kind]])
 
 
 @event.listens_for(Session, "after_commit")
 def _committed(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint was released: its entries now belong to the enclosing one
-    entries = session.info.pop(_KEY, [])
+    entries = session.info.pop(_KEY, {})
     for kind, function in _handlers.items():
-        values = _by_kind(entries, kind)
-        if values:
-            function(session, values)
+        if entries.get(kind):
+            function(session, [value for _, value in entries[kind]])
 
 
 @event.listens_for(Session, "after_soft_rollback")
@@ -93,6 +88,9 @@ def _rolled_back(session: Session, previous: SessionTransaction) -> None:
     if not entries:
         return
     if previous.nested:
-        session.info[_KEY] = [entry for entry in entries if not _within(entry[0], previous)]
+        session.info[_KEY] = {
+            kind: [entry for entry in values if not _within(entry[0], previous)]
+            for kind, values in entries.items()
+        }
     elif previous.parent is None:
         session.info.pop(_KEY, None)
