@@ -72,10 +72,17 @@ def dimension_document(row: Any) -> dict[str, Any]:
     }
 
 
-def item_document(item: WorkItem, dimensions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def item_document(
+    item: WorkItem | Any,
+    dimensions: list[dict[str, Any]] | None = None,
+    *,
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A loaded item as `WorkItemPublic`'s fields, unvalidated (see `answer`).
 
-    `dimensions` (from `dimension_document`), when given, stand for `item.statuses`.
+    `dimensions` (from `dimension_document`), when given, stand for `item.statuses`,
+    and `details` for `item.details_dict()`: then `item` may be a row of the
+    `work_items` columns (`wq.daemon.reads`).
     """
     return {
         "id": item.id,
@@ -98,7 +105,7 @@ def item_document(item: WorkItem, dimensions: list[dict[str, Any]] | None = None
         "admitted_at": item.admitted_at,
         "created_at": item.created_at,
         "updated_at": item.updated_at,
-        "details": item.details_dict(),
+        "details": item.details_dict() if details is None else details,
         "dimensions": (
             [dimension_document(row) for row in item.statuses] if dimensions is None else dimensions
         ),

@@ -124,6 +124,11 @@ class WorkItem(Base):
     # Columns of a type that its `details_dict` never reads (bulky payloads): the API's
     # reads leave them unloaded, and reading one there raises instead of loading it.
     api_unshown: ClassVar[tuple[str, ...]] = ()
+    # The columns of the type's own table that its `details_of` reads. A type that names
+    # them has a page of its items' details read as plain rows of these columns (the
+    # API's list, `wq.daemon.reads`); one that names none has its items loaded as
+    # objects for their `details_dict`.
+    api_details_columns: ClassVar[tuple[str, ...]] = ()
 
     statuses: Mapped[list[WorkItemStatus]] = relationship(
         back_populates="work_item",
@@ -186,9 +191,18 @@ class WorkItem(Base):
                 return row
         return None
 
-    def details_dict(self) -> dict[str, Any]:
-        """Type-specific fields for the API's nested `details`; types override this."""
+    @classmethod
+    def details_of(cls, source: Any) -> dict[str, Any]:
+        """The API's nested `details` of an item of this type; types override this.
+
+        `source` has the type's columns as attributes: a loaded item, or a row of the
+        type's `api_details_columns` (so reading anything else fails).
+        """
         return {}
+
+    def details_dict(self) -> dict[str, Any]:
+        """Type-specific fields for the API's nested `details` (`details_of` this item)."""
+        return self.details_of(self)
 
 
 class WorkItemStatus(Base):

@@ -8,12 +8,13 @@ from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import and_, inspect, or_, select
-from sqlalchemy.orm import Session, defer, lazyload
+from sqlalchemy import Row, and_, or_, select
+from sqlalchemy.orm import Session
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
+from wq.daemon.reads import ITEM_COLUMNS, ITEMS, dimensions, page_documents, shown_only
 from wq.daemon.schemas import (
     Admission,
     AuditEntryPublic,
@@ -24,13 +25,12 @@ from wq.daemon.schemas import (
     WorkItemPage,
     WorkItemPublic,
     answer,
-    dimension_document,
     item_document,
 )
 from wq.engine import history as history_service
 from wq.engine import items as item_service
 from wq.engine import pending as pending_service
-from wq.engine.models import WorkItem, WorkItemStatus, utcnow
+from wq.engine.models import WorkItem, utcnow
 
 router = APIRouter(prefix="/api/work-items", tags=["work items"])
 
@@ -51,7 +51,7 @@ ITEMS_CURSOR_TEXT = (
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _encode_cursor(item: WorkItem) -> str:
+def _encode_cursor(item: Row[Any]) -> str:
     created = item.created_at
     if created.tzinfo is None:  # SQLite hands back naive UTC
         created = created.replace(tzinfo=UTC)
@@ -97,12 +97,12 @@ def read_items(
 ) -> Response:
     """List work items, newest first, with filters and cursor pagination."""
     authorize(request, principal, "read", type)
-    query = select(WorkItem).options(*_shown_only())
+    query = select(*ITEM_COLUMNS)
     for column, value in (
-        (WorkItem.type, type),
-        (WorkItem.phase, phase),
-        (WorkItem.project, project),
-        (WorkItem.admission, admission),
+        (ITEMS.c.type, type),
+        (ITEMS.c.phase, phase),
+        (ITEMS.c.project, project),
+        (ITEMS.c.admission, admission),
     ):
         if value is not None:
             query = query.where(column == value)
@@ -110,61 +110,23 @@ def read_items(
         created, item_id = _decode_cursor(cursor)
         query = query.where(
             or_(
-                WorkItem.created_at < created,
-                and_(WorkItem.created_at == created, WorkItem.id < item_id),
+                ITEMS.c.created_at < created,
+                and_(ITEMS.c.created_at == created, ITEMS.c.id < item_id),
             )
         )
     readable = principal.types_with("read")
     if readable is not None:  # in SQL, so that pages stay full and cursors exact
-        query = query.where(WorkItem.type.in_(sorted(readable)))
-    query = query.order_by(WorkItem.created_at.desc(), WorkItem.id.desc()).limit(limit + 1)
-    rows = list(session.execute(query).scalars())
+        query = query.where(ITEMS.c.type.in_(sorted(readable)))
+    query = query.order_by(ITEMS.c.created_at.desc(), ITEMS.c.id.desc()).limit(limit + 1)
+    rows = session.execute(query).all()
     page = rows[:limit]
     more = len(rows) > limit
-    dimensions = _dimensions(session, [item.id for item in page])
     document = {
-        "items": [item_document(item, dimensions.get(item.id, [])) for item in page],
+        "items": page_documents(session, page),
         "next_cursor": _encode_cursor(page[-1]) if more and page else None,
     }
     session.close()  # in this thread: the connection goes back before the answer is sent
     return answer(WorkItemPage, document)
-
-
-def _shown_only() -> list[Any]:
-    """Loader options: no dimensions (see `_dimensions`), no columns of any type's
-    `api_unshown` (reading one raises rather than costing a query per item)."""
-    options: list[Any] = [lazyload(WorkItem.statuses)]
-    for mapper in inspect(WorkItem).polymorphic_map.values():
-        for name in mapper.class_.api_unshown:
-            options.append(defer(getattr(mapper.class_, name), raiseload=True))
-    return options
-
-
-def _dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    """The dimensions of these items, in the API's order, as plain rows.
-
-    One query like the relationship's `selectin` load, without an ORM object per
-    row (a page of 50 items has a few hundred).
-    """
-    if not ids:
-        return {}
-    found = session.execute(
-        select(
-            WorkItemStatus.work_item_id,
-            WorkItemStatus.dimension,
-            WorkItemStatus.variant,
-            WorkItemStatus.status,
-            WorkItemStatus.detail,
-            WorkItemStatus.pending_until,
-            WorkItemStatus.updated_at,
-        )
-        .where(WorkItemStatus.work_item_id.in_(ids))
-        .order_by(WorkItemStatus.dimension, WorkItemStatus.variant)
-    )
-    by_item: dict[uuid.UUID, list[dict[str, Any]]] = {}
-    for row in found:
-        by_item.setdefault(row.work_item_id, []).append(dimension_document(row))
-    return by_item
 
 
 # The paging parameters of an item's history and pending events.
@@ -184,8 +146,8 @@ def _readable_item(
 ) -> WorkItem:
     """The item, if the caller may read its type; 404 alike for absent and unreadable."""
     authorize_lookup(principal, "read")
-    # Its dimensions only where they are shown (`_dimensions`), not with every lookup.
-    item = session.get(WorkItem, item_id, options=_shown_only())
+    # Its dimensions only where they are shown (`dimensions`), not with every lookup.
+    item = session.get(WorkItem, item_id, options=shown_only())
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
     authorize_item(request, principal, "read", item.id, item.type)
@@ -198,7 +160,7 @@ def read_item(
 ) -> Response:
     """One work item with its details and dimensions (404 for a type the caller may not read)."""
     item = _readable_item(request, session, principal, item_id)
-    document = item_document(item, _dimensions(session, [item.id]).get(item.id, []))
+    document = item_document(item, dimensions(session, [item.id]).get(item.id, []))
     session.close()
     return answer(WorkItemPublic, document)
 

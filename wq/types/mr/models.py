@@ -44,6 +44,22 @@ class MrItem(WorkItem):
 
     # The file contents can be large; `details` shows none of these.
     api_unshown = ("description", "commit_message", "file_actions", "applied_labels")
+    api_details_columns = (
+        "package",
+        "source",
+        "change_kind",
+        "source_branch",
+        "target_branch",
+        "title",
+        "labels",
+        "content_hash",
+        "generation",
+        "draft",
+        "auto_merge",
+        "mr_iid",
+        "mr_url",
+        "head_pipeline_id",
+    )
 
     __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
         "polymorphic_identity": "mr",
@@ -54,21 +70,22 @@ class MrItem(WorkItem):
         Index("ix_mr_details_mr_iid", "mr_iid"),  # events resolve by (project, iid)
     )
 
-    def details_dict(self) -> dict[str, Any]:
-        """The `details` the API shows."""
+    @classmethod
+    def details_of(cls, source: Any) -> dict[str, Any]:
+        """The `details` the API shows (from an item or a row of `api_details_columns`)."""
         return {
-            "package": self.package,
-            "source": self.source,
-            "change_kind": self.change_kind,
-            "source_branch": self.source_branch,
-            "target_branch": self.target_branch,
-            "title": self.title,
-            "labels": self.labels,
-            "content_hash": self.content_hash,
-            "generation": self.generation,
-            "draft": self.draft,
-            "auto_merge": self.auto_merge,
-            "mr_iid": self.mr_iid,
-            "mr_url": self.mr_url,
-            "head_pipeline_id": self.head_pipeline_id,
+            "package": source.package,
+            "source": source.source,
+            "change_kind": source.change_kind,
+            "source_branch": source.source_branch,
+            "target_branch": source.target_branch,
+            "title": source.title,
+            "labels": source.labels,
+            "content_hash": source.content_hash,
+            "generation": source.generation,
+            "draft": source.draft,
+            "auto_merge": source.auto_merge,
+            "mr_iid": source.mr_iid,
+            "mr_url": source.mr_url,
+            "head_pipeline_id": source.head_pipeline_id,
         }

@@ -40,6 +40,19 @@ class TaskItem(WorkItem):
     log_tail: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
 
+    api_details_columns = (
+        "kind",
+        "repository",
+        "payload",
+        "runner",
+        "run_id",
+        "started_at",
+        "finished_at",
+        "exit_status",
+        "log_tail",
+        "cancel_requested",
+    )
+
     __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
         "polymorphic_identity": "task",
         "polymorphic_load": "selectin",
@@ -50,19 +63,21 @@ class TaskItem(WorkItem):
         """A run was started and has not been seen to end."""
         return self.run_id is not None and self.finished_at is None
 
-    def details_dict(self) -> dict[str, Any]:
-        """The `details` the API shows."""
+    @classmethod
+    def details_of(cls, source: Any) -> dict[str, Any]:
+        """The `details` the API shows (from an item or a row of `api_details_columns`)."""
+        started, finished = source.started_at, source.finished_at
         return {
-            "kind": self.kind,
-            "repository": self.repository,
-            "payload": self.payload,
-            "runner": self.runner,
-            "run_id": self.run_id,
-            "started_at": self.started_at.isoformat() if self.started_at else None,
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-            "exit_status": self.exit_status,
-            "log_tail": self.log_tail,
-            "cancel_requested": self.cancel_requested,
+            "kind": source.kind,
+            "repository": source.repository,
+            "payload": source.payload,
+            "runner": source.runner,
+            "run_id": source.run_id,
+            "started_at": started.isoformat() if started else None,
+            "finished_at": finished.isoformat() if finished else None,
+            "exit_status": source.exit_status,
+            "log_tail": source.log_tail,
+            "cancel_requested": source.cancel_requested,
         }
 
 
