@@ -8,10 +8,10 @@ import pty
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from typer.testing import CliRunner
 
+from tests.fakes.foreign import ForeignServer
 from wq.cli.main import app
 
 
@@ -27,43 +27,41 @@ def test_tui_refuses_a_too_short_refresh() -> None:
     assert result.exit_code == 2
 
 
-class WrongShape(BaseHTTPRequestHandler):
-    """A server that answers every GET with JSON wq does not expect."""
-
-    def do_GET(self) -> None:
-        body = b'[{"project": "x"}]' if self.path == "/api/pools" else b"{}"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+# `python -m wq` with a bug planted in the app: it raises as soon as it is mounted.
+CRASHING = """
+from wq.tui.app import WqApp
+def boom(self):
+    raise RuntimeError("a bug in the app")
+WqApp.on_mount = boom
+from wq.cli.main import main
+main()
+"""
 
 
 def test_a_crash_ends_the_tui_with_a_non_zero_exit() -> None:
-    # The app dies on the unexpected pool document; `wq tui` used to exit 0 regardless.
-    server = ThreadingHTTPServer(("127.0.0.1", 0), WrongShape)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # `wq tui` used to exit 0 whatever happened to the app. (A server's unexpected answer
+    # no longer crashes it: see test_foreign_server.py.)
     primary, secondary = pty.openpty()
+    proc: subprocess.Popen[bytes] | None = None
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        env = {**os.environ, "WQ_TOKEN": "x", "TERM": "xterm-256color"}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "wq", "tui", "--url", url],
-            stdin=secondary,
-            stdout=secondary,
-            stderr=secondary,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(secondary)
-        # Drain the terminal so the app never blocks writing to it.
-        threading.Thread(target=drain, args=(primary,), daemon=True).start()
-        assert proc.wait(timeout=60) != 0
+        with ForeignServer("object") as server:
+            env = {**os.environ, "WQ_TOKEN": "x", "TERM": "xterm-256color"}
+            proc = subprocess.Popen(
+                [sys.executable, "-c", CRASHING, "tui", "--url", server.url],
+                stdin=secondary,
+                stdout=secondary,
+                stderr=secondary,
+                env=env,
+                start_new_session=True,
+            )
+            os.close(secondary)
+            # Drain the terminal so the app never blocks writing to it.
+            threading.Thread(target=drain, args=(primary,), daemon=True).start()
+            assert proc.wait(timeout=60) != 0
     finally:
-        server.shutdown()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
         with contextlib.suppress(OSError):
             os.close(primary)
 

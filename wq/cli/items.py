@@ -194,6 +194,12 @@ def status(
             emit(fetch(), mode, renderer)
 
 
+def _retried_line(item: dict[str, Any]) -> str:
+    # Without `read` on the item's type the server answers only its id and phase.
+    admission = f", {item['admission']}" if "admission" in item else ""
+    return f"retried {item['id']}: {item['phase']}{admission}"
+
+
 def retry(
     ids: ItemIdsArgument = None,
     id_options: ItemIdOptions = None,
@@ -210,7 +216,7 @@ def retry(
         mode=output_mode(output, json_flag),
         call=lambda api: api.retry,
         render=list_view,
-        line=lambda item: f"retried {item['id']}: {item['phase']}, {item['admission']}",
+        line=_retried_line,
         plural="retries",
     )
 

@@ -2,15 +2,19 @@
 
 It returns the server's JSON documents unchanged (dicts and lists), so `-o json` prints
 exactly what the API said, and it turns every failure into a typed `ClientError`
-whose message is one readable line. Thread-safe: the TUI shares one instance between
-its worker threads (`@work(thread=True)`); httpx's client and `Credentials` both are.
+whose message is one readable line. Each answer is checked against its shape
+(`wq.client.schemas`) first: a server that answers something else (another service at
+that URL, an older or broken one) is a `ServerError` naming the URL and what was
+wrong, never a `KeyError` in whoever reads the document. Thread-safe: the TUI shares
+one instance between its worker threads (`@work(thread=True)`); httpx's client and
+`Credentials` both are.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -26,6 +30,9 @@ from wq.client.errors import (
 )
 from wq.client.settings import resolve_url
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 5.0
 MAX_PAGE = 500  # the API's largest page
@@ -33,6 +40,12 @@ MAX_QUEUE = 1000  # the API's largest queue listing
 SUBMIT_PATH = re.compile(r"^/api/work-items/([a-z][a-z0-9_-]*)$")
 
 Json = Any
+
+
+def _media_type(response: httpx.Response) -> str:
+    """The answer's media type, as the server named it (`text/html`), for an error line."""
+    media = response.headers.get("Content-Type", "").split(";")[0].strip()
+    return media[:40] or "no media type"
 
 
 class ApiClient:
@@ -77,9 +90,12 @@ class ApiClient:
         params: dict[str, Any] | None = None,
         json: Json = None,
         auth: bool = True,
+        shape: type[BaseModel] | None = None,
     ) -> Json:
         """Send one request and return its JSON body, or raise a `ClientError`.
 
+        With `shape`, a successful answer must validate as that model (`wq.client.schemas`),
+        else `ServerError`; the document returned is still the server's own.
         A 401 to a cached token is retried once with its replacement (see `Credentials`);
         the server authenticates before it reads a body, so a retried POST is safe.
         """
@@ -93,7 +109,10 @@ class ApiClient:
                 response = self._send(method, path, params, json, token)
                 if response.status_code == 401:
                     self.credentials.discard(token)
-        return self._parse(response, f"{method} {path}", token)
+        body = self._parse(response, f"{method} {path}", token)
+        if shape is not None:
+            self._check(shape, body, f"{method} {path}")
+        return body
 
     def _send(
         self,
@@ -126,8 +145,8 @@ class ApiClient:
             body = None
             if response.is_success:
                 raise ServerError(
-                    f"{self.url} answered {what} with something that is not JSON "
-                    "(is this a wq server?)"
+                    f"unexpected answer from {self.url}: {what}: not JSON "
+                    f"({_media_type(response)}; is this a wq server?)"
                 ) from None
         if response.is_success:
             return body
@@ -140,6 +159,19 @@ class ApiClient:
         if response.status_code == 401:
             raise self._unauthenticated(error, token)
         raise error
+
+    def _check(self, shape: type[BaseModel], body: Json, what: str) -> None:
+        # Imported here: pydantic is loaded only once an answer is there to check.
+        from pydantic import ValidationError
+
+        from wq.client.schemas import problem
+
+        try:
+            shape.model_validate(body)
+        except ValidationError as err:
+            raise ServerError(
+                f"unexpected answer from {self.url}: {what}: {problem(err)} (is this a wq server?)"
+            ) from None
 
     def _unauthenticated(self, error: ClientError, token: Token | None) -> ClientError:
         if token is None:
@@ -164,28 +196,41 @@ class ApiClient:
 
     def health(self) -> Json:
         """`/healthz` (no credentials)."""
-        return self.request("GET", "/healthz", auth=False)
+        from wq.client.schemas import Health
+
+        return self.request("GET", "/healthz", auth=False, shape=Health)
 
     def whoami(self) -> Json:
         """The caller's identity and permissions, as the server documents them."""
-        return self.request("GET", "/api/whoami")
+        from wq.client.schemas import WhoamiPublic
+
+        return self.request("GET", "/api/whoami", shape=WhoamiPublic)
 
     def pools(self) -> list[Json]:
         """Every project with queued or in-flight work and its pool usage."""
-        result: list[Json] = self.request("GET", "/api/pools")
+        from wq.client.schemas import Pools
+
+        result: list[Json] = self.request("GET", "/api/pools", shape=Pools)
         return result
 
     def pool(self, project: str) -> Json:
         """One project's pool."""
+        from wq.client.schemas import PoolPublic
+
         # Dots escaped too: a `..` segment would otherwise be resolved by the URL and
         # ask for another endpoint (`../work-items`), not for that project.
         path = quote(project, safe="/").replace(".", "%2E")
-        return self.request("GET", f"/api/pools/{path}")
+        return self.request("GET", f"/api/pools/{path}", shape=PoolPublic)
 
     def queue(self, project: str, *, lane: str | None = None, limit: int = 100) -> list[Json]:
         """A project's queued items in admission order."""
+        from wq.client.schemas import QueueEntries
+
         result: list[Json] = self.request(
-            "GET", "/api/queue", params={"project": project, "lane": lane, "limit": limit}
+            "GET",
+            "/api/queue",
+            params={"project": project, "lane": lane, "limit": limit},
+            shape=QueueEntries,
         )
         return result
 
@@ -193,20 +238,32 @@ class ApiClient:
         self, project: str, lane: str, *, limit: int = 100, cursor: str | None = None
     ) -> Json:
         """One page of a lane's queue with true positions (`entries`, `next_cursor`)."""
+        from wq.client.schemas import QueuePagePublic
+
         return self.request(
             "GET",
             f"/api/queue/{quote(lane, safe='')}",
             params={"project": project, "limit": limit, "cursor": cursor},
+            shape=QueuePagePublic,
         )
 
     def item(self, item_id: str) -> Json:
         """One work item with details and dimensions."""
-        return self.request("GET", f"/api/work-items/{quote(item_id, safe='')}")
+        from wq.client.schemas import WorkItemPublic
+
+        return self.request(
+            "GET", f"/api/work-items/{quote(item_id, safe='')}", shape=WorkItemPublic
+        )
 
     def items_page(self, *, limit: int = 50, cursor: str | None = None, **filters: Any) -> Json:
         """One page of the item list (`type`, `phase`, `project`, `admission` filters)."""
+        from wq.client.schemas import WorkItemPage
+
         return self.request(
-            "GET", "/api/work-items", params={**filters, "limit": limit, "cursor": cursor}
+            "GET",
+            "/api/work-items",
+            params={**filters, "limit": limit, "cursor": cursor},
+            shape=WorkItemPage,
         )
 
     def iter_items(
@@ -227,42 +284,74 @@ class ApiClient:
 
     def history(self, item_id: str, *, limit: int = 50, cursor: str | None = None) -> Json:
         """One page of an item's audit entries, newest first (`entries`, `next_cursor`)."""
+        from wq.client.schemas import HistoryPage
+
         return self.request(
             "GET",
             f"/api/work-items/{quote(item_id, safe='')}/history",
             params={"limit": limit, "cursor": cursor},
+            shape=HistoryPage,
         )
 
     def pending_events(self, item_id: str, *, limit: int = 50, cursor: str | None = None) -> Json:
         """One page of an item's unapplied events, next applied first (`events`, `next_cursor`)."""
+        from wq.client.schemas import PendingEventPage
+
         return self.request(
             "GET",
             f"/api/work-items/{quote(item_id, safe='')}/pending-events",
             params={"limit": limit, "cursor": cursor},
+            shape=PendingEventPage,
         )
 
     def retry(self, item_id: str) -> Json:
-        """Bring a failed or cancelled item back to active."""
-        return self.request("POST", f"/api/work-items/{quote(item_id, safe='')}/retry")
+        """Bring a failed or cancelled item back to active.
+
+        The answer is the item, or only its `id` and `phase` for a caller without `read`
+        on its type.
+        """
+        from wq.client.schemas import Retried
+
+        return self.request(
+            "POST", f"/api/work-items/{quote(item_id, safe='')}/retry", shape=Retried
+        )
 
     def cancel(self, item_id: str) -> Json:
         """Cancel an active item: `{"action": "cancelled"|"requested", "item": {...}}`."""
-        return self.request("POST", f"/api/work-items/{quote(item_id, safe='')}/cancel")
+        from wq.client.schemas import CancelPublic
+
+        return self.request(
+            "POST", f"/api/work-items/{quote(item_id, safe='')}/cancel", shape=CancelPublic
+        )
 
     def submit(self, item_type: str, payload: Json) -> Json:
         """Submit an item of a type: `{"action": ..., "item": {...}}`."""
-        return self.request("POST", f"/api/work-items/{quote(item_type, safe='')}", json=payload)
+        from wq.client.schemas import SubmissionPublic
+
+        return self.request(
+            "POST",
+            f"/api/work-items/{quote(item_type, safe='')}",
+            json=payload,
+            shape=SubmissionPublic,
+        )
 
     def submission_types(self) -> list[Json]:
         """The types the server accepts submissions for, from its OpenAPI document."""
-        document = self.request("GET", "/openapi.json", auth=False)
+        from wq.client.schemas import OpenApiPaths
+
+        document = self.request("GET", "/openapi.json", auth=False, shape=OpenApiPaths)
         found = []
-        for path, operations in sorted((document or {}).get("paths", {}).items()):
+        for path, operations in sorted(document["paths"].items()):
             match = SUBMIT_PATH.match(path)
-            post = operations.get("post") if isinstance(operations, dict) else None
-            if match and post:
+            post = operations.get("post")
+            if match and isinstance(post, dict):
+                summary = post.get("summary")
                 found.append(
-                    {"type": match.group(1), "path": path, "summary": post.get("summary", "")}
+                    {
+                        "type": match.group(1),
+                        "path": path,
+                        "summary": summary if isinstance(summary, str) else "",
+                    }
                 )
         return found
 
