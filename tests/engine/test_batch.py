@@ -141,6 +141,33 @@ def test_two_managers_running_batches_run_every_action_once(
     assert events_of(store, "released") == Counter(dict.fromkeys(ids, 1))
 
 
+def test_batches_run_beside_the_scheduler_and_stop_waits_for_them(
+    store: Store, managers: list[Any]
+) -> None:
+    """Batches run on threads of their own, at most two at once; stop lets them end."""
+    behaviour = Behaviour(sleep={"step1": 0.3})
+    config = make_config(store.url, pools=BIG_POOLS, processing={"batch_size": 2})
+    registry = chain_registry(behaviour, cheap=True)
+    ids = submit_many(store.sessions, registry, config, [f"g/p{n}" for n in range(6)])
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    manager.start()
+    managers.append(manager)
+    wait_for(lambda: behaviour.calls, message="a batch started")
+    assert manager.stop(grace=10) == []
+    assert not [t for t in threading.enumerate() if t.name == "wq-batch"]
+    # Every batch that began has committed all of its work: no item is half-done, and
+    # no item was claimed twice.
+    started = {item_id for item_id, _ in behaviour.calls}
+    assert len(started) >= 2
+    for item_id in ids:
+        item = load(store.sessions, item_id)
+        assert item.lease_token is None
+        if item_id in started:
+            assert item.admission == "idle" and behaviour.actions_of(item_id) == list(STEPS)
+        else:
+            assert item.admission == "admitted" and item.statuses == []
+
+
 def test_a_fenced_out_batch_writes_nothing_for_the_items_it_lost(store: Store) -> None:
     behaviour = Behaviour()
     config = make_config(store.url, pools=BIG_POOLS)

@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 # After the grace: how long the engine's own threads get to notice and end.
 STOP_STEP_SECONDS = 1.0
+# Batches of cheap actions in flight at once: while one waits for the database, the
+# scheduler claims the next and another batch runs its Python.
+BATCHES_IN_FLIGHT = 2
 
 
 def default_owner() -> str:
@@ -84,6 +87,10 @@ class ProcessingManager:
         self._running_lock = threading.Lock()
         self._all_returned = threading.Condition(self._running_lock)
         self._free_slots = list(range(self.settings.workers - 1, -1, -1))
+        self._batches = 0  # batch threads running (guarded by the running lock)
+        # Items were given back for want of a free worker; cleared when one returns.
+        self._surplus_waiting = False
+        self._batch_slots = threading.BoundedSemaphore(BATCHES_IN_FLIGHT)
         self._claim_lock = threading.Lock()
         self._stopping = threading.Event()  # no new claims; workers hand items back
         self._halted = threading.Event()  # the heartbeat ends too
@@ -143,7 +150,9 @@ class ProcessingManager:
         self.begin_stop(grace)
         assert self._deadline is not None
         with self._all_returned:
-            while self._running and (left := self._deadline - time.monotonic()) > 0:
+            while (self._running or self._batches) and (
+                left := self._deadline - time.monotonic()
+            ) > 0:
                 self._all_returned.wait(left)
             leftovers = dict(self._running)
         if leftovers:
@@ -179,9 +188,10 @@ class ProcessingManager:
                 )
                 if resync:
                     last_resync = time.monotonic()
-                self.run_once(
+                self._pass(
                     projects=None if resync else pending.projects,
                     event_items=pending.event_items,
+                    background=True,
                 )
                 self.failures.succeeded()
             except Exception as err:
@@ -204,8 +214,19 @@ class ProcessingManager:
     ) -> int:
         """One scheduler pass: apply events, admit, claim; return how many were claimed.
 
-        `projects=None` admits every project with queued work (a resync).
+        `projects=None` admits every project with queued work (a resync). A batch of
+        cheap actions has run when it returns (the scheduler thread's own passes run
+        them in the background instead).
         """
+        return self._pass(projects=projects, event_items=event_items, background=False)
+
+    def _pass(
+        self,
+        *,
+        projects: set[str] | None,
+        event_items: set[uuid.UUID] | frozenset[uuid.UUID],
+        background: bool,
+    ) -> int:
         for item_id in event_items:
             try:
                 with self.sessions.begin() as session:
@@ -214,69 +235,134 @@ class ProcessingManager:
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
             dispatch(self.sessions, self.config, projects, now=self.clock())
-        return self._claim_and_start()
-
-    def _claim_and_start(self) -> int:
-        with self._claim_lock:  # one claim at a time, so free slots are never overbooked
-            free = self.settings.workers - self.busy
-            cheap_types = self._batch.cheap_types
-            if (free <= 0 and not cheap_types) or self._stopping.is_set():
+        cheap_types = self._batch.cheap_types
+        if not cheap_types:
+            return self._claim_and_start([], background=False)
+        # A batch slot first (waiting, if need be, for a batch in flight to end): the
+        # claim takes a batch only when one can run.
+        while not self._batch_slots.acquire(timeout=STOP_STEP_SECONDS):
+            if self._stopping.is_set():
                 return 0
-            now = self.clock()
-            lease_until = now + timedelta(seconds=self.settings.lease_seconds)
-            with self.sessions.begin() as session:
-                taken = claim_pass(
-                    session,
-                    owner=self.owner,
-                    types=self.registry.names,
-                    cheap_types=cheap_types,
-                    free=free,
-                    batch_size=self.settings.batch_size,
-                    now=now,
-                    lease_until=lease_until,
+        try:
+            return self._claim_and_start(cheap_types, background=background)
+        except BaseException:
+            self._batch_slots.release()
+            raise
+
+    def _claim_and_start(self, cheap_types: list[str], *, background: bool) -> int:
+        """Claim for the free workers and a batch of `cheap_types`, and start them.
+
+        With `cheap_types`, the caller holds a batch slot, which passes to the batch
+        (released when it ends) or is released here.
+        """
+        batch_started = False
+        try:
+            with self._claim_lock:  # one claim at a time: free slots are never overbooked
+                free = self.settings.workers - self.busy
+                if (free <= 0 and not cheap_types) or self._stopping.is_set():
+                    return 0
+                now = self.clock()
+                lease_until = now + timedelta(seconds=self.settings.lease_seconds)
+                with self.sessions.begin() as session:
+                    taken = claim_pass(
+                        session,
+                        owner=self.owner,
+                        types=self.registry.names,
+                        cheap_types=cheap_types,
+                        free=free,
+                        batch_size=self.settings.batch_size,
+                        now=now,
+                        lease_until=lease_until,
+                    )
+                    claims, full = taken.claims, taken.full
+                    due = None if full else store.next_due(session, self.registry.names, now)
+                self._next_due = (
+                    None if due is None else time.monotonic() + (due - now).total_seconds()
                 )
-                claims, full = taken.claims, taken.full
-                due = None if full else store.next_due(session, self.registry.names, now)
-            self._next_due = None if due is None else time.monotonic() + (due - now).total_seconds()
-            self.metrics.claims_per_pass.observe(len(claims))
-            rescued = sum(1 for claim in claims if claim.previous_until is not None)
-            if rescued:
-                self.metrics.lease_rescues.labels("claim").inc(rescued)
-            workers = claims if self._stopping.is_set() else self._run_batch(claims)
+                self.metrics.claims_per_pass.observe(len(claims))
+                rescued = sum(1 for claim in claims if claim.previous_until is not None)
+                if rescued:
+                    self.metrics.lease_rescues.labels("claim").inc(rescued)
+                batched = [claim for claim in claims if self._batch.batchable(claim.item_type)]
+                direct = [claim for claim in claims if claim not in batched]
+                if batched and not self._stopping.is_set():
+                    if background:
+                        self._start_batch(batched)
+                        batch_started = True
+                        batched = []
+                    else:
+                        batched = self._run_batch(batched)  # what needs a worker
+                self._hand_to_workers(direct + batched, free)
+                if full and not self._surplus_waiting:
+                    # Maybe more to claim: the next pass comes at once. Not while items
+                    # given back for want of a worker wait (here or from a batch): that
+                    # pass would take the same items again; a worker that returns wakes
+                    # the scheduler.
+                    self.wakeup.poke()
+                return len(claims)
+        finally:
+            if cheap_types and not batch_started:
+                self._batch_slots.release()
+
+    def _start_batch(self, claims: list[store.Claim]) -> None:
+        """Run a batch on a thread of its own; it owns the caller's batch slot."""
+        with self._running_lock:
+            self._batches += 1
+        thread = threading.Thread(
+            target=self._batch_in_background, args=(claims,), name="wq-batch", daemon=True
+        )
+        thread.start()
+
+    def _batch_in_background(self, claims: list[store.Claim]) -> None:
+        """A batch thread: run the batch, then start workers for what it handed off.
+
+        Its releases wake the scheduler (their signals) for the slots they freed.
+        """
+        try:
+            handoff = self._run_batch(claims)
+            with self._claim_lock:
+                self._hand_to_workers(handoff, self.settings.workers - self.busy)
+        except Exception as err:
+            self.failures.failed("batch", err)
+        finally:
+            self._batch_slots.release()
+            with self._running_lock:
+                self._batches -= 1
+                self._all_returned.notify_all()
+
+    def _hand_to_workers(self, claims: list[store.Claim], free: int) -> None:
+        """Start workers for up to `free` claimed items; give the rest back.
+
+        The caller holds the claim lock.
+        """
+        workers, surplus = claims[: max(free, 0)], claims[max(free, 0) :]
+        if claims:
+            self._surplus_waiting = bool(surplus)
+        if surplus:
             # More items want a worker than there are free ones: the rest wait, leased to
             # nobody, in their place in line.
-            workers, surplus = workers[:free], workers[free:]
-            if surplus:
-                with self.sessions.begin() as session:
-                    for claim in surplus:
-                        store.drop_lease(session, claim.id, claim.token)
-            if full and not surplus:
-                # Maybe more to claim: the next pass comes at once. Not after surplus was
-                # given back: that pass would take the same items again; a worker that
-                # returns wakes the scheduler.
-                self.wakeup.poke()
-            with self._running_lock:
-                if not self._stopping.is_set():
-                    for claim in workers:
-                        self._start_worker(claim.id, claim.token)
-                    return len(claims)
-            # Shutdown began while we claimed: no action ran, give the items back.
             with self.sessions.begin() as session:
-                for claim in workers:
+                for claim in surplus:
                     store.drop_lease(session, claim.id, claim.token)
-            return 0
+        with self._running_lock:
+            if not self._stopping.is_set():
+                for claim in workers:
+                    self._start_worker(claim.id, claim.token)
+                return
+        # Shutdown began meanwhile: no action ran, give the items back.
+        with self.sessions.begin() as session:
+            for claim in workers:
+                store.drop_lease(session, claim.id, claim.token)
 
     def _run_batch(self, claims: list[store.Claim]) -> list[store.Claim]:
-        """Run the cheap actions of the claimed items here; return those that need a worker."""
-        batched = [claim for claim in claims if self._batch.batchable(claim.item_type)]
-        if not batched:
-            return claims
-        rest = [claim for claim in claims if claim not in batched]
+        """Run the cheap actions of a batch here; return the claims that need a worker."""
+        if not claims:
+            return []
         try:
-            return rest + self._batch.run(batched, f"{self.owner}/batch")
+            return self._batch.run(claims, f"{self.owner}/batch")
         except Exception:
             # The batch's transaction rolled back: its items go the long way instead.
-            log.exception("a batch of %d item(s) failed; handing them to workers", len(batched))
+            log.exception("a batch of %d item(s) failed; handing them to workers", len(claims))
             return claims
 
     # ----------------------------------------------------------------- workers
@@ -309,6 +395,7 @@ class ProcessingManager:
                 self._running.pop(item_id, None)
                 self._free_slots.append(slot)
                 self._all_returned.notify_all()
+            self._surplus_waiting = False
             self.wakeup.poke()
 
     # ----------------------------------------------------------------- heartbeat
