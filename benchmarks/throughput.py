@@ -55,7 +55,7 @@ from typing import Any
 
 import psycopg
 from databases import bench_database, libpq_url
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import schema
@@ -164,6 +164,7 @@ class WqResult:
     wall_seconds: float
     cpu_seconds: float
     cpu_ms_per_item: float
+    database_cpu_ms_per_item: float
     machine_cores_busy: float | None
     latency: dict[str, Latency]
     statements_per_item: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -224,6 +225,30 @@ def machine_cpu() -> tuple[float, float] | None:
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
     total = sum(fields[:8])
     return (total - idle) / tick, total / tick
+
+
+def database_cpu(database: str) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend serving `database` (Linux, same host).
+
+    Backends show the database in their process title.
+    """
+    found: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                title = cmdline.read().decode(errors="replace").split()
+            # "postgres: [CLUSTER:] USER DB HOST STATE"
+            if not title or title[0] != "postgres:" or database not in title[1:4]:
+                continue
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(entry)] = (float(fields[11]) + float(fields[12])) / tick
+    return found
 
 
 def server_version(url: str) -> str:
@@ -591,6 +616,7 @@ def run_wq(
     """
     config = bench_config(url, workers, poll)
     registry = noop_registry(cheap)
+    database = make_url(url).database or ""
     engine = make_engine(url, pool_size=workers + 5)  # as the daemon sizes it
     observer = make_engine(url, pool_size=1)  # polling and analysis, not counted
     _, existing = count_idle(observer)
@@ -668,6 +694,7 @@ def run_wq(
             on_phase("wq: draining the backlog")
             wall_start, cpu_start = time.monotonic(), time.process_time()
             machine_start = machine_cpu()
+            database_start = database_cpu(database)
             process_start = utcnow()
             for listener in listeners:
                 listener.start()
@@ -677,6 +704,7 @@ def run_wq(
         else:
             wall_start, cpu_start = time.monotonic(), time.process_time()
             machine_start = machine_cpu()
+            database_start = database_cpu(database)
             for listener in listeners:
                 listener.start()
             for each in managers:
@@ -689,6 +717,7 @@ def run_wq(
             wall_seconds = time.monotonic() - wall_start
             cpu_seconds = time.process_time() - cpu_start
             machine_end = machine_cpu()
+            database_end = database_cpu(database)
         finally:
             for running in managers:
                 running.stop(grace=10)
@@ -735,6 +764,11 @@ def run_wq(
         wall_seconds=wall_seconds,
         cpu_seconds=cpu_seconds,
         cpu_ms_per_item=cpu_seconds / items * 1000,
+        database_cpu_ms_per_item=(
+            sum(end - database_start.get(pid, 0.0) for pid, end in database_end.items())
+            / items
+            * 1000
+        ),
         machine_cores_busy=(
             (machine_end[0] - machine_start[0]) / wall_seconds
             if machine_start and machine_end and wall_seconds
@@ -996,6 +1030,10 @@ def render(
             "wq process CPU",
             f"{fmt(result.cpu_seconds, 2)} s over {fmt(result.wall_seconds, 2)} s wall, "
             f"{fmt(result.cpu_ms_per_item, 2)} ms/item",
+        ),
+        (
+            "PostgreSQL CPU",
+            f"{fmt(result.database_cpu_ms_per_item, 2)} ms/item (its backends for this database)",
         ),
         (
             "machine CPU",
