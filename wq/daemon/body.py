@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wq.daemon.auth import Refusal, authenticate_request
+from wq.daemon.auth import Refusal, authenticate_request, authenticated_at_once
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WEBHOOK_PREFIX = "/api/webhooks/"
@@ -97,7 +97,8 @@ class BodyGuard:
             return None
         request = Request(scope)
         try:
-            await run_in_threadpool(authenticate_request, request)
+            if authenticated_at_once(request) is None:
+                await run_in_threadpool(authenticate_request, request)
         except Refusal as refusal:
             # The app's own handler answers and audits it, as for any refusal.
             handler = request.app.exception_handlers[Refusal]

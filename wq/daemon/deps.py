@@ -2,14 +2,17 @@
 
 Each sync dependency costs a hop to the threadpool and back (and, under load, a wait
 for the GIL on each side), so the ones that do no I/O are `async`: the runtime, the
-sessions (a session connects only at its first statement, in the endpoint's thread)
-and the caller once the body guard has authenticated it. A session is closed in the
-threadpool only when it still holds a connection; read endpoints close theirs.
+sessions (a session connects only at its first statement, in the endpoint's thread),
+the caller when it is known without I/O (the body guard authenticated it already, or
+its token is the local one or a cached one: `Authenticator.known`), and the
+permission checks (an allow is audited into the session's pending commit). A session
+is closed in the threadpool only when it still holds a connection; read endpoints
+close theirs.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -18,7 +21,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from wq.daemon.auth import Principal, authenticate_request, authenticated_already, authorize
+from wq.daemon.auth import Principal, authenticate_request, authenticated_at_once, authorize
+from wq.daemon.auth.audit import SAFE_METHODS
 from wq.daemon.runtime import Runtime
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
@@ -75,26 +79,41 @@ async def get_principal(
     Failures are audited (see `wq.daemon.auth.audit`). The `_bearer` parameter only
     declares the scheme in OpenAPI: the header is read by `authenticate_request`.
     A tier may call out (OIDC keys, OpenShift), so it runs in the threadpool unless
-    the body guard authenticated this request already.
+    the caller is known without I/O.
     """
-    cached = authenticated_already(request)
-    if cached is not None:
-        return cached
+    known = authenticated_at_once(request)
+    if known is not None:
+        return known
     return await run_in_threadpool(authenticate_request, request)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def require(permission: str, item_type: str | None = None) -> Callable[..., Principal]:
+def require(permission: str, item_type: str | None = None) -> Callable[..., Awaitable[Principal]]:
     """A dependency: the caller, who must hold `permission` (for `item_type`, if given).
 
-    The decision is logged; on a state-changing route the allow is audited in the
+    For state-changing routes: the decision is logged, and the allow is audited in the
     request's session, so it commits with the change (the handler's `SessionDep`).
     """
 
-    def check(request: Request, principal: PrincipalDep, session: SessionDep) -> Principal:
+    async def check(request: Request, principal: PrincipalDep, session: SessionDep) -> Principal:
         authorize(request, principal, permission, item_type, session=session)
+        return principal
+
+    return check
+
+
+def require_to_read(permission: str = "read") -> Callable[..., Awaitable[Principal]]:
+    """`require` for routes that change nothing (GET): no session, the decision logged.
+
+    A state-changing request through it is refused (500) rather than left unaudited.
+    """
+
+    async def check(request: Request, principal: PrincipalDep) -> Principal:
+        if request.method not in SAFE_METHODS:
+            raise RuntimeError(f"{request.method} {request.url.path}: its allow would go unaudited")
+        authorize(request, principal, permission)
         return principal
 
     return check

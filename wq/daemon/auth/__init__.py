@@ -33,6 +33,7 @@ from wq.daemon.auth.core import (
 from wq.daemon.auth.guard import (
     authenticate_request,
     authenticated_already,
+    authenticated_at_once,
     authorize,
     authorize_item,
     authorize_lookup,
@@ -52,6 +53,7 @@ __all__ = [
     "answer_refusal",
     "authenticate_request",
     "authenticated_already",
+    "authenticated_at_once",
     "authorize",
     "authorize_item",
     "authorize_lookup",

@@ -90,8 +90,17 @@ class AuthenticationUnavailable(Exception):
     """The token cannot be checked right now: its issuer or API is unreachable (503)."""
 
 
+# What `Tier.known` answers for a token the tier cannot decide on without I/O.
+UNDECIDED = "undecided"
+
+
 class Tier(Protocol):
-    """One way of validating Bearer tokens."""
+    """One way of validating Bearer tokens.
+
+    A tier may also have `known(token)`: what `authenticate` would answer, a principal
+    or None, when it can tell without I/O (a cache, a comparison); `UNDECIDED` when
+    it cannot, or when `authenticate` would raise.
+    """
 
     name: str
 
@@ -117,6 +126,10 @@ class LocalTokenTier:
             )
         return None
 
+    def known(self, token: str) -> Principal | None:
+        """As `authenticate`: a comparison, no I/O."""
+        return self.authenticate(token)
+
 
 class Authenticator:
     """Tries each tier in order; a token no tier knows is rejected."""
@@ -133,6 +146,20 @@ class Authenticator:
             if principal is not None:
                 return principal
         raise AuthenticationFailed("the token is not valid for this server")
+
+    def known(self, token: str) -> Principal | None:
+        """The principal `authenticate` would give, when every tier it asks can tell
+        without I/O; None otherwise (then `authenticate`, off the event loop, decides
+        and words any refusal)."""
+        if len(token) > MAX_TOKEN_LENGTH:
+            return None
+        for tier in self.tiers:
+            known = getattr(tier, "known", None)
+            answer = UNDECIDED if known is None else known(token)
+            if answer is None:
+                continue  # not this tier's token: the next one's turn, as in `authenticate`
+            return answer if isinstance(answer, Principal) else None
+        return None
 
     @property
     def tier_names(self) -> list[str]:

@@ -29,6 +29,27 @@ def authenticated_already(request: Request) -> Principal | None:
     return cached if isinstance(cached, Principal) else None
 
 
+def _bearer(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def authenticated_at_once(request: Request) -> Principal | None:
+    """The caller, when it is known without I/O (`Authenticator.known`); else None,
+    and `authenticate_request` decides (and words any refusal)."""
+    cached = authenticated_already(request)
+    if cached is not None:
+        return cached
+    token = _bearer(request)
+    if token is None:
+        return None
+    principal: Principal | None = request.app.state.runtime.authenticator.known(token)
+    if principal is not None:
+        setattr(request.state, _STATE_KEY, principal)
+    return principal
+
+
 def authenticate_request(request: Request) -> Principal:
     """The caller of a request, from its `Authorization: Bearer` header alone.
 
@@ -39,9 +60,8 @@ def authenticate_request(request: Request) -> Principal:
     cached = authenticated_already(request)
     if cached is not None:
         return cached
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    token = _bearer(request)
+    if token is None:
         raise unauthenticated("a Bearer token is required")
     try:
         principal: Principal = request.app.state.runtime.authenticator.authenticate(token)

@@ -24,7 +24,7 @@ import jwt
 from jwt import exceptions as jwt_errors
 
 from wq.daemon.auth.config import JwtConfig
-from wq.daemon.auth.core import AuthenticationFailed, Principal
+from wq.daemon.auth.core import UNDECIDED, AuthenticationFailed, Principal
 from wq.daemon.auth.oidc import KeySource
 from wq.daemon.auth.rules import RuleSet, value_set
 
@@ -95,6 +95,11 @@ class JwtTier:
         return self.rules.for_claims(
             identity, issuer=iss, issuer_names=names, claims=claims, tier=self.name
         )
+
+    def known(self, token: str) -> str | None:
+        """None for what is not a JWT (as `authenticate`); a JWT is `UNDECIDED` (its
+        issuer's keys may have to be fetched)."""
+        return None if peek(token) is None else UNDECIDED
 
     def close(self) -> None:
         """Close the HTTP clients of the key sources."""

@@ -23,7 +23,12 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from wq.daemon.auth.core import AuthenticationFailed, AuthenticationUnavailable, Principal
+from wq.daemon.auth.core import (
+    UNDECIDED,
+    AuthenticationFailed,
+    AuthenticationUnavailable,
+    Principal,
+)
 from wq.daemon.auth.outbound import describe
 from wq.daemon.auth.rules import RuleSet
 
@@ -130,6 +135,14 @@ class OpenShiftTier:
         principal = self.rules.for_groups(identity, groups, tier=self.name)
         self.cache.put(key, principal)
         return principal
+
+    def known(self, token: str) -> Principal | str:
+        """The cached principal of a token; `UNDECIDED` for any other (a lookup, or a
+        refusal that `authenticate` words)."""
+        if not TOKEN_SHAPE.fullmatch(token):
+            return UNDECIDED
+        cached = self.cache.get(token_key(token))
+        return UNDECIDED if cached is None else cached
 
     def close(self) -> None:
         """Close the HTTP client."""

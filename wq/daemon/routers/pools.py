@@ -11,13 +11,13 @@ from pydantic import BaseModel, ConfigDict
 
 from wq.daemon.auth import Principal
 from wq.daemon.contract import API_ROUTE, api_responses, error_responses
-from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require
+from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require_to_read
 from wq.daemon.schemas import Lane
 from wq.engine import pools
 from wq.engine.models import utcnow
 
 router = APIRouter(prefix="/api", tags=["admission"])
-ReadPrincipal = Annotated[Principal, Depends(require("read"))]
+ReadPrincipal = Annotated[Principal, Depends(require_to_read())]
 # The seq of the last entry of the previous page; 18 digits stay below 2**63.
 QUEUE_CURSOR = r"^[0-9]{1,18}$"
 
