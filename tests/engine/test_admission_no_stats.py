@@ -172,13 +172,16 @@ def test_a_pass_without_statistics_admits_the_heads_and_loops_once_per_lane(
         report = f"{kind} plan:\n" + "\n".join(lines)
         assert not seq_scans(lines), report
         read = scans(lines)
-        # The in-flight count and the head probe of every lane, and the UPDATE itself.
-        assert {scan.alias for scan in read} == {"a", "q", "w"}, report
+        # The probe for waiting work, the in-flight count and the head probe of every
+        # lane, and the UPDATE itself.
+        assert {scan.alias for scan in read} == {"a", "e", "q", "w"}, report
         # Each lane is probed once: never again for every queued row of a join.
         assert all(scan.loops <= lanes for scan in read), report
-        # The head probes read the heads, not the lanes behind them.
+        # The head probes read the heads, not the lanes behind them; the probe for
+        # waiting work reads one row a lane.
         probes = sum(scan.read for scan in read if scan.alias == "q")
         assert probes <= len(expected) + lanes, report
+        assert sum(scan.read for scan in read if scan.alias == "e") <= lanes, report
 
 
 def test_a_pass_without_statistics_updates_the_heads_by_primary_key(backlog: Backlog) -> None:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     Uuid,
+    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -160,12 +161,6 @@ class WorkItem(Base):
             postgresql_where=text("admission = 'admitted'"),
         ),
         Index(
-            "ix_work_items_claimable",
-            "seq",
-            sqlite_where=text("admission = 'admitted' AND phase = 'active'"),
-            postgresql_where=text("admission = 'admitted' AND phase = 'active'"),
-        ),
-        Index(
             "ix_work_items_idempotency_key",
             "idempotency_key",
             unique=True,
@@ -203,6 +198,17 @@ class WorkItem(Base):
     def details_dict(self) -> dict[str, Any]:
         """Type-specific fields for the API's nested `details` (`details_of` this item)."""
         return self.details_of(self)
+
+
+# The claim's scan: admitted, active items in ready-since order (`wq.engine.store.claim`),
+# read in index order up to the claim's limit however many items are admitted.
+Index(
+    "ix_work_items_claimable",
+    func.coalesce(WorkItem.run_after, WorkItem.admitted_at),
+    WorkItem.seq,
+    sqlite_where=text("admission = 'admitted' AND phase = 'active'"),
+    postgresql_where=text("admission = 'admitted' AND phase = 'active'"),
+)
 
 
 class WorkItemStatus(Base):

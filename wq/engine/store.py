@@ -30,7 +30,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from wq.engine.models import ACTIVE, ADMITTED, QUEUED, SequenceCounter, UtcDateTime, WorkItem
+from wq.engine.models import (
+    ACTIVE,
+    ADMITTED,
+    QUEUED,
+    SequenceCounter,
+    UtcDateTime,
+    WorkItem,
+    utcnow,
+)
 
 ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
@@ -96,16 +104,19 @@ def lock_admission(session: Session) -> None:
         )
 
 
-# PostgreSQL: every lane in one statement. For each (project, lane, capacity) the
-# in-flight count (index-only on ix_work_items_in_flight) gives the free slots, and a
-# LATERAL probe of ix_work_items_queue takes that many heads in seq order, so a pass
-# reads what it admits, never the backlog behind it. The heads are gathered into an
-# array first (an InitPlan run once), so the rows are then updated by primary key
-# whatever the planner believes of the table (without statistics, a join here was
-# once planned as a loop over the whole queue). The outer test of `admission` is
-# written so that it cannot match the partial indexes: without statistics the planner
-# believes ix_work_items_queue empty and would read the whole queue through it to find
-# these rows; the primary key finds them. (It still re-checks a row changed meanwhile.)
+# PostgreSQL: every lane in one statement. Lanes without work waiting are dropped
+# first by one probe each (a release signals its project whether or not anything is
+# queued there, and counting a busy lane's in-flight items is the costly part); for
+# the others the in-flight count (index-only on ix_work_items_in_flight) gives the free
+# slots, and a LATERAL probe of ix_work_items_queue takes that many heads in seq order,
+# so a pass reads what it admits, never the backlog behind it. Each LATERAL names the
+# one before it, which fixes that order whatever the planner believes of the table
+# (without statistics, a semi-join here read the whole queue). The heads are gathered
+# into an array first (an InitPlan run once), so the rows are then updated by primary
+# key (a join here was once planned as a loop over the whole queue). The outer test of
+# `admission` is written so that it cannot match the partial indexes: without
+# statistics the planner believes ix_work_items_queue empty and would read the whole
+# queue through it to find these rows. (It still re-checks a row changed meanwhile.)
 _ADMIT_HEADS_PG = text(
     f"""
 UPDATE work_items AS w
@@ -115,8 +126,15 @@ WHERE w.admission || '' = '{QUEUED}' AND w.id = ANY(ARRAY(
     FROM unnest(CAST(:projects AS text[]), CAST(:lanes AS text[]), CAST(:capacities AS int[]))
         AS c(project, lane, capacity)
     CROSS JOIN LATERAL (
+        SELECT e.project, e.lane FROM work_items AS e
+        WHERE e.project = c.project AND e.lane = c.lane AND e.admission = '{QUEUED}'
+            AND (e.run_after IS NULL OR e.run_after <= :now)
+        LIMIT 1
+    ) AS waiting
+    CROSS JOIN LATERAL (
         SELECT count(*) AS busy FROM work_items AS a
-        WHERE a.project = c.project AND a.lane = c.lane AND a.admission = '{ADMITTED}'
+        WHERE a.project = waiting.project AND a.lane = waiting.lane
+            AND a.admission = '{ADMITTED}'
     ) AS f
     CROSS JOIN LATERAL (
         SELECT q.id FROM work_items AS q
@@ -164,18 +182,17 @@ def admit_heads(
             },
         )
         return [AdmittedRow(row.id, row.project, row.lane, row.seq, row.queued_at) for row in rows]
-    # SQLite (one writer, no round trips): the heads of each lane by two index probes
-    # with prebuilt statements, then one UPDATE by primary key.
+    # SQLite (one writer, no round trips): the heads of each lane and, if there are
+    # any, its busy count, by index probes with prebuilt statements, then one UPDATE
+    # by primary key.
     chosen: list[uuid.UUID] = []
     for project, lane, capacity in lanes:
         lane_key = {"project": project, "lane": lane}
-        busy = int(session.execute(_LANE_BUSY, lane_key).scalar_one())
-        if capacity > busy:
-            chosen.extend(
-                session.execute(_LANE_HEADS, {**lane_key, "now": now, "free": capacity - busy})
-                .scalars()
-                .all()
-            )
+        heads = session.execute(_LANE_HEADS, {**lane_key, "now": now, "free": capacity}).scalars()
+        waiting = heads.all()
+        if waiting:  # only then are its busy slots worth counting
+            busy = int(session.execute(_LANE_BUSY, lane_key).scalar_one())
+            chosen.extend(waiting[: max(capacity - busy, 0)])
     admitted: list[AdmittedRow] = []
     for start in range(0, len(chosen), 500):
         rows = session.execute(
@@ -235,6 +252,38 @@ class Claim(NamedTuple):
     item_type: str = ""
 
 
+# PostgreSQL's claim. The candidates come from ix_work_items_claimable in its order
+# (ready since, then seq), so it reads about what it takes however many items are
+# admitted; the rows are then updated by primary key (`= ANY(ARRAY(...))`: with the
+# join alone, a hash join over the whole table was planned).
+_CLAIM_PG = text(
+    f"""
+WITH chosen AS (
+    SELECT c.id, c.lease_owner, c.leased_until FROM work_items AS c
+    WHERE c.admission = '{ADMITTED}' AND c.phase = '{ACTIVE}'
+        AND c.type = ANY(CAST(:types AS text[]))
+        AND (c.leased_until IS NULL OR c.leased_until < :now)
+        AND (c.run_after IS NULL OR c.run_after <= :now)
+    ORDER BY coalesce(c.run_after, c.admitted_at), c.seq
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE work_items AS w
+SET lease_owner = :owner, lease_token = :token, leased_until = :lease_until,
+    updated_at = :updated_at
+FROM chosen
+WHERE w.id = chosen.id AND w.id = ANY(ARRAY(SELECT id FROM chosen))
+RETURNING w.id, chosen.lease_owner AS previous_owner,
+    chosen.leased_until AS previous_until, w.type
+"""
+).columns(
+    id=Uuid(),
+    previous_owner=String(),
+    previous_until=UtcDateTime(),
+    type=String(),
+)
+
+
 def claim(
     session: Session,
     *,
@@ -255,6 +304,25 @@ def claim(
     if limit <= 0 or not types:
         return []
     token = token or str(uuid.uuid4())
+    if _is_postgres(session):
+        # One round trip: lock the candidates (skipping rows other replicas hold) and
+        # lease them, returning the previous lease for the takeover audit.
+        claimed = session.execute(
+            _CLAIM_PG,
+            {
+                "types": list(types),
+                "now": now,
+                "limit": limit,
+                "owner": owner,
+                "token": token,
+                "lease_until": lease_until,
+                "updated_at": utcnow(),
+            },
+        )
+        return [
+            Claim(row.id, token, row.previous_owner, row.previous_until, row.type)
+            for row in claimed
+        ]
     candidates = (
         select(WorkItem.id, WorkItem.lease_owner, WorkItem.leased_until, WorkItem.type)
         .where(
@@ -269,18 +337,6 @@ def claim(
         .order_by(func.coalesce(WorkItem.run_after, WorkItem.admitted_at), WorkItem.seq)
         .limit(limit)
     )
-    if _is_postgres(session):
-        # One round trip: lock the candidates (skipping rows other replicas hold) and
-        # lease them, returning the previous lease for the takeover audit.
-        chosen = candidates.with_for_update(skip_locked=True).subquery("chosen")
-        rows = session.execute(
-            update(WorkItem)
-            .where(WorkItem.id == chosen.c.id)
-            .values(lease_owner=owner, lease_token=token, leased_until=lease_until)
-            .returning(WorkItem.id, chosen.c.lease_owner, chosen.c.leased_until, WorkItem.type)
-            .execution_options(synchronize_session=False)
-        ).all()
-        return [Claim(row[0], token, row[1], row[2], row[3]) for row in rows]
     # SQLite (inside the BEGIN IMMEDIATE lock, no round trips): its RETURNING cannot
     # name the FROM clause, so read the candidates first.
     rows = session.execute(candidates).all()

@@ -1,0 +1,110 @@
+"""A claim reads about what it takes, however many items are admitted (issue 17).
+
+The claim takes admitted items in ready-since order (`coalesce(run_after, admitted_at)`,
+then seq). Without an index in that order PostgreSQL sorted every admitted item on every
+claim, and updated the chosen rows through a hash join over the whole table. A fresh
+database from the migration with a large admitted backlog, analyzed and not, and the
+plan of the statement exactly as the engine sent it (custom and generic).
+
+PostgreSQL only (the plan is PostgreSQL's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, text
+
+from tests.conftest import throwaway_pg_database
+from tests.support.plans import capture, explain, scans, seq_scans
+from wq.engine import schema, store
+from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.models import utcnow
+
+pytestmark = pytest.mark.postgres
+
+ITEMS = 20000
+LIMIT = 10
+
+# Admitted a second apart in reverse seq order, so ready-since order and seq order
+# differ; every hundredth item waits out a backoff until later (not claimable yet).
+FILL = f"""
+INSERT INTO work_items (
+    id, type, project, phase, attempts, admission, seq, lane, autonomous,
+    queued_at, admitted_at, run_after, created_at, updated_at
+)
+SELECT gen_random_uuid(), 'chain', 'team/p' || (i % 50), 'active', 0, 'admitted', i,
+    'normal', false, now(), now() - make_interval(secs => {ITEMS} - i),
+    CASE WHEN i % 100 = 0 THEN now() + interval '1 hour' END, now(), now()
+FROM generate_series(1, {ITEMS}) AS s(i)
+"""
+
+
+@pytest.fixture(scope="module")
+def admitted() -> Iterator[tuple[str, Engine]]:
+    """ITEMS admitted items in a database migrated just now."""
+    with throwaway_pg_database("wq_claimplan") as url:
+        engine = make_engine(url, pool_size=2)
+        try:
+            schema.upgrade(engine)
+            with engine.begin() as conn:
+                conn.execute(text("ALTER TABLE work_items SET (autovacuum_enabled = false)"))
+                conn.execute(text(FILL))
+            yield url, engine
+        finally:
+            engine.dispose()
+
+
+def expected_first(engine: Engine) -> list[int]:
+    with engine.begin() as conn:
+        return list(
+            conn.execute(
+                text(
+                    "SELECT seq FROM work_items WHERE run_after IS NULL OR run_after <= now()"
+                    " ORDER BY coalesce(run_after, admitted_at), seq LIMIT :limit"
+                ),
+                {"limit": LIMIT},
+            ).scalars()
+        )
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
+def test_a_claim_reads_the_items_it_takes_not_the_admitted_backlog(
+    admitted: tuple[str, Engine], analyzed: bool
+) -> None:
+    url, engine = admitted
+    if analyzed:
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE work_items"))
+    now = utcnow()
+    sessions = make_sessionmaker(engine)
+    with capture(engine) as sent, sessions.begin() as session:
+        claims = store.claim(
+            session,
+            owner="me",
+            limit=LIMIT,
+            types=["chain"],
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+        )
+        seqs = [
+            int(seq)
+            for seq in session.execute(
+                text("SELECT seq FROM work_items WHERE id = ANY(:ids)"),
+                {"ids": [claim.id for claim in claims]},
+            ).scalars()
+        ]
+        session.rollback()
+    # The ten longest-ready items (admitted first), not the lowest seqs nor a backoff.
+    assert sorted(seqs) == sorted(expected_first(engine))
+    (update,) = [s for s in sent if "FOR UPDATE SKIP LOCKED" in s.statement]
+    plan = explain(url, "claim", update.statement, dict(update.parameters))
+    for kind, lines in (("custom", plan.custom), ("generic", plan.generic)):
+        report = f"{kind} plan:\n" + "\n".join(lines)
+        assert not seq_scans(lines), report
+        assert not any("Sort Key" in line for line in lines), report
+        # The candidates in index order, about as many as taken (a backoff or two
+        # skipped), and the updated rows by primary key.
+        assert sum(scan.read for scan in scans(lines)) <= 4 * LIMIT, report
