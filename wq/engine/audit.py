@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, insert, select
+import psycopg
+from sqlalchemy import Table, delete, exc, func, insert, select
 from sqlalchemy.orm import Session
 
 from wq.engine import on_commit
@@ -131,27 +132,35 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
     # COPY, in the session's transaction: about a third of the client CPU of an
     # executemany, which costs a pipelined statement (and four JSON binds) per row.
     session.flush()  # the rows may describe changes still pending in the session
-    cursor = cast(Any, connection.connection.driver_connection).cursor()
-    with cursor.copy(_COPY_AUDIT) as copy:
-        for row in rows:
-            if row["at"].tzinfo is None:
-                raise ValueError("naive datetime given to a UTC column")
-            copy.write_row(
-                (
-                    row["at"],
-                    row["event_type"],
-                    row["work_item_id"],
-                    row["actor"],
-                    _json(row["old_state"]),
-                    _json(row["new_state"]),
-                    _json(row["trigger"]),
-                    _json(row["metadata"]),
+    for row in rows:
+        if row["at"].tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+    driver = connection.connection.driver_connection
+    try:
+        with cast(Any, driver).cursor().copy(_COPY_AUDIT) as copy:
+            for row in rows:
+                # JSON documents as the JSON type binds them (None as JSON null).
+                copy.write_row(
+                    (
+                        row["at"],
+                        row["event_type"],
+                        row["work_item_id"],
+                        row["actor"],
+                        json.dumps(row["old_state"]),
+                        json.dumps(row["new_state"]),
+                        json.dumps(row["trigger"]),
+                        json.dumps(row["metadata"]),
+                    )
                 )
-            )
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    except psycopg.Error as err:
+        # As SQLAlchemy reports a failed statement, so callers tell an outage from a bug.
+        dialect = connection.dialect
+        lost = dialect.is_disconnect(cast(Any, err), driver, None)
+        if lost:
+            connection.invalidate(err)
+        raise exc.DBAPIError.instance(
+            _COPY_AUDIT, None, err, psycopg.Error, connection_invalidated=lost, dialect=dialect
+        ) from err
 
 
 @on_commit.handler("audit")

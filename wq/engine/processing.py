@@ -243,11 +243,7 @@ class ProcessingManager:
         while not self._batch_slots.acquire(timeout=STOP_STEP_SECONDS):
             if self._stopping.is_set():
                 return 0
-        try:
-            return self._claim_and_start(cheap_types, background=background)
-        except BaseException:
-            self._batch_slots.release()
-            raise
+        return self._claim_and_start(cheap_types, background=background)
 
     def _claim_and_start(self, cheap_types: list[str], *, background: bool) -> int:
         """Claim for the free workers and a batch of `cheap_types`, and start them.
