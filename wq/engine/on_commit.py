@@ -44,7 +44,10 @@ def handler(kind: str) -> Callable[[Handler], Handler]:
 
 def defer(session: Session, kind: str, value: Any) -> None:
     """Keep a value until the root transaction commits (dropped if its savepoint rolls back)."""
-    session.connection()  # tie the value to a transaction, begun now if need be
+    if session.get_transaction() is None:
+        # Tie the value to a transaction, begun now if need be; its connection comes
+        # with its first statement (not here: this may run on the event loop).
+        session.begin()
     entries: dict[str, list[tuple[Any, Any]]] = session.info.setdefault(_KEY, {})
     entries.setdefault(kind, []).append((session.get_nested_transaction(), value))
 
