@@ -14,7 +14,15 @@ from sqlalchemy.orm import Session
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
-from wq.daemon.reads import ITEM_COLUMNS, ITEMS, dimensions, page_documents, shown_only
+from wq.daemon.reads import (
+    ITEM_COLUMNS,
+    ITEMS,
+    NEWEST_FIRST,
+    dimensions,
+    page_documents,
+    page_select,
+    shown_only,
+)
 from wq.daemon.schemas import (
     Admission,
     AuditEntryPublic,
@@ -117,8 +125,8 @@ def read_items(
     readable = principal.types_with("read")
     if readable is not None:  # in SQL, so that pages stay full and cursors exact
         query = query.where(ITEMS.c.type.in_(sorted(readable)))
-    query = query.order_by(ITEMS.c.created_at.desc(), ITEMS.c.id.desc()).limit(limit + 1)
-    rows = session.execute(query).all()
+    query = query.order_by(*NEWEST_FIRST).limit(limit + 1)
+    rows = session.execute(page_select(query)).all()
     page = rows[:limit]
     more = len(rows) > limit
     document = {
