@@ -20,6 +20,7 @@ from tests.daemon.test_api import T0, OtherItem
 from tests.support.chain import new_chain_item
 from wq.daemon.reads import ITEM_COLUMNS, NEWEST_FIRST, page_documents, page_select
 from wq.daemon.runtime import Runtime
+from wq.daemon.schemas import WorkItemPublic
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import submit
 from wq.engine.models import WorkItem
@@ -132,6 +133,21 @@ def test_a_page_of_every_kind_shows_each_item_as_get_item_does(
     assert shown[str(ids[1])]["details"] == {"steps": ["step1", "step2", "step3"]}
     assert shown[str(ids[3])]["details"] == {}
     assert [len(shown[str(i)]["dimensions"]) for i in ids] == [0, 1, 2, 0, 1, 2]
+
+
+def test_get_item_shows_each_kind_as_its_loaded_item_does(
+    client: TestClient, store: Store, runtime: Runtime
+) -> None:
+    # GET item reads rows like the list; submit, retry and cancel answer with the
+    # loaded item (`WorkItemPublic.of`): the same document.
+    ids = add_items(store, runtime)
+    for item_id in ids:
+        with store.sessions() as session:
+            item = session.get(WorkItem, item_id)
+            assert item is not None
+            loaded = WorkItemPublic.of(item).model_dump(mode="json")
+        assert client.get(f"/api/work-items/{item_id}").json() == loaded
+    assert client.get(f"/api/work-items/{uuid.uuid4()}").status_code == 404
 
 
 def test_pages_of_mixed_kinds_with_filters_and_cursors(

@@ -18,7 +18,6 @@ from wq.daemon.reads import (
     ITEM_COLUMNS,
     ITEMS,
     NEWEST_FIRST,
-    dimensions,
     page_documents,
     page_select,
     shown_only,
@@ -33,7 +32,6 @@ from wq.daemon.schemas import (
     WorkItemPage,
     WorkItemPublic,
     answer,
-    item_document,
 )
 from wq.engine import history as history_service
 from wq.engine import items as item_service
@@ -154,7 +152,7 @@ def _readable_item(
 ) -> WorkItem:
     """The item, if the caller may read its type; 404 alike for absent and unreadable."""
     authorize_lookup(principal, "read")
-    # Its dimensions only where they are shown (`dimensions`), not with every lookup.
+    # No dimensions: history and pending events do not show them.
     item = session.get(WorkItem, item_id, options=shown_only())
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
@@ -167,10 +165,17 @@ def read_item(
     request: Request, item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
 ) -> Response:
     """One work item with its details and dimensions (404 for a type the caller may not read)."""
-    item = _readable_item(request, session, principal, item_id)
-    document = item_document(item, dimensions(session, [item.id]).get(item.id, []))
+    authorize_lookup(principal, "read")
+    # Read as the list reads a page (`wq.daemon.reads`): its row with its details.
+    rows = session.execute(page_select(select(*ITEM_COLUMNS).where(ITEMS.c.id == item_id))).all()
+    if not rows:
+        raise item_service.ItemNotFound(str(item_id))
+    authorize_item(request, principal, "read", rows[0].id, rows[0].type)
+    documents = page_documents(session, rows)
     session.close()
-    return answer(WorkItemPublic, document)
+    if not documents:  # deleted since its row was read
+        raise item_service.ItemNotFound(str(item_id))
+    return answer(WorkItemPublic, documents[0])
 
 
 @router.get("/{item_id}/history", response_model=HistoryPage, responses=api_responses(404))
