@@ -160,8 +160,13 @@ async def open_loop(
     seconds: float,
     request: Callable[[], Awaitable[httpx.Response]],
     timeout: float,
+    phase: float = 0.0,
 ) -> tuple[list[float], int, int]:
-    """Start `request` at `rate` per second for `seconds`; latencies (ms) and errors."""
+    """Start `request` at `rate` per second for `seconds`; latencies (ms) and errors.
+
+    `phase` (a fraction of one interval) delays every start, so that loops running
+    side by side do not send their requests at the same instants.
+    """
     latencies: list[float] = []
     errors = 0
     tasks: list[asyncio.Task[None]] = []
@@ -182,7 +187,7 @@ async def open_loop(
 
     count = int(rate * seconds)
     for n in range(count):
-        due = start + n / rate
+        due = start + (n + phase) / rate
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -212,8 +217,14 @@ async def measure(base: str, token: str, ids: list[str], args: argparse.Namespac
             "/healthz": (args.health_rate, lambda: http.get("/healthz")),
         }
         names = [name for name, (rate, _) in loops.items() if rate > 0]
+        # Each loop a different fraction of its interval late: with the same phase,
+        # loops at the same rate sent their requests in bursts (four at once at 20/s
+        # each, every 50 ms), and each waited for the others: a p50 of 17-20 ms.
         results = await asyncio.gather(
-            *(open_loop(loops[n][0], args.seconds, loops[n][1], args.timeout) for n in names)
+            *(
+                open_loop(loops[n][0], args.seconds, loops[n][1], args.timeout, i / len(names))
+                for i, n in enumerate(names)
+            )
         )
     header = ("endpoint", "rate/s", "sent", "p50 ms", "p99 ms", "max ms", "errors")
     print(f"{header[0]:<26}" + "".join(f"{title:>9}" for title in header[1:]))
