@@ -10,15 +10,17 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+import pytest
+from sqlalchemy import select
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import audit_types, load, submit_many
 from tests.support.chain import STEPS, Behaviour, chain_registry, chain_type, make_executor
 from tests.support.waiting import wait_for
+from wq.engine import batch as batch_module
 from wq.engine import store as store_ops
 from wq.engine.admission import dispatch
-from wq.engine.batch import BatchRunner
+from wq.engine.batch import BatchRunner, Taken
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
@@ -51,6 +53,10 @@ def claim(store: Store, owner: str, limit: int) -> list[store_ops.Claim]:
 
 def batch_runner(store: Store, registry: TypeRegistry, config: Config) -> BatchRunner:
     return BatchRunner(store.sessions, registry, config.processing, utcnow)
+
+
+def take(store: Store, registry: TypeRegistry, config: Config, owner: str, limit: int) -> Taken:
+    return batch_runner(store, registry, config).take(owner, limit=limit)
 
 
 def events_of(store: Store, event_type: str) -> Counter[uuid.UUID]:
@@ -95,6 +101,29 @@ def test_cheap_actions_run_in_the_batch_with_the_same_audit_trail(
             ).scalars()
         )
     assert actors == {"solo/batch"}  # no worker thread was involved
+
+
+def test_racing_batches_never_take_one_item_twice(store: Store) -> None:
+    behaviour = Behaviour()
+    config = make_config(store.url, pools=BIG_POOLS)
+    registry = chain_registry(behaviour, cheap=True)
+    ids = admitted_batch(store, registry, config, 40)
+    taken: list[int] = [0, 0, 0]
+    barrier = threading.Barrier(3)
+
+    def race(index: int) -> None:
+        barrier.wait()
+        while result := take(store, registry, config, f"replica-{index}", 5).taken:
+            taken[index] += result
+
+    threads = [threading.Thread(target=race, args=(index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sum(taken) == 40
+    assert behaviour.counts() == Counter({(i, step): 1 for i in ids for step in STEPS})
+    assert events_of(store, "released") == Counter(dict.fromkeys(ids, 1))
 
 
 def test_a_batch_claim_never_hands_one_item_to_two_claimers(store: Store) -> None:
@@ -168,28 +197,51 @@ def test_batches_run_beside_the_scheduler_and_stop_waits_for_them(
             assert item.admission == "admitted" and item.statuses == []
 
 
-def test_a_fenced_out_batch_writes_nothing_for_the_items_it_lost(store: Store) -> None:
+def test_a_batch_leaves_alone_what_another_holds(store: Store) -> None:
+    """Leased to a worker, or (PostgreSQL) locked by another replica's open batch."""
     behaviour = Behaviour()
     config = make_config(store.url, pools=BIG_POOLS)
     registry = chain_registry(behaviour, cheap=True)
-    admitted_batch(store, registry, config, 6)
-    claims = claim(store, "old", 6)
-    lost = {c.id for c in claims[:4]}
-    with store.sessions.begin() as session:  # another replica took these over
-        session.execute(
-            update(WorkItem).where(WorkItem.id.in_(lost)).values(lease_token="someone-else")
-        )
-    handoff = batch_runner(store, registry, config).run(claims, "old/batch")
-    assert handoff == []
-    completed = events_of(store, "action_completed")
-    assert not (set(completed) & lost)  # nothing of the lost items was written
-    assert {item_id for item_id, _ in behaviour.calls} == {c.id for c in claims[4:]}
-    for item_id in lost:
+    ids = admitted_batch(store, registry, config, 6)
+    leased = {claim_.id for claim_ in claim(store, "worker", 2)}
+    postgres = store.engine.dialect.name == "postgresql"
+    with store.sessions() as other:
+        locked: set[uuid.UUID] = set()
+        if postgres:  # SQLite's batches take the write lock: one at a time anyway
+            rest = [item_id for item_id in ids if item_id not in leased][:2]
+            other.execute(select(WorkItem.id).where(WorkItem.id.in_(rest)).with_for_update())
+            locked = set(rest)
+        result = take(store, registry, config, "me", 10)
+        other.rollback()
+    free = set(ids) - leased - locked
+    assert result.taken == len(free) and result.handoff == []
+    assert {item_id for item_id, _ in behaviour.calls} == free
+    for item_id in leased | locked:
         item = load(store.sessions, item_id)
-        assert item.lease_token == "someone-else" and item.admission == "admitted"
-        assert item.statuses == []
-    for claim_ in claims[4:]:
-        assert load(store.sessions, claim_.id).admission == "idle"
+        assert item.admission == "admitted" and item.statuses == []
+        assert item.lease_owner == ("worker" if item_id in leased else None)
+    for item_id in free:
+        assert load(store.sessions, item_id).admission == "idle"
+
+
+def test_a_batch_that_fails_to_commit_writes_nothing(store: Store, monkeypatch: Any) -> None:
+    """The row locks are the batch's fence: nothing of a batch that did not commit stays."""
+    behaviour = Behaviour()
+    config = make_config(store.url, pools=BIG_POOLS)
+    registry = chain_registry(behaviour, cheap=True)
+    ids = admitted_batch(store, registry, config, 4)
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the connection went away")
+
+    monkeypatch.setattr(batch_module, "release_slots", refuse)
+    with pytest.raises(RuntimeError):
+        take(store, registry, config, "me", 4)
+    assert len(behaviour.calls) == 4 * len(STEPS)  # the actions ran ...
+    for item_id in ids:  # ... and nothing of theirs is stored
+        item = load(store.sessions, item_id)
+        assert item.admission == "admitted" and item.statuses == [] and item.lease_token is None
+    assert not events_of(store, "action_completed")
 
 
 def test_an_exception_in_one_item_keeps_the_others_work(store: Store) -> None:
@@ -197,8 +249,7 @@ def test_an_exception_in_one_item_keeps_the_others_work(store: Store) -> None:
     config = make_config(store.url, pools=BIG_POOLS)
     registry = chain_registry(behaviour, cheap=True)
     ids = admitted_batch(store, registry, config, 5)
-    claims = claim(store, "me", 5)
-    assert batch_runner(store, registry, config).run(claims, "me/batch") == []
+    assert take(store, registry, config, "me", 5) == Taken(5, [])
     failed = events_of(store, "action_failed")
     assert len(failed) == 1 and sum(failed.values()) == 1
     (failing,) = failed
@@ -233,9 +284,7 @@ def test_an_item_finished_in_the_batch_is_done_and_frees_its_slot_for_the_next(
     config = make_config(store.url, pools={"default": {"capacity": 1, "alert_capacity": 0}})
     first, second = submit_many(store.sessions, registry, config, ["g/p", "g/p"])
     dispatch(store.sessions, config, now=utcnow())
-    claims = claim(store, "me", 2)
-    assert [claim_.id for claim_ in claims] == [first]
-    assert batch_runner(store, registry, config).run(claims, "me/batch") == []
+    assert take(store, registry, config, "me", 2).taken == 1  # only the first was admitted
     done = load(store.sessions, first)
     assert (done.phase, done.admission) == ("completed", "done")
     assert done.lease_token is None and done.lease_owner is None and done.leased_until is None
@@ -257,14 +306,14 @@ def test_an_action_that_is_not_cheap_goes_to_a_worker_with_its_lease(store: Stor
     registry.register_type(
         replace(chain_type(behaviour, cheap=True), cheap_actions=frozenset({"step1"}))
     )
-    admitted_batch(store, registry, config, 3)
-    claims = claim(store, "me", 3)
-    handoff = batch_runner(store, registry, config).run(claims, "me/batch")
-    assert sorted(c.id for c in handoff) == sorted(c.id for c in claims)
-    assert sorted(behaviour.calls) == sorted((c.id, "step1") for c in claims)
-    for claim_ in claims:
+    ids = admitted_batch(store, registry, config, 3)
+    handoff = take(store, registry, config, "me", 3).handoff
+    assert sorted(c.id for c in handoff) == sorted(ids)
+    assert sorted(behaviour.calls) == sorted((item_id, "step1") for item_id in ids)
+    for claim_ in handoff:
         item = load(store.sessions, claim_.id)
-        assert item.lease_token == claim_.token and item.admission == "admitted"
+        assert item.lease_token == claim_.token and item.lease_owner == "me"
+        assert item.admission == "admitted" and item.leased_until is not None
 
 
 def test_items_waiting_for_a_busy_worker_are_not_claimed_over_and_over(
@@ -294,7 +343,15 @@ def test_items_waiting_for_a_busy_worker_are_not_claimed_over_and_over(
         claims.append(len(found))
         return found
 
+    real_lock = store_ops.lock_claimable
+
+    def counted_batch(*args: Any, **kwargs: Any) -> list[WorkItem]:
+        found = real_lock(*args, **kwargs)
+        claims.append(len(found))
+        return found
+
     monkeypatch.setattr(store_ops, "claim", counted)
+    monkeypatch.setattr(store_ops, "lock_claimable", counted_batch)
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     manager.start()
     managers.append(manager)
@@ -310,3 +367,26 @@ def test_items_waiting_for_a_busy_worker_are_not_claimed_over_and_over(
     # About one pass per poll interval (0.2 s), not a claim loop.
     assert len(claims) - before <= 20, len(claims) - before
     assert all(len(behaviour.actions_of(i)) <= 3 for i in ids)
+
+
+def test_an_idle_scheduler_takes_no_batches_in_a_loop(
+    store: Store, managers: list[Any], monkeypatch: Any
+) -> None:
+    """With nothing to take, a batch wakes nobody: about one pass per poll interval."""
+    config = make_config(store.url, processing={"poll_interval_seconds": 0.2})
+    registry = chain_registry(Behaviour(), cheap=True)
+    batches: list[int] = []
+    real_lock = store_ops.lock_claimable
+
+    def counted(*args: Any, **kwargs: Any) -> list[WorkItem]:
+        found = real_lock(*args, **kwargs)
+        batches.append(len(found))
+        return found
+
+    monkeypatch.setattr(store_ops, "lock_claimable", counted)
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    manager.start()
+    managers.append(manager)
+    time.sleep(1.0)
+    assert 1 <= len(batches) <= 10, len(batches)
+    assert set(batches) == {0}

@@ -9,6 +9,7 @@ by COPY on PostgreSQL are stored and fail as the INSERT that SQLite uses does.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -20,8 +21,9 @@ from sqlalchemy import insert, select, text
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import load, submit_many
-from tests.support.chain import Behaviour, chain_type
-from wq.engine import processing
+from tests.support.chain import Behaviour, chain_registry, chain_type
+from tests.support.waiting import wait_for
+from wq.engine import store as store_ops
 from wq.engine.admission import dispatch
 from wq.engine.audit import AUDIT_TABLE, AuditRecord, audit
 from wq.engine.models import AuditEntry, utcnow
@@ -33,7 +35,7 @@ BIG_POOLS = {"default": {"capacity": 1000, "alert_capacity": 1}}
 
 
 def database_down(*_: Any, **__: Any) -> Any:
-    """What a claim pass raises while the database is unreachable."""
+    """What a claim raises while the database is unreachable."""
     raise sa_exc.OperationalError("SELECT ... FOR UPDATE SKIP LOCKED", {}, OSError("refused"))
 
 
@@ -88,45 +90,43 @@ def cheap_registry(step1: BlockingStep1 | None = None) -> TypeRegistry:
 # ------------------------------------------------------------ batch slots and threads
 
 
-def test_a_failed_claim_pass_raises_the_database_error_it_met(
+def test_a_batch_that_meets_an_outage_reports_it_and_gives_its_slot_back(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The scheduler logs an outage as an outage: the pass must raise the claim's error.
-
-    `_claim_and_start` gives its batch slot back in its `finally`, and `_pass` gives
-    the same slot back again in its `except`: the BoundedSemaphore refuses the second
-    release with a ValueError, which replaces the database error.
-    """
+    """The engine logs an outage as an outage, and the slot is free for the next batch."""
     config = make_config(store.url, pools=BIG_POOLS)
     manager = ProcessingManager(store.sessions, cheap_registry(), config, owner="solo")
-    monkeypatch.setattr(processing, "claim_pass", database_down)
-    with pytest.raises(Exception) as raised:
-        manager._pass(projects=set(), event_items=frozenset(), background=True)
-    assert isinstance(raised.value, sa_exc.OperationalError), repr(raised.value)
-    assert is_unavailable(raised.value)
-    assert free_batch_slots(manager) == BATCHES_IN_FLIGHT
+    reported: list[BaseException] = []
+    monkeypatch.setattr(manager.failures, "failed", lambda _what, err: reported.append(err))
+    monkeypatch.setattr(store_ops, "lock_claimable", database_down)
+    manager._pass(projects=set(), event_items=frozenset(), background=True)
+    join_batch_threads()
+    assert len(reported) == 1 and is_unavailable(reported[0]), reported
+    assert (manager._batches, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
 
 
-def test_a_failed_claim_beside_a_running_batch_keeps_the_batch_count(
+def test_a_failed_batch_beside_a_running_one_keeps_the_batch_count(
     store: Store, monkeypatch: pytest.MonkeyPatch, blocking: BlockingStep1
 ) -> None:
-    """A claim that fails while a batch runs must not free the running batch's slot.
+    """A batch that fails while another runs frees its own slot only.
 
-    Else the slots are over-released (three batches may run), and when the running
-    batch ends its own release raises ValueError in its `finally`, before `_batches`
-    is decremented: `stop` then waits for that batch until its grace is over.
+    Else the slots are over-released (three batches may run), or the running batch's
+    end is not counted and `stop` waits for it until its grace is over.
     """
     config = make_config(store.url, pools=BIG_POOLS)
     (item_id,) = submit_many(store.sessions, cheap_registry(), config, ["g/p"])
     dispatch(store.sessions, config, now=utcnow())
     manager = ProcessingManager(store.sessions, cheap_registry(blocking), config, owner="solo")
+    monkeypatch.setattr(manager.failures, "failed", lambda _what, _err: None)
     try:
-        assert manager._pass(projects=set(), event_items=frozenset(), background=True) == 1
+        manager._pass(projects=set(), event_items=frozenset(), background=True)
         assert blocking.entered.wait(10)  # the batch runs on its own thread
-        monkeypatch.setattr(processing, "claim_pass", database_down)
-        with pytest.raises(sa_exc.OperationalError):
-            manager._pass(projects=set(), event_items=frozenset(), background=True)
-        free_while_it_runs = free_batch_slots(manager)  # the batch still holds one
+        monkeypatch.setattr(store_ops, "lock_claimable", database_down)
+        manager._pass(projects=set(), event_items=frozenset(), background=True)
+        deadline = time.monotonic() + 10
+        while manager._batches > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the failing batch ends
+        free_while_it_runs = free_batch_slots(manager)  # the first batch still holds one
         blocking.go.set()
         join_batch_threads()
         assert load(store.sessions, item_id).admission == "idle"
@@ -141,42 +141,79 @@ def test_a_failed_claim_beside_a_running_batch_keeps_the_batch_count(
         manager.stop(grace=0.5)
 
 
-def test_an_error_after_a_batch_started_leaves_its_slot_to_the_batch(
-    store: Store, monkeypatch: pytest.MonkeyPatch, blocking: BlockingStep1
+def test_an_error_handing_a_batch_to_workers_gives_its_slot_back_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once a batch thread owns the pass's slot, only that thread may give it back.
-
-    Here the scheduler's own hand-off fails after the batch started (in production:
-    `drop_lease` for the surplus or on shutdown, when the database goes away); `_pass`
-    releases the slot that the batch will release again.
-    """
+    """The batch committed; starting its workers failed (in production: `drop_lease`
+    for the surplus, the database gone): reported, the slot back, the end counted."""
+    behaviour = Behaviour()
+    chain = chain_type(behaviour, cheap=True)
+    registry = TypeRegistry()
+    registry.register_type(replace(chain, cheap_actions=frozenset({"step1"})))
     config = make_config(store.url, pools=BIG_POOLS)
-    submit_many(store.sessions, cheap_registry(), config, ["g/p"])
+    submit_many(store.sessions, registry, config, ["g/p"])
     dispatch(store.sessions, config, now=utcnow())
-    manager = ProcessingManager(store.sessions, cheap_registry(blocking), config, owner="solo")
-    real_hand = manager._hand_to_workers
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    reported: list[BaseException] = []
+    monkeypatch.setattr(manager.failures, "failed", lambda _what, err: reported.append(err))
+    monkeypatch.setattr(manager, "_hand_to_workers", database_down)
+    manager._pass(projects=set(), event_items=frozenset(), background=True)
+    join_batch_threads()
+    assert len(reported) == 1 and is_unavailable(reported[0]), reported
+    assert (manager._batches, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
+    assert [action for _, action in behaviour.calls] == ["step1"]
 
-    def hand(claims: list[Any], free: int) -> None:
-        if threading.current_thread().name != "wq-batch":
-            database_down()
-        real_hand(claims, free)
 
-    monkeypatch.setattr(manager, "_hand_to_workers", hand)
-    try:
-        with pytest.raises(sa_exc.OperationalError):
-            manager._pass(projects=set(), event_items=frozenset(), background=True)
-        assert blocking.entered.wait(10)
-        free_while_it_runs = free_batch_slots(manager)  # the batch holds one
-        blocking.go.set()
-        join_batch_threads()
-        assert (free_while_it_runs, manager._batches, free_batch_slots(manager)) == (
-            BATCHES_IN_FLIGHT - 1,
-            0,
-            BATCHES_IN_FLIGHT,
-        )
-    finally:
-        blocking.go.set()
-        manager.stop(grace=0.5)
+def test_an_action_failed_in_a_background_batch_is_retried_after_its_backoff(
+    store: Store, managers: list[Any]
+) -> None:
+    """A batch that ends without releasing anything must still wake the scheduler.
+
+    A failed cheap action backs off and signals nothing (a decider's `Wait` is the
+    same): the retry must come after the backoff, not after the poll interval or a
+    lease period.
+    """
+    behaviour = Behaviour(fail_times={"step1": 1})
+    config = make_config(
+        store.url,
+        pools=BIG_POOLS,
+        processing={"poll_interval_seconds": 60.0, "lease_seconds": 60.0},
+    )
+    registry = chain_registry(behaviour, cheap=True)
+    (item_id,) = submit_many(store.sessions, registry, config, ["g/p"])
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    manager.start()
+    managers.append(manager)
+    # The backoff is at most 0.2 s (backoff_max_seconds of the test config).
+    wait_for(
+        lambda: load(store.sessions, item_id).admission == "idle",
+        timeout=5,
+        message="the retried item idle",
+    )
+    assert behaviour.actions_of(item_id) == ["step1", "step1", "step2", "step3"]
+
+
+def test_a_batch_thread_that_cannot_start_is_not_counted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the thread cannot start ("can't start new thread" under a pids limit), the
+    batch is not counted: `stop` would wait out its whole grace for it."""
+    config = make_config(store.url, pools=BIG_POOLS)
+    registry = chain_registry(Behaviour(), cheap=True)
+    submit_many(store.sessions, registry, config, ["g/p"])
+    dispatch(store.sessions, config, now=utcnow())
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "wq-batch":
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(RuntimeError):
+        manager._pass(projects=set(), event_items=frozenset(), background=True)
+    assert manager._batches == 0
 
 
 # ------------------------------------------------------------ audit rows (COPY on PostgreSQL)

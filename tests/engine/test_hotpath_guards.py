@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import audit_types, load, submit_many
 from tests.support.chain import Behaviour, chain_type, make_executor
-from wq.engine import store as store_ops
 from wq.engine.admission import dispatch
 from wq.engine.audit import AuditRecord, audit
-from wq.engine.batch import BatchRunner
+from wq.engine.batch import BatchRunner, Taken
 from wq.engine.items import set_phase
 from wq.engine.models import AuditEntry, utcnow
 from wq.engine.registry import ActionContext, TypeRegistry
@@ -32,23 +31,12 @@ EVENT_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def run_batch(store: Store, registry: TypeRegistry, count: int) -> list[uuid.UUID]:
-    """`count` admitted chain items, claimed and run as one batch; their ids."""
+    """`count` admitted chain items, taken and run as one batch; their ids."""
     config = make_config(store.url, pools=BIG_POOLS)
     ids = submit_many(store.sessions, registry, config, [f"g/p{n % 2}" for n in range(count)])
     dispatch(store.sessions, config, now=utcnow())
-    now = utcnow()
-    with store.sessions.begin() as session:
-        claims = store_ops.claim(
-            session,
-            owner="me",
-            limit=count,
-            types=["chain"],
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-        )
-    assert len(claims) == count
     runner = BatchRunner(store.sessions, registry, config.processing, utcnow)
-    assert runner.run(claims, "me/batch") == []
+    assert runner.take("me", limit=count) == Taken(count, [])
     return ids
 
 

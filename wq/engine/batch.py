@@ -1,18 +1,18 @@
-"""Cheap actions of a claimed batch, run on the scheduler thread in one transaction.
+"""Batches of cheap actions: claimed, run and released in one transaction.
 
 A type may mark actions cheap (`ItemType.cheap_actions`): no external call, changes
-only through the ORM objects given. For the claimed items of such types one
-transaction does everything: one query loads the items still under this claim's
-lease token and locks their rows until commit (on PostgreSQL), so they are fresh and
-nobody else can change them meanwhile; then each decider is asked, cheap actions run,
-the deciders are asked again, and the items let go are released with one UPDATE and
-the audit rows of the whole batch written in one statement (COPY on PostgreSQL).
-Items that want an action that is not cheap are handed to worker threads with their
-lease (`wq.engine.runner`).
+only through the ORM objects given. One transaction does everything for a batch of
+such items: one query takes up to `batch_size` claimable items of those types and
+locks their rows until commit (skipping rows other replicas hold, on PostgreSQL) -
+the locks are the batch's fence, no lease is written; then each decider is asked,
+cheap actions run, the deciders are asked again, the items let go are released with
+one UPDATE, and the audit rows of the whole batch are written in one statement (COPY
+on PostgreSQL). Items that want an action that is not cheap are leased in the same
+transaction and handed to worker threads (`wq.engine.runner`).
 
-An action that raises rolls the transaction back; the batch is then run again from
-the start with that item's failure recorded instead of its action, so the others'
-work commits and the failure is counted once.
+An action that raises rolls the transaction back; the same items are then taken
+again with that item's failure recorded instead of its action, so the others' work
+commits and the failure is counted once.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
+from wq.engine.claims import audit_takeovers
 from wq.engine.config import ProcessingConfig
 from wq.engine.fence import _IN_EXECUTOR
 from wq.engine.items import Release, release_slots, snapshot
@@ -53,10 +55,23 @@ class _ActionFailed(Exception):
         self.step = step
         self.action = action
         self.error = error
+        self.batch: list[uuid.UUID] = []  # the items of the attempt that failed
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a batch did: the items it took, and the leased ones that need a worker.
+
+    `due`: when a batch that was not full saw the next item of its types come due.
+    """
+
+    taken: int
+    handoff: list[Claim]
+    due: datetime | None = None
 
 
 class BatchRunner:
-    """Runs the cheap part of claimed batches; shared by one manager's scheduler."""
+    """Runs batches of cheap actions; shared by one manager's scheduler and batch threads."""
 
     def __init__(
         self,
@@ -69,69 +84,84 @@ class BatchRunner:
         self.registry = registry
         self.settings = settings
         self.clock = clock
+        self.metrics = metrics_of(sessions)
 
     @property
     def cheap_types(self) -> list[str]:
         """The registered types that have cheap actions."""
         return [name for name in self.registry.names if self.registry.get(name).cheap_actions]
 
-    def batchable(self, item_type: str) -> bool:
-        """Whether items of this type go through the batch (it has cheap actions)."""
-        return item_type in self.registry and bool(self.registry.get(item_type).cheap_actions)
+    def take(self, owner: str, *, limit: int, on_full: Callable[[], None] | None = None) -> Taken:
+        """Claim up to `limit` items of the cheap types and run their cheap actions.
 
-    def run(self, claims: Sequence[Claim], actor: str) -> list[Claim]:
-        """Process a batch of claims (one lease token); return those that need a worker.
-
-        The claims returned still hold their lease. Items whose lease was lost
-        meanwhile are left alone: nothing of theirs is written.
+        The claims returned are leased to `owner` (one token) and need a worker.
+        `on_full` is called as soon as the batch is known to have taken `limit` items
+        (more may be waiting), before its actions run.
         """
-        if not claims:
-            return []
+        types = self.cheap_types
         failed: dict[uuid.UUID, _ActionFailed] = {}
-        for _ in range(len(claims) + 1):
+        among: list[uuid.UUID] | None = None
+        for _ in range(limit + 1):
             try:
-                return self._attempt(claims, actor, failed)
+                return self._attempt(owner, types, limit, among, failed, on_full)
             except _ActionFailed as failure:
                 failed[failure.item_id] = failure
+                among, on_full = failure.batch, None
         raise RuntimeError("a batch kept failing")  # pragma: no cover (bounded above)
 
     def _attempt(
-        self, claims: Sequence[Claim], actor: str, failed: dict[uuid.UUID, _ActionFailed]
-    ) -> list[Claim]:
+        self,
+        owner: str,
+        types: Sequence[str],
+        limit: int,
+        among: list[uuid.UUID] | None,
+        failed: dict[uuid.UUID, _ActionFailed],
+        on_full: Callable[[], None] | None,
+    ) -> Taken:
         now = self.clock()
-        by_id = {claim.id: claim for claim in claims}
-        token = claims[0].token
-        handoff: list[Claim] = []
+        actor = f"{owner}/batch"
         with self.sessions() as session:
-            # The fence of the whole batch: the rows still ours, loaded and locked (on
-            # PostgreSQL) until commit, so nobody else changes them meanwhile. A row
-            # lock, not an UPDATE: no new row version to write.
-            loaded = {
-                item.id: item
-                for item in session.execute(
-                    select(WorkItem)
-                    .where(WorkItem.id.in_(list(by_id)), WorkItem.lease_token == token)
-                    .with_for_update()
-                    .execution_options(populate_existing=True)
-                ).scalars()
-            }
-            if not loaded:
+            items = store.lock_claimable(session, types=types, limit=limit, now=now, among=among)
+            if not items:
+                due = store.next_due(session, types, now)
                 session.rollback()
-                return []
+                return Taken(0, [], due)
+            if among is None:
+                self.metrics.claims_per_pass.observe(len(items))
+                if len(items) == limit and on_full is not None:
+                    on_full()
+            taken_over = [
+                Claim(item.id, "", item.lease_owner, item.leased_until, item.type)
+                for item in items
+                if item.leased_until is not None
+            ]
+            audit_takeovers(session, owner, taken_over, None)
             releases: list[Release] = []
-            for claim in claims:
-                item = loaded.get(claim.id)
-                if item is None:
-                    continue
+            handoff: list[WorkItem] = []
+            for item in items:
                 try:
                     if not self._advance(session, item, actor, failed.get(item.id), now, releases):
-                        handoff.append(claim)
-                except _ActionFailed:
+                        handoff.append(item)
+                except _ActionFailed as failure:
                     session.rollback()
+                    failure.batch = [each.id for each in items]
                     raise
+            token = str(uuid.uuid4())
+            store.lease(
+                session,
+                [item.id for item in handoff],
+                owner=owner,
+                token=token,
+                lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+            )
             release_slots(session, releases, actor=actor, now=now)
+            # With this batch's backoffs and holds (flushed first), when it was not full.
+            due = None if len(items) == limit else store.next_due(session, types, now)
             session.commit()
-        return handoff
+        if taken_over:
+            self.metrics.lease_rescues.labels("claim").inc(len(taken_over))
+        claims = [Claim(item.id, token, None, None, item.type) for item in handoff]
+        return Taken(len(items), claims, due)
 
     def _decide(self, item: WorkItem, now: datetime) -> Decision:
         if item.phase in TERMINAL_PHASES:

@@ -59,7 +59,7 @@ class ProcessingConfig(_Section):
     """The processing manager: worker pool, leases, retries, sweep."""
 
     workers: PositiveInt = 10
-    # Items claimed at once beyond the free workers, for types with cheap actions.
+    # Items of types with cheap actions a batch takes at once (wq.engine.batch).
     batch_size: PositiveInt = 50
     lease_seconds: PositiveFloat = 60.0
     deadline_seconds: PositiveFloat = 60.0

@@ -1,12 +1,14 @@
-"""The processing manager: admission, claims, workers, heartbeat, shutdown.
+"""The processing manager: admission, claims, batches, workers, heartbeat, shutdown.
 
 One scheduler thread turns wake-ups into work: it applies stored events, runs an
-admission pass for the projects that changed, and claims as many admitted items as
-there are free workers. Items of types with cheap actions are taken as far as those
-go in one transaction on the scheduler thread (`wq.engine.batch`); the others, and
-those that want an action that is not cheap, run on a worker thread of their own
-(at most `workers` at once), one action at a time (`wq.engine.runner`). A heartbeat
-extends the leases of running items until the last worker has returned.
+admission pass for the projects that changed, and leases admitted items of types
+without cheap actions to the free workers (at most `workers` at once), each running
+one item's actions on a thread of its own (`wq.engine.runner`). Items of types with
+cheap actions are taken by batches (`wq.engine.batch`), each claiming, running and
+releasing up to `batch_size` items in one transaction on a batch thread, two at most
+at once: while one waits for the database, the other runs. A batch hands what needs
+an action that is not cheap to the free workers. A heartbeat extends the leases of
+running items until the last worker has returned.
 
 Shutdown stops claiming at once; running actions get the grace period to end, after
 which each worker hands its item back. Past the grace nothing is handed over early:
@@ -31,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import store
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
-from wq.engine.claims import claim_pass
+from wq.engine.claims import claim_for_workers
 from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.metrics import metrics_of
@@ -95,7 +97,9 @@ class ProcessingManager:
         self._stopping = threading.Event()  # no new claims; workers hand items back
         self._halted = threading.Event()  # the heartbeat ends too
         self._deadline: float | None = None
-        self._next_due: float | None = None  # monotonic time an admitted item comes due
+        # Monotonic times an admitted item comes due (a lease or a backoff runs out),
+        # as the worker claim and the batch last saw for their types.
+        self._due: dict[str, float | None] = {}
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
@@ -202,8 +206,9 @@ class ProcessingManager:
     def _wait_seconds(self) -> float:
         """Until the next poll, or sooner when a known lease or backoff runs out."""
         wait = self.settings.poll_interval_seconds
-        if self._next_due is not None:
-            wait = min(wait, max(0.0, self._next_due - time.monotonic()))
+        for due in self._due.values():
+            if due is not None:
+                wait = min(wait, max(0.0, due - time.monotonic()))
         return wait
 
     def run_once(
@@ -235,96 +240,104 @@ class ProcessingManager:
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
             dispatch(self.sessions, self.config, projects, now=self.clock())
-        cheap_types = self._batch.cheap_types
-        if not cheap_types:
-            return self._claim_and_start([], background=False)
-        # A batch slot first (waiting, if need be, for a batch in flight to end): the
-        # claim takes a batch only when one can run.
+        claimed = self._claim_for_workers()
+        if not self._batch.cheap_types or self._stopping.is_set():
+            return claimed
+        # A batch slot first (waiting, if need be, for a batch in flight to end).
         while not self._batch_slots.acquire(timeout=STOP_STEP_SECONDS):
             if self._stopping.is_set():
-                return 0
-        return self._claim_and_start(cheap_types, background=background)
-
-    def _claim_and_start(self, cheap_types: list[str], *, background: bool) -> int:
-        """Claim for the free workers and a batch of `cheap_types`, and start them.
-
-        With `cheap_types`, the caller holds a batch slot, which passes to the batch
-        (released when it ends) or is released here.
-        """
-        batch_started = False
-        try:
-            with self._claim_lock:  # one claim at a time: free slots are never overbooked
-                free = self.settings.workers - self.busy
-                if (free <= 0 and not cheap_types) or self._stopping.is_set():
-                    return 0
-                now = self.clock()
-                lease_until = now + timedelta(seconds=self.settings.lease_seconds)
-                with self.sessions.begin() as session:
-                    taken = claim_pass(
-                        session,
-                        owner=self.owner,
-                        types=self.registry.names,
-                        cheap_types=cheap_types,
-                        free=free,
-                        batch_size=self.settings.batch_size,
-                        now=now,
-                        lease_until=lease_until,
-                    )
-                    claims, full = taken.claims, taken.full
-                    due = None if full else store.next_due(session, self.registry.names, now)
-                self._next_due = (
-                    None if due is None else time.monotonic() + (due - now).total_seconds()
-                )
-                self.metrics.claims_per_pass.observe(len(claims))
-                rescued = sum(1 for claim in claims if claim.previous_until is not None)
-                if rescued:
-                    self.metrics.lease_rescues.labels("claim").inc(rescued)
-                batched = [claim for claim in claims if self._batch.batchable(claim.item_type)]
-                direct = [claim for claim in claims if claim not in batched]
-                if batched and not self._stopping.is_set():
-                    if background:
-                        self._start_batch(batched)
-                        batch_started = True
-                        batched = []
-                    else:
-                        batched = self._run_batch(batched)  # what needs a worker
-                self._hand_to_workers(direct + batched, free)
-                if full and not self._surplus_waiting:
-                    # Maybe more to claim: the next pass comes at once. Not while items
-                    # given back for want of a worker wait (here or from a batch): that
-                    # pass would take the same items again; a worker that returns wakes
-                    # the scheduler.
-                    self.wakeup.poke()
-                return len(claims)
-        finally:
-            if cheap_types and not batch_started:
+                return claimed
+        if not background:
+            try:
+                return claimed + self._run_batch(background=False)
+            finally:
                 self._batch_slots.release()
-
-    def _start_batch(self, claims: list[store.Claim]) -> None:
-        """Run a batch on a thread of its own; it owns the caller's batch slot."""
         with self._running_lock:
+            if self._stopping.is_set():  # stop may have looked for running batches
+                self._batch_slots.release()
+                return claimed
             self._batches += 1
-        thread = threading.Thread(
-            target=self._batch_in_background, args=(claims,), name="wq-batch", daemon=True
-        )
-        thread.start()
-
-    def _batch_in_background(self, claims: list[store.Claim]) -> None:
-        """A batch thread: run the batch, then start workers for what it handed off.
-
-        Its releases wake the scheduler (their signals) for the slots they freed.
-        """
         try:
-            handoff = self._run_batch(claims)
+            threading.Thread(target=self._batch_in_background, name="wq-batch", daemon=True).start()
+        except BaseException:
+            self._batch_ended()
+            raise
+        return claimed
+
+    def _claim_for_workers(self) -> int:
+        """Claim items of the types without cheap actions for the free workers, start them."""
+        cheap = set(self._batch.cheap_types)
+        types = [name for name in self.registry.names if name not in cheap]
+        with self._claim_lock:  # one claim at a time: free slots are never overbooked
+            free = self.settings.workers - self.busy
+            if not types or free <= 0 or self._stopping.is_set():
+                return 0
+            now = self.clock()
+            with self.sessions.begin() as session:
+                taken = claim_for_workers(
+                    session,
+                    owner=self.owner,
+                    types=types,
+                    free=free,
+                    now=now,
+                    lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+                )
+                due = None if taken.full else store.next_due(session, types, now)
+            self._due["workers"] = self._monotonic(due, now)
+            self.metrics.claims_per_pass.observe(len(taken.claims))
+            self._hand_to_workers(taken.claims, free)
+            if taken.full and not self._surplus_waiting:
+                # Maybe more to claim: the next pass comes at once. Not while items
+                # given back for want of a worker wait: that pass would take the same
+                # items again; a worker that returns wakes the scheduler.
+                self.wakeup.poke()
+            return len(taken.claims)
+
+    def _monotonic(self, due: datetime | None, now: datetime) -> float | None:
+        return None if due is None else time.monotonic() + (due - now).total_seconds()
+
+    def _run_batch(self, *, background: bool) -> int:
+        """Take and run a batch of cheap actions, start workers for what it handed off.
+
+        In the background a full batch wakes the scheduler at once, so that the next
+        batch is taken while this one runs.
+        """
+        now = self.clock()
+        taken = self._batch.take(
+            self.owner,
+            limit=self.settings.batch_size,
+            on_full=self._more_to_take if background else None,
+        )
+        self._due["batch"] = self._monotonic(taken.due, now)
+        if taken.handoff:
             with self._claim_lock:
-                self._hand_to_workers(handoff, self.settings.workers - self.busy)
+                self._hand_to_workers(taken.handoff, self.settings.workers - self.busy)
+        if background and taken.taken:
+            # What it did may change when the next pass is due (a backoff, a hold) and
+            # signals nothing of its own; a batch that took nothing wakes nobody.
+            self._more_to_take()
+        return taken.taken
+
+    def _more_to_take(self) -> None:
+        """The next pass comes at once, unless items wait for a worker (that pass
+        would take the same items again; a worker that returns wakes it)."""
+        if not self._surplus_waiting:
+            self.wakeup.poke()
+
+    def _batch_in_background(self) -> None:
+        """A batch thread: it owns a batch slot until it ends."""
+        try:
+            self._run_batch(background=True)
         except Exception as err:
             self.failures.failed("batch", err)
         finally:
-            self._batch_slots.release()
-            with self._running_lock:
-                self._batches -= 1
-                self._all_returned.notify_all()
+            self._batch_ended()
+
+    def _batch_ended(self) -> None:
+        self._batch_slots.release()
+        with self._running_lock:
+            self._batches -= 1
+            self._all_returned.notify_all()
 
     def _hand_to_workers(self, claims: list[store.Claim], free: int) -> None:
         """Start workers for up to `free` claimed items; give the rest back.
@@ -349,17 +362,6 @@ class ProcessingManager:
         with self.sessions.begin() as session:
             for claim in workers:
                 store.drop_lease(session, claim.id, claim.token)
-
-    def _run_batch(self, claims: list[store.Claim]) -> list[store.Claim]:
-        """Run the cheap actions of a batch here; return the claims that need a worker."""
-        if not claims:
-            return []
-        try:
-            return self._batch.run(claims, f"{self.owner}/batch")
-        except Exception:
-            # The batch's transaction rolled back: its items go the long way instead.
-            log.exception("a batch of %d item(s) failed; handing them to workers", len(claims))
-            return claims
 
     # ----------------------------------------------------------------- workers
 

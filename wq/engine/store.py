@@ -11,7 +11,7 @@ import uuid
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -29,6 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import Select
 
 from wq.engine.models import (
     ACTIVE,
@@ -147,6 +148,9 @@ WHERE w.admission || '' = '{QUEUED}' AND w.id = ANY(ARRAY(
 RETURNING w.id, w.project, w.lane, w.seq, w.queued_at
 """
 ).columns(id=Uuid(), project=String(), lane=String(), seq=BigInteger(), queued_at=UtcDateTime())
+
+
+_Query = TypeVar("_Query", bound="Select[*tuple[Any, ...]]")
 
 
 class AdmittedRow(NamedTuple):
@@ -323,20 +327,11 @@ def claim(
             Claim(row.id, token, row.previous_owner, row.previous_until, row.type)
             for row in claimed
         ]
-    candidates = (
-        select(WorkItem.id, WorkItem.lease_owner, WorkItem.leased_until, WorkItem.type)
-        .where(
-            WorkItem.admission == inline(ADMITTED),
-            WorkItem.phase == inline(ACTIVE),
-            WorkItem.type.in_(types),
-            or_(WorkItem.leased_until.is_(None), WorkItem.leased_until < now),
-            or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
-        )
-        # Ready-since order: an item resumed after a deadline or a backoff goes behind
-        # the items that were waiting before it became ready again.
-        .order_by(func.coalesce(WorkItem.run_after, WorkItem.admitted_at), WorkItem.seq)
-        .limit(limit)
-    )
+    candidates = _claimable(
+        select(WorkItem.id, WorkItem.lease_owner, WorkItem.leased_until, WorkItem.type),
+        types,
+        now,
+    ).limit(limit)
     # SQLite (inside the BEGIN IMMEDIATE lock, no round trips): its RETURNING cannot
     # name the FROM clause, so read the candidates first.
     rows = session.execute(candidates).all()
@@ -349,6 +344,64 @@ def claim(
         .execution_options(synchronize_session=False)
     )
     return [Claim(row.id, token, row.lease_owner, row.leased_until, row.type) for row in rows]
+
+
+def _claimable(query: _Query, types: Sequence[str], now: datetime) -> _Query:
+    """Admitted, active, unleased (or lease expired), not backing off; ready-since order."""
+    return query.where(
+        WorkItem.admission == inline(ADMITTED),
+        WorkItem.phase == inline(ACTIVE),
+        WorkItem.type.in_(types),
+        or_(WorkItem.leased_until.is_(None), WorkItem.leased_until < now),
+        or_(WorkItem.run_after.is_(None), WorkItem.run_after <= now),
+    ).order_by(
+        # Ready-since order: an item resumed after a deadline or a backoff goes behind
+        # the items that were waiting before it became ready again.
+        func.coalesce(WorkItem.run_after, WorkItem.admitted_at),
+        WorkItem.seq,
+    )
+
+
+def lock_claimable(
+    session: Session,
+    *,
+    types: Sequence[str],
+    limit: int,
+    now: datetime,
+    among: Sequence[uuid.UUID] | None = None,
+) -> list[WorkItem]:
+    """Load up to `limit` claimable items and lock them until the transaction ends.
+
+    The claim of a batch that finishes in this transaction: no lease is written, the
+    row locks fence it (PostgreSQL skips rows other transactions hold; SQLite runs
+    inside the `BEGIN IMMEDIATE` lock). `among` limits the choice to those items.
+    """
+    if limit <= 0 or not types:
+        return []
+    query = _claimable(select(WorkItem), types, now).limit(limit)
+    if among is not None:
+        query = query.where(WorkItem.id.in_(among))
+    if _is_postgres(session):
+        query = query.with_for_update(skip_locked=True)
+    return list(session.execute(query.execution_options(populate_existing=True)).scalars())
+
+
+def lease(
+    session: Session,
+    item_ids: Sequence[uuid.UUID],
+    *,
+    owner: str,
+    token: str,
+    lease_until: datetime,
+) -> None:
+    """Lease items this transaction holds locked (`lock_claimable`) to `owner`."""
+    if item_ids:
+        session.execute(
+            update(WorkItem)
+            .where(WorkItem.id.in_(item_ids))
+            .values(lease_owner=owner, lease_token=token, leased_until=lease_until)
+            .execution_options(synchronize_session=False)
+        )
 
 
 def next_due(session: Session, types: Sequence[str], now: datetime) -> datetime | None:
