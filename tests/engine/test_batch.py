@@ -59,6 +59,21 @@ def take(store: Store, registry: TypeRegistry, config: Config, owner: str, limit
     return batch_runner(store, registry, config).take(owner, limit=limit)
 
 
+def count_claims(monkeypatch: Any, *functions: str) -> list[int]:
+    """How many items each call of these `wq.engine.store` claim functions took."""
+    taken: list[int] = []
+    for name in functions:
+        real = getattr(store_ops, name)
+
+        def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            found = _real(*args, **kwargs)
+            taken.append(len(found))
+            return found
+
+        monkeypatch.setattr(store_ops, name, counted)
+    return taken
+
+
 def events_of(store: Store, event_type: str) -> Counter[uuid.UUID]:
     with store.sessions() as session:
         rows = session.execute(
@@ -335,23 +350,7 @@ def test_items_waiting_for_a_busy_worker_are_not_claimed_over_and_over(
         replace(chain_type(behaviour, cheap=True), cheap_actions=frozenset({"step1"}))
     )
     ids = submit_many(store.sessions, registry, config, [f"g/p{n}" for n in range(5)])
-    claims: list[int] = []
-    real_claim = store_ops.claim
-
-    def counted(*args: Any, **kwargs: Any) -> list[store_ops.Claim]:
-        found = real_claim(*args, **kwargs)
-        claims.append(len(found))
-        return found
-
-    real_lock = store_ops.lock_claimable
-
-    def counted_batch(*args: Any, **kwargs: Any) -> list[WorkItem]:
-        found = real_lock(*args, **kwargs)
-        claims.append(len(found))
-        return found
-
-    monkeypatch.setattr(store_ops, "claim", counted)
-    monkeypatch.setattr(store_ops, "lock_claimable", counted_batch)
+    claims = count_claims(monkeypatch, "claim", "lock_claimable")
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     manager.start()
     managers.append(manager)
@@ -375,15 +374,7 @@ def test_an_idle_scheduler_takes_no_batches_in_a_loop(
     """With nothing to take, a batch wakes nobody: about one pass per poll interval."""
     config = make_config(store.url, processing={"poll_interval_seconds": 0.2})
     registry = chain_registry(Behaviour(), cheap=True)
-    batches: list[int] = []
-    real_lock = store_ops.lock_claimable
-
-    def counted(*args: Any, **kwargs: Any) -> list[WorkItem]:
-        found = real_lock(*args, **kwargs)
-        batches.append(len(found))
-        return found
-
-    monkeypatch.setattr(store_ops, "lock_claimable", counted)
+    batches = count_claims(monkeypatch, "lock_claimable")
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     manager.start()
     managers.append(manager)
