@@ -75,3 +75,22 @@ def test_a_rolled_back_entry_is_neither_written_nor_logged(
     assert [r for r in caplog.records if r.name == "wq.audit"] == []
     with store.sessions() as session:
         assert session.scalar(select(func.count()).select_from(AuditEntry)) == 0
+
+
+def test_nul_characters_are_audited_with_a_stand_in(store: Store) -> None:
+    """PostgreSQL's text and jsonb refuse NUL: the row is kept, with ␀ in its place."""
+    record = AuditRecord(
+        "probe\x00",
+        "actor\x00",
+        None,
+        trigger={"source": "api", "reason": "a\x00b"},
+        metadata={"path": "/api/pools/a\x00b", "k\x00": ["\x00", 1, None]},
+    )
+    with store.sessions() as session:
+        audit(session, record)
+        session.commit()
+    with store.sessions() as session:
+        (row,) = session.execute(select(AuditEntry)).scalars()
+    assert (row.event_type, row.actor) == ("probe␀", "actor␀")
+    assert row.trigger == {"source": "api", "reason": "a␀b"}
+    assert row.extra == {"path": "/api/pools/a␀b", "k␀": ["␀", 1, None]}

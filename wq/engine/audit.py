@@ -122,12 +122,35 @@ _COPY_AUDIT = (
 )
 
 
+# PostgreSQL's text and jsonb cannot hold NUL: a row with one (a refused request's path,
+# say) would be lost. This stands in for it, on both databases alike.
+NUL_STAND_IN = "\N{SYMBOL FOR NULL}"
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_STAND_IN)
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(each) for key, each in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(each) for each in value]
+    return value
+
+
+def _document(value: Any) -> str:
+    """A JSON column's text for COPY, as the JSON type binds it (None as JSON null)."""
+    text = json.dumps(value)
+    # The escape shows up in the text only if a NUL may be in the value (checking the
+    # text is cheaper than walking every value).
+    return json.dumps(_without_nul(value)) if "\\u0000" in text else text
+
+
 @on_commit.before("audit")
 def _write(session: Session, rows: list[dict[str, Any]]) -> None:
     connection = session.connection()
     if connection.dialect.name != "postgresql":
         # Into the table, so that the rows' keys are column names ("metadata" included).
-        session.execute(insert(AUDIT_TABLE), rows)
+        session.execute(insert(AUDIT_TABLE), [_without_nul(row) for row in rows])
         return
     # COPY, in the session's transaction: about a third of the client CPU of an
     # executemany, which costs a pipelined statement (and four JSON binds) per row.
@@ -139,17 +162,16 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
     try:
         with cast(Any, driver).cursor().copy(_COPY_AUDIT) as copy:
             for row in rows:
-                # JSON documents as the JSON type binds them (None as JSON null).
                 copy.write_row(
                     (
                         row["at"],
-                        row["event_type"],
+                        _without_nul(row["event_type"]),
                         row["work_item_id"],
-                        row["actor"],
-                        json.dumps(row["old_state"]),
-                        json.dumps(row["new_state"]),
-                        json.dumps(row["trigger"]),
-                        json.dumps(row["metadata"]),
+                        _without_nul(row["actor"]),
+                        _document(row["old_state"]),
+                        _document(row["new_state"]),
+                        _document(row["trigger"]),
+                        _document(row["metadata"]),
                     )
                 )
     except psycopg.Error as err:

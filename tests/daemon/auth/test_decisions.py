@@ -377,6 +377,14 @@ def test_state_changing_allows_and_all_refusals_leave_rows_reads_do_not(api: Api
     assert rows[0].trigger == {"source": "api"}
 
 
+def test_a_refusal_whose_path_holds_a_nul_is_audited_all_the_same(api: Api) -> None:
+    """PostgreSQL refuses NUL in text: the row is kept with a stand-in, not lost."""
+    assert api.call("GET", "/api/pools/a%00b", None).status_code == 401
+    (row,) = auth_rows(api.store)
+    assert (row.event_type, row.actor) == ("auth_failed", "anonymous")
+    assert row.extra["path"] == "/api/pools/a\N{SYMBOL FOR NULL}b"
+
+
 def test_an_allowed_call_that_changes_nothing_leaves_only_its_log_line(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
