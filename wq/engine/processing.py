@@ -312,9 +312,10 @@ class ProcessingManager:
         if taken.handoff:
             with self._claim_lock:
                 self._hand_to_workers(taken.handoff, self.settings.workers - self.busy)
-        if background and taken.taken:
-            # What it did may change when the next pass is due (a backoff, a hold) and
-            # signals nothing of its own; a batch that took nothing wakes nobody.
+        if background and taken.taken and taken.due is not None:
+            # It saw work come due later (its own backoffs and holds signal nothing):
+            # the scheduler's wait, computed before, may be too long. A batch that took
+            # nothing, or left nothing to come back to, wakes nobody.
             self._more_to_take()
         return taken.taken
 
