@@ -305,6 +305,10 @@ class ThreadProfiler:
         stats.dump_stats(path)
 
 
+def _autocommit(conn: Any) -> bool:
+    return bool(conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT")
+
+
 class StatementCounter:
     """Round trips the engine makes: statements by kind, plus BEGIN, COMMIT and pings."""
 
@@ -363,10 +367,12 @@ class StatementCounter:
         self._add(key)
 
     def _begin(self, conn: Any) -> None:
-        self._add("BEGIN")
+        if not _autocommit(conn):  # then no BEGIN is sent (psycopg)
+            self._add("BEGIN")
 
     def _commit(self, conn: Any) -> None:
-        self._add("COMMIT")
+        if not _autocommit(conn):  # nor a COMMIT
+            self._add("COMMIT")
 
     def _rollback(self, conn: Any) -> None:
         self._add("ROLLBACK")

@@ -7,9 +7,10 @@ inheritance on `WorkItem` (the `type` column is the discriminator) and loaded wi
 
 from __future__ import annotations
 
+import random
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -21,15 +22,19 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
     Uuid,
+    event,
     func,
     text,
+    update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+from sqlalchemy.orm.util import identity_key
 
 ACTIVE = "active"
 COMPLETED = "completed"
@@ -60,6 +65,11 @@ NAMING_CONVENTION = {
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(UTC)
+
+
+def new_stamp() -> int:
+    """A fresh value for `WorkItem.stamp`: random, so it never depends on a stale read."""
+    return random.getrandbits(62)  # reseeded in forked children (os.register_at_fork)
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -121,6 +131,11 @@ class WorkItem(Base):
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+    # Replaced by a fresh random value whenever the item, its details or its dimensions
+    # change through the ORM (`_stamp_changes` below); compared for equality only. A
+    # worker compares the stamp it read with the one its lease fence finds, and reads
+    # the item again only when they differ (wq.engine.runner).
+    stamp: Mapped[int] = mapped_column(BigInteger, default=new_stamp, server_default=text("0"))
 
     # Columns of a type that its `details_dict` never reads (bulky payloads): the API's
     # reads leave them unloaded, and reading one there raises instead of loading it.
@@ -299,3 +314,51 @@ class SequenceCounter(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+
+
+# In `Session.info` of a session that runs executors (a worker's or a batch's): it
+# holds the lease of the items it changes.
+EXECUTOR_SESSION = "wq_in_executor"
+
+
+@event.listens_for(Session, "before_flush")
+def _stamp_changes(session: Session, _context: Any, _instances: Any) -> None:
+    """Give every work item a fresh stamp when this flush changes it or its dimensions.
+
+    Every ORM write of an item's row, of its type's detail row (the same object) or of
+    one of its `work_item_statuses` rows counts; a dimension written without its item
+    loaded stamps the item with a statement of its own. Bulk statements that only
+    move leases or admission (claims, heartbeats, admission passes) leave it alone:
+    no decider reads those. So do the item's lease holder's own changes: only the
+    holder compares stamps, it knows what it changed, and a batch that releases its
+    items with one statement has no item row left to write.
+    """
+    if EXECUTOR_SESSION in session.info:
+        return
+    items: dict[int, WorkItem] = {}
+    orphans: set[uuid.UUID] = set()
+
+    def owner_of(row: WorkItemStatus) -> None:
+        parent = row.__dict__.get("work_item")  # never a lazy load here
+        if parent is None and row.work_item_id is not None:
+            parent = session.identity_map.get(identity_key(WorkItem, row.work_item_id))
+        if isinstance(parent, WorkItem):
+            items[id(parent)] = parent
+        elif row.work_item_id is not None:
+            orphans.add(row.work_item_id)
+
+    for obj in session.dirty:
+        if isinstance(obj, WorkItem):
+            if session.is_modified(obj):
+                items[id(obj)] = obj
+        elif isinstance(obj, WorkItemStatus) and session.is_modified(obj):
+            owner_of(obj)
+    for obj in (*session.new, *session.deleted):
+        if isinstance(obj, WorkItemStatus):
+            owner_of(obj)
+    for item in items.values():
+        if item not in session.deleted:
+            item.stamp = new_stamp()
+    if orphans:
+        table = cast(Table, WorkItem.__table__)
+        session.execute(update(table).where(table.c.id.in_(orphans)).values(stamp=new_stamp()))

@@ -18,12 +18,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Select, bindparam, select
+from sqlalchemy.orm import Session, joinedload, sessionmaker, with_polymorphic
 
 from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
-from wq.engine.fence import LeaseLost, fenced_executor
+from wq.engine.db import READ_ONLY_OPTION
+from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
 from wq.engine.items import release_slot, set_phase, snapshot
 from wq.engine.metrics import metrics_of
 from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem
@@ -65,28 +67,35 @@ class ItemRunner:
         self.metrics = metrics_of(sessions)
         # The action each running item is executing, for the shutdown log.
         self.current: dict[uuid.UUID, str] = {}
+        self._load_statement: Select[Any] | None = None
 
     def run(self, item_id: uuid.UUID, token: str, actor: str) -> None:
         """Run one claimed item's actions until it idles, ends, fails or must yield.
 
-        Before the item is let go, the decider is asked with the item re-read under the
-        lease fence (the row is locked until commit on PostgreSQL), so an event applied
-        meanwhile is seen and can never be lost by releasing the item to `idle`.
+        The item is read once, outside any write transaction. Before it is let go, the
+        decision is confirmed under the lease fence (the row is locked until commit on
+        PostgreSQL): when the stamp the fence finds is not the one read, someone changed
+        the item meanwhile (an event, an API call), and it is read again and decided
+        anew. So an event applied meanwhile is seen, and can never be lost by releasing
+        the item to `idle`. An action's writes, the release and the audit rows commit
+        in one transaction.
         """
         started = time.monotonic()
         with self.sessions() as session:
-            item = session.get(WorkItem, item_id)
+            session.info[_IN_EXECUTOR] = False  # the lease holder's session (no stamps)
+            item = self._read(session, item_id)
             if item is None or item.lease_token != token:
                 return
             action = self._next_action(item)
-            fenced = False  # is the item fresh and locked under our lease right now?
+            done: str | None = None  # the action whose writes the open transaction holds
             while True:
-                if not isinstance(action, str) and not fenced:
+                if not isinstance(action, str) and done is None:
                     # Confirm under the fence with fresh state before letting go.
-                    if not store.fence_lease(session, item_id, token, self.clock()):
+                    changed = self._lock(session, item, token)
+                    if changed is None:
                         return
-                    session.get(WorkItem, item_id, populate_existing=True)
-                    action = self._next_action(item)
+                    if changed:
+                        action = self._next_action(item)
                 if action is None:
                     terminal = item.phase in TERMINAL_PHASES
                     trigger = (
@@ -94,42 +103,105 @@ class ItemRunner:
                         if terminal
                         else {"source": "decider", "reason": "nothing to do"}
                     )
-                    self._let_go(session, item, actor, trigger)
+                    release_slot(session, item, actor=actor, trigger=trigger)
+                    self._commit(session, item_id, token, done, actor)
                     return
                 if isinstance(action, Wait):
-                    self._hold(session, item, action)
+                    self._hold(item, action)
+                    self._commit(session, item_id, token, done, actor)
                     return
                 if self._stopping.is_set():
                     # Shutting down: hand the item back between actions. It keeps its
                     # slot and its place in line; another replica claims it at once.
                     store.drop_lease(session, item_id, token)
-                    session.commit()
+                    self._commit(session, item_id, token, done, actor)
                     return
-                if fenced and time.monotonic() - started >= self.settings.deadline_seconds:
+                if done and time.monotonic() - started >= self.settings.deadline_seconds:
                     # Keep the slot, give the worker back; the item is claimed again
                     # behind the items that were already waiting.
                     store.drop_lease(session, item_id, token, resume_at=self.clock())
-                    session.commit()
+                    self._commit(session, item_id, token, done, actor)
                     return
-                # End the transaction: on SQLite the write lock is then taken only when
-                # the executor first touches the database, not for its whole run.
-                session.commit()
+                # End the transaction (storing the last action's writes): no lock is
+                # held, and on SQLite no write lock, while the executor calls out.
+                if not self._commit(session, item_id, token, done, actor):
+                    return
                 self.current[item_id] = action
                 try:
                     if not self._run_action(session, item, token, action, actor):
                         return
                 finally:
                     self.current.pop(item_id, None)
-                # The item was re-read under the fence: decide on fresh state.
-                fenced = True
+                # The item is locked under the fence and known fresh: decide on it.
+                done = action
                 action = self._next_action(item)
 
-    def _let_go(
-        self, session: Session, item: WorkItem, actor: str, trigger: dict[str, Any]
-    ) -> None:
-        """Release the item's slot (idle, or done once terminal) and commit, under the fence."""
-        release_slot(session, item, actor=actor, trigger=trigger)
+    def _commit(
+        self, session: Session, item_id: uuid.UUID, token: str, done: str | None, actor: str
+    ) -> bool:
+        """Commit; False when it failed storing an action's writes (counted as its failure)."""
+        if done is None:
+            session.commit()
+            return True
+        try:
+            session.commit()
+        except Exception as err:
+            session.rollback()
+            self._record_failure(item_id, token, done, err, actor)
+            return False
+        return True
+
+    def _read(self, session: Session, item_id: uuid.UUID) -> WorkItem | None:
+        """The item with its details and dimensions: one query, and no transaction on
+        PostgreSQL (autocommit), a reader's transaction on SQLite."""
+        session.connection(execution_options=self._read_options(session))
+        item = session.execute(self._load, {"item_id": item_id}).unique().scalar_one_or_none()
         session.commit()
+        return item
+
+    def _lock(self, session: Session, item: WorkItem, token: str) -> bool | None:
+        """Lock the item under its lease; whether it changed since read (None: lease lost).
+
+        A changed item is read again. The transaction stays open, holding the lock.
+        """
+        stamp = lock_lease(session, item.id, token)
+        if stamp is None:
+            session.rollback()
+            return None
+        if stamp == item.stamp:
+            return False
+        self._reread(session, item.id)
+        return True
+
+    def _reread(self, session: Session, item_id: uuid.UUID) -> None:
+        session.execute(self._reload, {"item_id": item_id}).unique().scalar_one()
+
+    @property
+    def _load(self) -> Select[Any]:
+        """One query for an item of any registered type, its details and dimensions."""
+        if self._load_statement is None:
+            models = [
+                model
+                for model in (self.registry.get(name).model for name in self.registry.names)
+                if model is not WorkItem
+            ]
+            entity: Any = with_polymorphic(WorkItem, models) if models else WorkItem
+            self._load_statement = (
+                select(entity)
+                .where(entity.id == bindparam("item_id"))
+                .options(joinedload(entity.statuses))
+            )
+        return self._load_statement
+
+    @property
+    def _reload(self) -> Select[Any]:
+        return self._load.execution_options(populate_existing=True)
+
+    def _read_options(self, session: Session) -> dict[str, Any]:
+        if session.get_bind().dialect.name == "postgresql":
+            # A single statement needs no transaction: no BEGIN and COMMIT round trips.
+            return {"isolation_level": "AUTOCOMMIT"}
+        return {READ_ONLY_OPTION: True}  # SQLite: a deferred transaction, never waits
 
     def _next_action(self, item: WorkItem) -> Decision:
         if item.phase in TERMINAL_PHASES:
@@ -137,36 +209,36 @@ class ItemRunner:
         return self.registry.get(item.type).decider(item, self.clock())
 
     @staticmethod
-    def _hold(session: Session, item: WorkItem, wait: Wait) -> None:
+    def _hold(item: WorkItem, wait: Wait) -> None:
         """Keep the item's slot and give the worker back until `wait.until`.
 
-        The caller holds the lease fence in the open transaction. No audit row: a
-        long run is checked many times and nothing about the item changes.
+        The caller holds the lease fence in the open transaction and commits. No audit
+        row: a long run is checked many times and nothing about the item changes.
         """
         item.run_after = wait.until
         item.lease_owner = item.lease_token = None
         item.leased_until = None
-        session.commit()
 
     def _run_action(
         self, session: Session, item: WorkItem, token: str, action: str, actor: str
     ) -> bool:
         """Run one executor and stage its changes, fenced; False when the item is let go.
 
-        On success the transaction is left open with the item re-read under the
-        fence, so the caller can decide (and release) in the same transaction.
+        On success the transaction is left open, the item locked under the fence and
+        known fresh (read again only if someone changed it since it was read), so the
+        caller can decide (and release) in the same transaction, with one flush.
         """
         item_id = item.id
         item_type = self.registry.get(item.type)
         executor = self.registry.executor(item.type, action)
         old = snapshot(item)
         failures, failure_message = item.attempts, item.error
+        read_stamp = item.stamp
         started = time.monotonic()
         try:
-            with fenced_executor(session, item_id, token):
+            with fenced_executor(session, item_id, token) as fence:
                 executor(ActionContext(session, item, self.clock(), item_type.settings, actor))
-                session.connection()  # make sure the fenced write transaction has begun
-                session.flush()
+                session.connection()  # make sure the fenced transaction has begun
         except LeaseLost:
             session.rollback()
             self._count_run(item_type.name, action, "lease_lost", started)
@@ -179,6 +251,11 @@ class ItemRunner:
             self._record_failure(item_id, token, action, err, actor)
             return False
         self._count_run(item_type.name, action, "succeeded", started)
+        if fence.stamp != read_stamp:
+            # Changed since read (an event, an API call): the executor's changes go in
+            # on top of it, and what follows is decided on the item as stored now.
+            session.flush()
+            self._reread(session, item_id)
         if failures:
             # A success ends the run of failures: the limit counts consecutive ones.
             item.attempts = 0
@@ -197,9 +274,9 @@ class ItemRunner:
             ),
         )
         if item.phase in TERMINAL_PHASES:
-            self._let_go(session, item, actor, trigger)
+            release_slot(session, item, actor=actor, trigger=trigger)
+            self._commit(session, item_id, token, action, actor)
             return False
-        session.get(WorkItem, item_id, populate_existing=True)
         return True
 
     def _count_run(self, type_name: str, action: str, outcome: str, started: float) -> None:
@@ -210,11 +287,9 @@ class ItemRunner:
     ) -> None:
         now = self.clock()
         with self.sessions.begin() as session:
-            if not store.fence_lease(session, item_id, token, now):
+            if lock_lease(session, item_id, token) is None:
                 return
-            item = session.get(WorkItem, item_id, populate_existing=True)
-            if item is None:
-                return
+            item = session.execute(self._reload, {"item_id": item_id}).unique().scalar_one()
             record_failure(session, item, action, err, actor, self.settings, now)
 
 
