@@ -328,7 +328,10 @@ class StatementCounter:
 
         engine.dialect.do_ping = counted_ping  # type: ignore[method-assign]
         # The audit rows go in with COPY on the driver's connection, which SQLAlchemy's
-        # events do not see: count it too, on this engine's connections.
+        # events do not see: count it too, on this engine's connections (PostgreSQL's:
+        # sqlite3 connections cannot be weakly referenced, and SQLite has no COPY).
+        if engine.dialect.name != "postgresql":
+            return
         mine: weakref.WeakSet[Any] = weakref.WeakSet()
         event.listen(
             engine, "connect", lambda dbapi_connection, _record: mine.add(dbapi_connection)

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from sqlalchemy import select, update
 
 from tests.conftest import Store, make_config
@@ -16,6 +17,7 @@ from tests.support.chain import decide as chain_decide
 from tests.support.waiting import wait_for
 from wq.engine.dimensions import set_dimension
 from wq.engine.events import drain_events, store_event
+from wq.engine.metrics import metrics_of
 from wq.engine.models import WorkItem, WorkItemStatus
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext, EventContext, TypeRegistry
@@ -145,7 +147,8 @@ def test_an_item_cancelled_while_its_action_runs_ends_cancelled_and_frees_its_sl
     assert "action_completed" not in audit_types(store.sessions, item_id)
 
 
-def test_a_worker_fenced_out_during_its_action_leaves_no_writes(store: Store) -> None:
+@pytest.mark.parametrize("step", ["step1", "step3"])  # then another action; then idle
+def test_a_worker_fenced_out_during_its_action_leaves_no_writes(store: Store, step: str) -> None:
     behaviour = Behaviour()
 
     def steal(ctx: ActionContext) -> None:
@@ -154,17 +157,34 @@ def test_a_worker_fenced_out_during_its_action_leaves_no_writes(store: Store) ->
                 update(WorkItem).where(WorkItem.id == ctx.item.id).values(lease_token="other")
             )
 
-    registry = registry_with(behaviour, "step1", steal)
+    registry = registry_with(behaviour, step, steal)
     item_id = submit(store.sessions, registry, make_config(store.url)).item.id  # type: ignore[union-attr]
+    if step == "step3":  # steps 1 and 2 are done already
+        with store.sessions.begin() as session:
+            found = session.get(WorkItem, item_id)
+            set_dimension(session, found, "needs_step1", False)
+            set_dimension(session, found, "needs_step2", False)
     before = load(store.sessions, item_id)
+    runs = metrics_of(store.sessions).executor_runs
+
+    def counted() -> tuple[float, float]:
+        return tuple(  # type: ignore[return-value]
+            runs.labels("chain", step, outcome)._value.get()
+            for outcome in ("lease_lost", "succeeded")
+        )
+
+    lost, succeeded = counted()
     run_until_settled(store, registry, item_id)
 
-    assert behaviour.actions_of(item_id) == ["step1"]
+    assert behaviour.actions_of(item_id) == [step]
     item = load(store.sessions, item_id)
     assert item.lease_token == "other" and item.admission == "admitted"
     assert item.stamp == before.stamp and item.attempts == 0
-    assert dimensions(store, item_id) == {}
+    assert dimensions(store, item_id) == {
+        row.dimension: row.status for row in before.statuses
+    }  # nothing of the action
     assert "action_completed" not in audit_types(store.sessions, item_id)
+    assert counted() == (lost + 1, succeeded)
 
 
 def stamp_of(store: Store, item_id: uuid.UUID) -> int:

@@ -1,10 +1,10 @@
 """Executors run fenced by their item's lease, and may not end the transaction.
 
-While an executor runs, the first statement of its write transaction (the
-executor's own, or the engine's final flush) checks the lease token and, on
-PostgreSQL, locks the item's row until commit (`SELECT ... FOR UPDATE`; SQLite's
-`BEGIN IMMEDIATE` already excludes every other writer): a worker that lost its
-lease can write nothing that survives. The fence also reads the item's `stamp`, so
+While an executor runs, the first statement of its transaction (the executor's
+own; after an executor that sent none, the engine's fence) checks the lease token
+and, on PostgreSQL, locks the item's row until commit (`SELECT ... FOR UPDATE`;
+SQLite's `BEGIN IMMEDIATE` already excludes every other writer): a worker that lost
+its lease can write nothing that survives. The fence also reads the item's `stamp`, so
 the worker knows whether anyone changed the item since it read it. A commit
 attempted by the executor is refused.
 """
@@ -91,8 +91,10 @@ def _fence_action(session: Session, _transaction: Any, connection: Connection) -
 def fenced_executor(session: Session, item_id: uuid.UUID, token: str) -> Iterator[Fence]:
     """The scope of one executor run: commits refused, the transaction fenced by the lease.
 
-    The caller begins the transaction before the scope ends (`session.connection()`),
-    so that the fence has run, and its `stamp` is set, once the scope is left.
+    The fence's `stamp` is set once the executor's first statement has begun the
+    transaction. It is still None after an executor that sent none: then nothing is
+    locked yet, and the caller must fence before it writes anything (`lock_lease`, or
+    a statement with the same condition).
     """
     fence = Fence(item_id, token)
     session.info[_IN_EXECUTOR] = True

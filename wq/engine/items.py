@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -138,6 +138,69 @@ def release_slots(
                 updated_at=now,
             )
         )
+
+
+_RELEASE_IF_UNCHANGED = (
+    update(WORK_ITEMS)
+    .where(
+        WORK_ITEMS.c.id == bindparam("item_id"),
+        WORK_ITEMS.c.lease_token == bindparam("token"),
+        WORK_ITEMS.c.stamp == bindparam("read_stamp"),
+    )
+    .values(
+        admission=bindparam("new_admission"),
+        lease_owner=None,
+        lease_token=None,
+        leased_until=None,
+        updated_at=bindparam("now"),
+    )
+)
+
+
+def release_if_unchanged(
+    session: Session,
+    item: WorkItem,
+    *,
+    token: str,
+    actor: str,
+    trigger: dict[str, Any],
+    now: datetime,
+) -> bool:
+    """`release_slot` and its lease fence in one statement, for an item known as read.
+
+    The UPDATE releases the item only while `token` holds its lease and its stamp is
+    still the loaded one (nobody changed it since), and locks the row until commit on
+    PostgreSQL, as the fence does. It is sent ahead of anything the session has yet
+    to flush. The item's loaded state is set as written. False, with nothing written,
+    when the lease was lost, the item changed, or there is nothing to release: the
+    caller then takes the fence and decides again.
+    """
+    new_admission = _released_admission(item)
+    if new_admission is None:
+        return False
+    result = session.connection().execute(  # the connection: no autoflush before it
+        _RELEASE_IF_UNCHANGED,
+        {
+            "item_id": item.id,
+            "token": token,
+            "read_stamp": item.stamp,
+            "new_admission": new_admission,
+            "now": now,
+        },
+    )
+    if result.rowcount != 1:
+        return False
+    old = snapshot(item)
+    for key, value in (
+        ("admission", new_admission),
+        ("lease_owner", None),
+        ("lease_token", None),
+        ("leased_until", None),
+        ("updated_at", now),
+    ):
+        set_committed_value(item, key, value)
+    _audit_release(session, item, old, actor, trigger)
+    return True
 
 
 def _released_admission(item: WorkItem) -> str | None:

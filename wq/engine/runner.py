@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,7 +27,7 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.db import READ_ONLY_OPTION
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
-from wq.engine.items import release_slot, set_phase, snapshot
+from wq.engine.items import release_if_unchanged, release_slot, set_phase, snapshot
 from wq.engine.metrics import metrics_of
 from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
@@ -41,6 +42,16 @@ from wq.engine.registry import (
 from wq.engine.wakeup import PROJECT_QUEUED, signal
 
 log = logging.getLogger("wq.engine.processing")
+
+
+@dataclass
+class _Done:
+    """An action that ran; its writes are not committed yet."""
+
+    action: str
+    type_name: str
+    started: float
+    fenced: bool = False  # its writes are under the lease fence (it succeeded)
 
 
 def backoff_delay(attempts: int, base: float, maximum: float) -> float:
@@ -72,13 +83,13 @@ class ItemRunner:
     def run(self, item_id: uuid.UUID, token: str, actor: str) -> None:
         """Run one claimed item's actions until it idles, ends, fails or must yield.
 
-        The item is read once, outside any write transaction. Before it is let go, the
-        decision is confirmed under the lease fence (the row is locked until commit on
-        PostgreSQL): when the stamp the fence finds is not the one read, someone changed
-        the item meanwhile (an event, an API call), and it is read again and decided
-        anew. So an event applied meanwhile is seen, and can never be lost by releasing
-        the item to `idle`. An action's writes, the release and the audit rows commit
-        in one transaction.
+        The item is read once, outside any write transaction. An action's writes, the
+        next decision, the release and the audit rows then go in one transaction under
+        the lease fence (the row is locked until commit on PostgreSQL). The fence finds
+        the item's stamp: when it is not the one read, someone changed the item
+        meanwhile (an event, an API call), and it is read again and decided anew. So
+        an event applied meanwhile is seen, and can never be lost by releasing the
+        item to `idle`. An item let go unchanged is released by the fence itself.
         """
         started = time.monotonic()
         with self.sessions() as session:
@@ -87,22 +98,32 @@ class ItemRunner:
             if item is None or item.lease_token != token:
                 return
             action = self._next_action(item)
-            done: str | None = None  # the action whose writes the open transaction holds
+            done: _Done | None = None  # the last action, its writes not committed yet
+            locked = False  # is the item locked under our lease, and known fresh?
             while True:
-                if not isinstance(action, str) and done is None:
-                    # Confirm under the fence with fresh state before letting go.
+                if not locked and (done is not None or not isinstance(action, str)):
+                    # Letting go, or storing an action's writes: only under the fence.
+                    if action is None and release_if_unchanged(
+                        session,
+                        item,
+                        token=token,
+                        actor=actor,
+                        trigger=self._release_trigger(item, done),
+                        now=self.clock(),
+                    ):
+                        self._fenced(done)
+                        self._commit(session, item_id, token, done, actor)
+                        return
                     changed = self._lock(session, item, token)
                     if changed is None:
+                        self._lost(item_id, done)
                         return
+                    locked = True
+                    self._fenced(done)
                     if changed:
                         action = self._next_action(item)
                 if action is None:
-                    terminal = item.phase in TERMINAL_PHASES
-                    trigger = (
-                        {"source": "worker", "reason": "phase is terminal"}
-                        if terminal
-                        else {"source": "decider", "reason": "nothing to do"}
-                    )
+                    trigger = self._release_trigger(item, done)
                     release_slot(session, item, actor=actor, trigger=trigger)
                     self._commit(session, item_id, token, done, actor)
                     return
@@ -116,7 +137,10 @@ class ItemRunner:
                     store.drop_lease(session, item_id, token)
                     self._commit(session, item_id, token, done, actor)
                     return
-                if done and time.monotonic() - started >= self.settings.deadline_seconds:
+                if (
+                    done is not None
+                    and time.monotonic() - started >= self.settings.deadline_seconds
+                ):
                     # Keep the slot, give the worker back; the item is claimed again
                     # behind the items that were already waiting.
                     store.drop_lease(session, item_id, token, resume_at=self.clock())
@@ -128,16 +152,36 @@ class ItemRunner:
                     return
                 self.current[item_id] = action
                 try:
-                    if not self._run_action(session, item, token, action, actor):
-                        return
+                    done = self._run_action(session, item, token, action, actor)
                 finally:
                     self.current.pop(item_id, None)
-                # The item is locked under the fence and known fresh: decide on it.
-                done = action
+                if done is None:
+                    return
+                locked = done.fenced
                 action = self._next_action(item)
 
+    @staticmethod
+    def _release_trigger(item: WorkItem, done: _Done | None) -> dict[str, Any]:
+        if item.phase not in TERMINAL_PHASES:
+            return {"source": "decider", "reason": "nothing to do"}
+        if done is not None:
+            return {"source": "worker", "action": done.action}
+        return {"source": "worker", "reason": "phase is terminal"}
+
+    def _fenced(self, done: _Done | None) -> None:
+        """The last action's writes are under the fence now: it succeeded."""
+        if done is not None and not done.fenced:
+            done.fenced = True
+            self._count_run(done.type_name, done.action, "succeeded", done.started)
+
+    def _lost(self, item_id: uuid.UUID, done: _Done | None) -> None:
+        """The lease was lost before the last action's writes were fenced: discarded."""
+        if done is not None and not done.fenced:
+            self._count_run(done.type_name, done.action, "lease_lost", done.started)
+            log.warning("lost the lease of work item %s during %s; discarded", item_id, done.action)
+
     def _commit(
-        self, session: Session, item_id: uuid.UUID, token: str, done: str | None, actor: str
+        self, session: Session, item_id: uuid.UUID, token: str, done: _Done | None, actor: str
     ) -> bool:
         """Commit; False when it failed storing an action's writes (counted as its failure)."""
         if done is None:
@@ -147,7 +191,7 @@ class ItemRunner:
             session.commit()
         except Exception as err:
             session.rollback()
-            self._record_failure(item_id, token, done, err, actor)
+            self._record_failure(item_id, token, done.action, err, actor)
             return False
         return True
 
@@ -162,9 +206,10 @@ class ItemRunner:
     def _lock(self, session: Session, item: WorkItem, token: str) -> bool | None:
         """Lock the item under its lease; whether it changed since read (None: lease lost).
 
-        A changed item is read again. The transaction stays open, holding the lock.
+        The lock goes ahead of any write the session has yet to flush. A changed item
+        is read again (after those writes). The transaction stays open, holding the lock.
         """
-        stamp = lock_lease(session, item.id, token)
+        stamp = lock_lease(session.connection(), item.id, token)
         if stamp is None:
             session.rollback()
             return None
@@ -221,12 +266,14 @@ class ItemRunner:
 
     def _run_action(
         self, session: Session, item: WorkItem, token: str, action: str, actor: str
-    ) -> bool:
-        """Run one executor and stage its changes, fenced; False when the item is let go.
+    ) -> _Done | None:
+        """Run one executor and stage its changes; None when the item is let go.
 
-        On success the transaction is left open, the item locked under the fence and
-        known fresh (read again only if someone changed it since it was read), so the
-        caller can decide (and release) in the same transaction, with one flush.
+        On success the transaction is left open with the executor's writes. If the
+        executor's statements began it, the item is locked under the fence and known
+        fresh (read again only if someone changed it since it was read); if it sent
+        none, nothing is locked or written yet, and the caller fences before anything
+        is stored. Either way the caller decides (and releases) in the same transaction.
         """
         item_id = item.id
         item_type = self.registry.get(item.type)
@@ -238,30 +285,30 @@ class ItemRunner:
         try:
             with fenced_executor(session, item_id, token) as fence:
                 executor(ActionContext(session, item, self.clock(), item_type.settings, actor))
-                session.connection()  # make sure the fenced transaction has begun
         except LeaseLost:
             session.rollback()
             self._count_run(item_type.name, action, "lease_lost", started)
             log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
-            return False
+            return None
         except Exception as err:
             session.rollback()
             outcome = "requeued" if isinstance(err, Requeue) else "error"
             self._count_run(item_type.name, action, outcome, started)
             self._record_failure(item_id, token, action, err, actor)
-            return False
-        self._count_run(item_type.name, action, "succeeded", started)
-        if fence.stamp != read_stamp:
-            # Changed since read (an event, an API call): the executor's changes go in
-            # on top of it, and what follows is decided on the item as stored now.
-            session.flush()
-            self._reread(session, item_id)
+            return None
+        done = _Done(action, item_type.name, started)
+        if fence.stamp is not None:
+            self._fenced(done)
+            if fence.stamp != read_stamp:
+                # Changed since read (an event, an API call): the executor's changes go
+                # in on top of it, and what follows is decided on the item as stored now.
+                session.flush()
+                self._reread(session, item_id)
         if failures:
             # A success ends the run of failures: the limit counts consecutive ones.
             item.attempts = 0
             if item.error == failure_message:  # unless the executor set an error of its own
                 item.error = None
-        trigger = {"source": "worker", "action": action}
         audit(
             session,
             AuditRecord(
@@ -270,14 +317,10 @@ class ItemRunner:
                 item_id,
                 old_state=old,
                 new_state=snapshot(item),
-                trigger=trigger,
+                trigger={"source": "worker", "action": action},
             ),
         )
-        if item.phase in TERMINAL_PHASES:
-            release_slot(session, item, actor=actor, trigger=trigger)
-            self._commit(session, item_id, token, action, actor)
-            return False
-        return True
+        return done
 
     def _count_run(self, type_name: str, action: str, outcome: str, started: float) -> None:
         self.metrics.count_run(type_name, action, outcome, time.monotonic() - started)
