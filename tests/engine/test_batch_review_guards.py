@@ -2,7 +2,8 @@
 
 A batch retried after an action raised leaves alone what another replica took
 meanwhile; items waiting for a busy worker do not hold up purely cheap work; stop
-ends the scheduler's wait for a batch slot. Helpers here serve test_batch_review.py.
+ends the scheduler's wait for a batch slot; a worker's action whose writes the
+database refuses is a failed action. The helpers also serve the tests of the bugs found (branch review2).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import load, submit_many
+from tests.engine.helpers import audit_types, load, submit_many
 from tests.support.chain import STEPS, Behaviour, chain_type, decide, make_executor
 from tests.support.waiting import wait_for
 from wq.engine import items
@@ -28,6 +30,7 @@ from wq.engine.config import Config
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext, ItemType, TypeRegistry
+from wq.engine.runner import ItemRunner
 
 BIG_POOLS = {"default": {"capacity": 1000, "alert_capacity": 1}}
 
@@ -230,3 +233,44 @@ def test_stop_while_the_scheduler_waits_for_a_batch_slot(store: Store) -> None:
     # SQLite's second batch waits for the first's write lock; both commit before stop returns.
     assert admissions == ["admitted", "idle", "idle"]
     assert not [t for t in threading.enumerate() if t.name == "wq-batch"]
+
+
+# ------------------------------------------------- the worker path, for comparison
+
+
+def test_a_workers_action_whose_changes_cannot_be_written_is_a_failed_action(
+    store: Store,
+) -> None:
+    """A write the database refuses fails the worker's commit after the action: that
+    is the action's failure (counted, audited, backing off), not a lost lease to wait
+    out."""
+    behaviour = Behaviour()
+    step1 = make_executor("step1", behaviour)
+
+    def broken_step1(ctx: ActionContext) -> None:
+        step1(ctx)
+        ctx.item.lane = None  # type: ignore[assignment]  # NOT NULL
+
+    chain = chain_type(behaviour)
+    registry = registry_of(replace(chain, executors={**chain.executors, "step1": broken_step1}))
+    config = make_config(store.url, pools=BIG_POOLS)
+    (item_id,) = submit_many(store.sessions, registry, config, ["g/p"])
+    admit(store, config)
+    now = utcnow()
+    with store.sessions.begin() as session:
+        (claim,) = store_ops.claim(
+            session,
+            owner="w",
+            limit=1,
+            types=["chain"],
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+        )
+    runner = ItemRunner(store.sessions, registry, config.processing, utcnow, threading.Event())
+    try:
+        runner.run(item_id, claim.token, "w/worker-0")
+    finally:
+        item = load(store.sessions, item_id)
+        assert item.attempts == 1 and "step1" in (item.error or "")
+        assert item.lease_token is None  # backing off, not leased until the lease runs out
+        assert "action_failed" in audit_types(store.sessions, item_id)
