@@ -3,7 +3,8 @@
 A batch retried after an action raised leaves alone what another replica took
 meanwhile; items waiting for a busy worker do not hold up purely cheap work; stop
 ends the scheduler's wait for a batch slot; a worker's action whose writes the
-database refuses is a failed action. The helpers also serve the tests of the bugs found (branch review2).
+database refuses is a failed action. The helpers also serve the tests of the bugs
+found (branch review2).
 """
 
 from __future__ import annotations
