@@ -189,6 +189,8 @@ class WorkItem(Base):
             sqlite_where=text("phase = 'active'"),
             postgresql_where=text("phase = 'active'"),
         ),
+        # The API's list, newest first, and its cursor: a page reads its own rows.
+        Index("ix_work_items_newest", "created_at", "id"),
         Index("ix_work_items_type_phase", "type", "phase"),
         Index("ix_work_items_project_phase", "project", "phase"),
         Index("ix_work_items_leased_until", "leased_until"),

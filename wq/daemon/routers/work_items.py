@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import Row, and_, or_, select
+from sqlalchemy import Row, select, tuple_
 from sqlalchemy.orm import Session
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
@@ -114,12 +114,8 @@ def read_items(
             query = query.where(column == value)
     if cursor:
         created, item_id = _decode_cursor(cursor)
-        query = query.where(
-            or_(
-                ITEMS.c.created_at < created,
-                and_(ITEMS.c.created_at == created, ITEMS.c.id < item_id),
-            )
-        )
+        # A row comparison: one range of ix_work_items_newest.
+        query = query.where(tuple_(ITEMS.c.created_at, ITEMS.c.id) < tuple_(created, item_id))
     readable = principal.types_with("read")
     if readable is not None:  # in SQL, so that pages stay full and cursors exact
         query = query.where(ITEMS.c.type.in_(sorted(readable)))

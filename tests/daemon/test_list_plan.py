@@ -1,0 +1,81 @@
+"""A page of `GET /api/work-items` reads its own rows, however many items exist.
+
+The list is newest first with a `(created_at, id)` cursor. Without an index in that
+order PostgreSQL sorted every item for every page. A database of its own with 20,000
+items (analyzed), the statement exactly as the endpoint sent it, custom and generic
+plans. PostgreSQL only (the plan is PostgreSQL's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from tests.conftest import make_config, throwaway_pg_database
+from tests.support.chain import Behaviour, chain_registry
+from tests.support.plans import capture, explain, scans, seq_scans
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
+from wq.engine import schema
+from wq.engine.db import make_engine
+
+pytestmark = pytest.mark.postgres
+
+ITEMS = 20000
+LIMIT = 50
+
+FILL = f"""
+INSERT INTO work_items (
+    id, type, project, phase, attempts, admission, lane, autonomous, created_at, updated_at
+)
+SELECT gen_random_uuid(), 'chain', 'team/p' || (i % 50), 'active', 0, 'idle', 'normal',
+    false, now() - make_interval(secs => i), now()
+FROM generate_series(1, {ITEMS}) AS s(i)
+"""
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[Runtime]:
+    with throwaway_pg_database("wq_listplan") as url:
+        engine = make_engine(url, pool_size=1)
+        schema.upgrade(engine)
+        with engine.begin() as conn:
+            conn.execute(text(FILL))
+            conn.execute(text("ANALYZE work_items"))
+        engine.dispose()
+        built = build_runtime(make_config(url), registry=chain_registry(Behaviour()))
+        try:
+            yield built
+        finally:
+            built.engine.dispose()
+
+
+def test_a_page_and_the_next_read_their_rows_not_every_item(runtime: Runtime) -> None:
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with TestClient(create_app(runtime)) as client, capture(runtime.engine) as sent:
+        first = client.get(f"/api/work-items?limit={LIMIT}", headers=headers)
+        assert first.status_code == 200, first.text
+        cursor = first.json()["next_cursor"]
+        second = client.get(f"/api/work-items?limit={LIMIT}&cursor={cursor}", headers=headers)
+        assert second.status_code == 200, second.text
+    pages = [first.json()["items"], second.json()["items"]]
+    assert [len(page) for page in pages] == [LIMIT, LIMIT]
+    stamps = [item["created_at"] for page in pages for item in page]
+    assert stamps == sorted(stamps, reverse=True) and len(set(stamps)) == 2 * LIMIT
+    lists = [s for s in sent if "FROM work_items" in s.statement and "LIMIT" in s.statement]
+    assert len(lists) == 2, [s.statement for s in sent]
+    for number, statement in enumerate(lists):
+        plan = explain(
+            runtime.config.database_url,
+            f"page{number}",
+            statement.statement,
+            dict(statement.parameters),
+        )
+        for kind, lines in (("custom", plan.custom), ("generic", plan.generic)):
+            report = f"page {number + 1}, {kind} plan:\n" + "\n".join(lines)
+            assert not seq_scans(lines), report
+            assert sum(scan.read for scan in scans(lines)) <= 3 * LIMIT, report
