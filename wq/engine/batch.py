@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
@@ -55,14 +56,14 @@ class _ActionFailed(Exception):
         self.step = step
         self.action = action
         self.error = error
-        self.batch: list[uuid.UUID] = []  # the items of the attempt that failed
 
 
 @dataclass(frozen=True)
 class Taken:
     """What a batch did: the items it took, and the leased ones that need a worker.
 
-    `due`: when a batch that was not full saw the next item of its types come due.
+    `due`: when the batch saw the next item of its types come due (a full batch:
+    only its own items).
     """
 
     taken: int
@@ -101,12 +102,23 @@ class BatchRunner:
         types = self.cheap_types
         failed: dict[uuid.UUID, _ActionFailed] = {}
         among: list[uuid.UUID] | None = None
-        for _ in range(limit + 1):
+        careful = False  # flush after each action, to find one whose writes are refused
+        for _ in range(limit + 2):
+            chosen: list[uuid.UUID] = []
             try:
-                return self._attempt(owner, types, limit, among, failed, on_full)
+                return self._attempt(owner, types, limit, among, failed, on_full, careful, chosen)
             except _ActionFailed as failure:
-                failed[failure.item_id] = failure
-                among, on_full = failure.batch, None
+                if not careful and isinstance(failure.error, SQLAlchemyError):
+                    # Maybe another action's writes, flushed by this one's query.
+                    careful = True
+                else:
+                    failed[failure.item_id] = failure
+            except Exception:
+                if careful or not chosen:
+                    raise  # not one action's doing (the database, say)
+                log.warning("a batch failed to commit; again, an action at a time", exc_info=True)
+                careful = True
+            among, on_full = chosen, None
         raise RuntimeError("a batch kept failing")  # pragma: no cover (bounded above)
 
     def _attempt(
@@ -117,7 +129,10 @@ class BatchRunner:
         among: list[uuid.UUID] | None,
         failed: dict[uuid.UUID, _ActionFailed],
         on_full: Callable[[], None] | None,
+        careful: bool,
+        chosen: list[uuid.UUID],
     ) -> Taken:
+        """One try of a batch; `chosen` gets the ids of the items it took."""
         now = self.clock()
         actor = f"{owner}/batch"
         with self.sessions() as session:
@@ -126,37 +141,51 @@ class BatchRunner:
                 due = store.next_due(session, types, now)
                 session.rollback()
                 return Taken(0, [], due)
+            chosen.extend(item.id for item in items)
             if among is None:
                 self.metrics.claims_per_pass.observe(len(items))
                 if len(items) == limit and on_full is not None:
                     on_full()
+            # Expired leases this batch takes over, with their previous holders.
             taken_over = [
                 Claim(item.id, "", item.lease_owner, item.leased_until, item.type)
                 for item in items
                 if item.leased_until is not None
             ]
-            audit_takeovers(session, owner, taken_over, None)
             releases: list[Release] = []
             handoff: list[WorkItem] = []
             for item in items:
                 try:
-                    if not self._advance(session, item, actor, failed.get(item.id), now, releases):
-                        handoff.append(item)
-                except _ActionFailed as failure:
+                    step = self._advance(
+                        session, item, actor, failed.get(item.id), now, releases, careful
+                    )
+                except _ActionFailed:
                     session.rollback()
-                    failure.batch = [each.id for each in items]
                     raise
+                if not step:
+                    handoff.append(item)
             token = str(uuid.uuid4())
+            lease_until = now + timedelta(seconds=self.settings.lease_seconds)
             store.lease(
                 session,
                 [item.id for item in handoff],
                 owner=owner,
                 token=token,
-                lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+                lease_until=lease_until,
             )
+            # Those handed on are audited with their new lease; the others were held
+            # by this batch's row locks only.
+            handed = {item.id for item in handoff}
+            audit_takeovers(session, owner, [c for c in taken_over if c.id in handed], lease_until)
+            audit_takeovers(session, owner, [c for c in taken_over if c.id not in handed], None)
             release_slots(session, releases, actor=actor, now=now)
-            # With this batch's backoffs and holds (flushed first), when it was not full.
-            due = None if len(items) == limit else store.next_due(session, types, now)
+            # When the next item comes due: a full batch knows its own backoffs and
+            # holds (the next batch follows at once and reads the rest).
+            due = (
+                min((i.run_after for i in items if i.run_after and i.run_after > now), default=None)
+                if len(items) == limit
+                else store.next_due(session, types, now)
+            )
             session.commit()
         if taken_over:
             self.metrics.lease_rescues.labels("claim").inc(len(taken_over))
@@ -176,14 +205,21 @@ class BatchRunner:
         failure: _ActionFailed | None,
         now: datetime,
         releases: list[Release],
+        careful: bool,
     ) -> bool:
         """Take one item as far as cheap actions go; False when it needs a worker.
 
         Items to let go are added to `releases`, written together before the commit.
+        An item whose decider raises goes to a worker too (which reports it), so that
+        it does not hold up the batch.
         """
         item_type = self.registry.get(item.type)
         for step in range(MAX_STEPS):
-            decision = self._decide(item, now)
+            try:
+                decision = self._decide(item, now)
+            except Exception:
+                log.exception("deciding on work item %s failed; it goes to a worker", item.id)
+                return False
             if decision is None:
                 trigger = (
                     {"source": "worker", "reason": "phase is terminal"}
@@ -204,33 +240,50 @@ class BatchRunner:
                 # It raised in an earlier attempt of this batch: count it, do not rerun it.
                 record_failure(session, item, decision, failure.error, actor, self.settings, now)
                 return True
-            if not self._act(session, item, step, decision, actor, now):
+            if not self._act(session, item, step, decision, actor, now, careful):
                 releases.append(Release(item, {"source": "worker", "action": decision}))
                 return True
         return False
 
     def _act(
-        self, session: Session, item: WorkItem, step: int, action: str, actor: str, now: datetime
+        self,
+        session: Session,
+        item: WorkItem,
+        step: int,
+        action: str,
+        actor: str,
+        now: datetime,
+        careful: bool,
     ) -> bool:
-        """Run one cheap action in the batch; False once the item is terminal."""
-        item_type = self.registry.get(item.type)
-        executor = self.registry.executor(item.type, action)
+        """Run one cheap action in the batch; False once the item is terminal.
+
+        `careful`: its writes are flushed at once, so that a write the database refuses
+        is this action's failure (else they go with the batch's, at its end).
+        """
+        kind, item_id = item.type, item.id  # readable after a failed flush, too
+        item_type = self.registry.get(kind)
+        executor = self.registry.executor(kind, action)
         old = snapshot(item)
         failures, failure_message = item.attempts, item.error
         session.info[_IN_EXECUTOR] = True
         started = time.monotonic()
         try:
             executor(ActionContext(session, item, now, item_type.settings, actor))
+            if careful:
+                session.flush()
         except Exception as err:
-            # Counted now: the batch runs again without this action, never rerunning it.
-            outcome = "requeued" if isinstance(err, Requeue) else "error"
-            metrics_of(session).count_run(item.type, action, outcome, time.monotonic() - started)
-            raise _ActionFailed(item.id, step, action, err) from err
+            # Counted now: the batch runs again without this action, never rerunning it
+            # (unless the database refused writes that may be another action's).
+            if careful or not isinstance(err, SQLAlchemyError):
+                outcome = "requeued" if isinstance(err, Requeue) else "error"
+                seconds = time.monotonic() - started
+                metrics_of(session).count_run(kind, action, outcome, seconds)
+            raise _ActionFailed(item_id, step, action, err) from err
         finally:
             session.info[_IN_EXECUTOR] = False
         # Counted once the batch commits: a batch rolled back for another item's failure
         # runs this action again.
-        kind, seconds = item.type, time.monotonic() - started
+        seconds = time.monotonic() - started
 
         def count(metrics: Metrics) -> None:
             metrics.count_run(kind, action, "succeeded", seconds)

@@ -100,6 +100,7 @@ class ProcessingManager:
         # Monotonic times an admitted item comes due (a lease or a backoff runs out),
         # as the worker claim and the batch last saw for their types.
         self._due: dict[str, float | None] = {}
+        self._waking_at = 0.0  # monotonic time the scheduler's current wait ends
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
@@ -201,7 +202,9 @@ class ProcessingManager:
             except Exception as err:
                 self.failures.failed("scheduler pass", err)
                 self._stopping.wait(self.settings.poll_interval_seconds)
-            pending = self.wakeup.wait(self._wait_seconds())
+            wait = self._wait_seconds()
+            self._waking_at = time.monotonic() + wait
+            pending = self.wakeup.wait(wait)
 
     def _wait_seconds(self) -> float:
         """Until the next poll, or sooner when a known lease or backoff runs out."""
@@ -267,10 +270,16 @@ class ProcessingManager:
     def _claim_for_workers(self) -> int:
         """Claim items of the types without cheap actions for the free workers, start them."""
         cheap = set(self._batch.cheap_types)
-        types = [name for name in self.registry.names if name not in cheap]
+        # With every type's items taken by batches, workers get what batches hand on.
+        # Beside types without cheap actions, workers serve all types in ready order
+        # (a batch's hand-off could wait behind later work forever).
+        every_type_cheap = all(name in cheap for name in self.registry.names)
+        types = [] if every_type_cheap else list(self.registry.names)
         with self._claim_lock:  # one claim at a time: free slots are never overbooked
             free = self.settings.workers - self.busy
             if not types or free <= 0 or self._stopping.is_set():
+                # Nothing to wait for here: a worker that returns wakes the scheduler.
+                self._due["workers"] = None
                 return 0
             now = self.clock()
             with self.sessions.begin() as session:
@@ -308,14 +317,13 @@ class ProcessingManager:
             limit=self.settings.batch_size,
             on_full=self._more_to_take if background else None,
         )
-        self._due["batch"] = self._monotonic(taken.due, now)
+        due = self._due["batch"] = self._monotonic(taken.due, now)
         if taken.handoff:
             with self._claim_lock:
                 self._hand_to_workers(taken.handoff, self.settings.workers - self.busy)
-        if background and taken.taken and taken.due is not None:
-            # It saw work come due later (its own backoffs and holds signal nothing):
-            # the scheduler's wait, computed before, may be too long. A batch that took
-            # nothing, or left nothing to come back to, wakes nobody.
+        if background and due is not None and due < self._waking_at:
+            # Work comes due before the scheduler's wait ends (this batch's backoffs and
+            # holds signal nothing): it must look again. Else this wakes nobody.
             self._more_to_take()
         return taken.taken
 

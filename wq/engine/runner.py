@@ -23,7 +23,7 @@ from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session, joinedload, sessionmaker, with_polymorphic
 
 from wq.engine import store
-from wq.engine.audit import AuditRecord, audit
+from wq.engine.audit import NUL_STAND_IN, AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.db import READ_ONLY_OPTION
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
@@ -351,6 +351,8 @@ def record_failure(
     """
     known = isinstance(err, RetryLater | PermanentFailure | Requeue)
     message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
+    # Kept as the audit keeps it: PostgreSQL's text refuses NUL (quoted from an answer).
+    message = message.replace("\x00", NUL_STAND_IN)
     log.warning("work item %s: %s", item.id, message)
     old = {**snapshot(item), "attempts": item.attempts}
     if not (item.error or "").startswith(f"{action}: "):
