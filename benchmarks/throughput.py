@@ -1042,7 +1042,9 @@ def render(
         ),
         (
             "PostgreSQL CPU",
-            f"{fmt(result.database_cpu_ms_per_item, 2)} ms/item (its backends for this database)",
+            f"{fmt(result.database_cpu_ms_per_item, 2)} ms/item (its backends for this database)"
+            if not str(report["postgres"]).startswith("none")
+            else "-",
         ),
         (
             "machine CPU",
