@@ -156,13 +156,13 @@ class BatchRunner:
             handoff: list[WorkItem] = []
             for item in items:
                 try:
-                    step = self._advance(
+                    settled = self._advance(
                         session, item, actor, failed.get(item.id), now, releases, careful
                     )
                 except _ActionFailed:
                     session.rollback()
                     raise
-                if not step:
+                if not settled:
                     handoff.append(item)
             token = str(uuid.uuid4())
             lease_until = now + timedelta(seconds=self.settings.lease_seconds)

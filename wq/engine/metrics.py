@@ -164,7 +164,7 @@ class Metrics:
         )
         self.claims_per_pass = Histogram(
             f"{s}claims_per_pass",
-            "Admitted items claimed by one scheduler pass (the sum is all items claimed).",
+            "Admitted items claimed by one scheduler pass or batch (the sum is all items claimed).",
             buckets=CLAIM_BUCKETS,
             registry=r,
         )

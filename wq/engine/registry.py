@@ -203,8 +203,8 @@ class ItemType:
     # the type's handler orders the others itself.
     ordered_events: frozenset[str] | None = None
     # Actions that make no external call and change the item only through the ORM
-    # objects they are given: they run in the scheduler's batch transaction, without
-    # a worker thread (`wq.engine.batch`).
+    # objects they are given: they run in a batch's transaction, on a batch thread,
+    # without a worker (`wq.engine.batch`).
     cheap_actions: frozenset[str] = frozenset()
 
 
