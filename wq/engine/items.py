@@ -115,16 +115,7 @@ def release_slots(
         new_admission = _released_admission(item)
         if new_admission is None:
             continue
-        old = snapshot(item)
-        for key, value in (
-            ("admission", new_admission),
-            ("lease_owner", None),
-            ("lease_token", None),
-            ("leased_until", None),
-            ("updated_at", now),
-        ):
-            set_committed_value(item, key, value)
-        _audit_release(session, item, old, actor, trigger)
+        _written_release(session, item, new_admission, now, actor, trigger)
         released.setdefault(new_admission, []).append(item.id)
     for new_admission, ids in released.items():
         session.execute(
@@ -190,6 +181,19 @@ def release_if_unchanged(
     )
     if result.rowcount != 1:
         return False
+    _written_release(session, item, new_admission, now, actor, trigger)
+    return True
+
+
+def _written_release(
+    session: Session,
+    item: WorkItem,
+    new_admission: str,
+    now: datetime,
+    actor: str,
+    trigger: dict[str, Any],
+) -> None:
+    """A release a statement wrote: the loaded item set to match, and audited."""
     old = snapshot(item)
     for key, value in (
         ("admission", new_admission),
@@ -200,7 +204,6 @@ def release_if_unchanged(
     ):
         set_committed_value(item, key, value)
     _audit_release(session, item, old, actor, trigger)
-    return True
 
 
 def _released_admission(item: WorkItem) -> str | None:
