@@ -64,7 +64,9 @@ def note_event(note: str, note_id: int = 55) -> dict[str, Any]:
 
 def tasks(runtime: Any) -> list[TaskItem]:
     with runtime.sessions() as session:
-        rows = list(session.execute(select(TaskItem).order_by(TaskItem.created_at)).scalars())
+        # Tasks made at once share their creation time: seq keeps their order.
+        query = select(TaskItem).order_by(TaskItem.created_at, TaskItem.seq)
+        rows = list(session.execute(query).scalars())
         session.expunge_all()
         return rows
 

@@ -34,7 +34,9 @@ def setup(store: Store, tmp_path: Path, cap: int = 6) -> tuple[TypeRegistry, Any
 
 def tasks(store: Store) -> list[TaskItem]:
     with store.sessions() as session:
-        rows = list(session.execute(select(TaskItem).order_by(TaskItem.created_at)).scalars())
+        # Tasks made by one tick share their creation time: seq keeps their order.
+        query = select(TaskItem).order_by(TaskItem.created_at, TaskItem.seq)
+        rows = list(session.execute(query).scalars())
         session.expunge_all()
         return rows
 
