@@ -22,11 +22,13 @@ from tests.engine.helpers import audit_types, load, submit_many
 from tests.engine.test_batch_review_guards import (
     Gate,
     admit,
+    claim_for_a_worker,
     events_of,
     registry_of,
     runner_of,
     steps_type,
     submit_models,
+    three_passes,
 )
 from tests.support.chain import Behaviour, chain_type, decide, make_executor
 from tests.support.waiting import wait_for
@@ -109,12 +111,7 @@ def test_an_action_whose_changes_cannot_be_written_does_not_stall_the_others(
     ids = submit_many(store.sessions, registry, config, [f"g/p{n}" for n in range(4)])
     admit(store, config)
     bad.add(ids[0])
-    runner = runner_of(store, registry, config)
-    for _ in range(3):
-        try:
-            runner.take("me", limit=10)
-        except Exception:
-            continue
+    three_passes(runner_of(store, registry, config))
     stuck = [item_id for item_id in ids[1:] if load(store.sessions, item_id).admission != "idle"]
     assert stuck == [], f"{len(stuck)} of 3 healthy items never processed"
 
@@ -138,16 +135,7 @@ def test_a_failed_action_whose_message_holds_nul_is_recorded_by_a_worker(store: 
     config = make_config(store.url, pools=BIG_POOLS)
     (item_id,) = submit_many(store.sessions, registry, config, ["g/p"])
     admit(store, config)
-    now = utcnow()
-    with store.sessions.begin() as session:
-        (claim,) = store_ops.claim(
-            session,
-            owner="w",
-            limit=1,
-            types=["chain"],
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-        )
+    claim = claim_for_a_worker(store)
     runner = ItemRunner(store.sessions, registry, config.processing, utcnow, threading.Event())
     runner.run(item_id, claim.token, "w/worker-0")
     item = load(store.sessions, item_id)  # (SQLite keeps the NUL in the item's error)
@@ -176,12 +164,7 @@ def test_a_failed_cheap_action_whose_message_holds_nul_does_not_stall_its_batch(
     ids = submit_many(store.sessions, registry, config, [f"g/p{n}" for n in range(3)])
     admit(store, config)
     bad.add(ids[0])
-    runner = runner_of(store, registry, config)
-    for _ in range(3):
-        try:
-            runner.take("me", limit=10)
-        except Exception:
-            continue
+    three_passes(runner_of(store, registry, config))
     failing = load(store.sessions, ids[0])
     assert failing.attempts >= 1 and "NulError" in (failing.error or "")
     assert [load(store.sessions, item_id).admission for item_id in ids[1:]] == ["idle", "idle"]

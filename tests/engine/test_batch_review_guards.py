@@ -9,6 +9,7 @@ found (branch review2).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -52,6 +53,28 @@ def steps_type(
         executors={step: make_executor(step, behaviour) for step in STEPS},
         cheap_actions=cheap,
     )
+
+
+def claim_for_a_worker(store: Store) -> store_ops.Claim:
+    """The one admitted chain item, leased to worker `w` as a scheduler pass would."""
+    now = utcnow()
+    with store.sessions.begin() as session:
+        (claim,) = store_ops.claim(
+            session,
+            owner="w",
+            limit=1,
+            types=["chain"],
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+        )
+    return claim
+
+
+def three_passes(runner: BatchRunner) -> None:
+    """Three scheduler passes' batches; a pass whose batch fails is followed by the next."""
+    for _ in range(3):
+        with contextlib.suppress(Exception):
+            runner.take("me", limit=10)
 
 
 def registry_of(*types: ItemType) -> TypeRegistry:
@@ -257,16 +280,7 @@ def test_a_workers_action_whose_changes_cannot_be_written_is_a_failed_action(
     config = make_config(store.url, pools=BIG_POOLS)
     (item_id,) = submit_many(store.sessions, registry, config, ["g/p"])
     admit(store, config)
-    now = utcnow()
-    with store.sessions.begin() as session:
-        (claim,) = store_ops.claim(
-            session,
-            owner="w",
-            limit=1,
-            types=["chain"],
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-        )
+    claim = claim_for_a_worker(store)
     runner = ItemRunner(store.sessions, registry, config.processing, utcnow, threading.Event())
     try:
         runner.run(item_id, claim.token, "w/worker-0")
