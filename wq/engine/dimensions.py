@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from wq.engine.models import WorkItem, WorkItemStatus, utcnow
 
@@ -29,8 +30,11 @@ def set_dimension(
     """Create or update one dimension of an item (detail replaced as given)."""
     row = item.status(dimension, variant)
     if row is None:
-        row = WorkItemStatus(dimension=dimension, variant=variant, status="")
-        item.statuses.append(row)
+        row = WorkItemStatus(work_item_id=item.id, dimension=dimension, variant=variant)
+        # Added to the loaded collection as if read with it: the row is inserted as
+        # itself, so the flush need not work out the item's collection changes (most
+        # of a cheap batch's flush).
+        set_committed_value(item, "statuses", [*item.statuses, row])
     row.status = "true" if needed else "false"
     row.detail = detail
     row.pending_until = pending_until
