@@ -19,7 +19,6 @@ same object with the same bytes and is never counted twice.
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import queue
 import threading
@@ -32,6 +31,7 @@ from typing import Any
 from sqlalchemy import Row, and_, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from wq.engine import jsontext
 from wq.engine.audit import document, on_committed
 from wq.engine.config import AuditConfig
 from wq.engine.metrics import Metrics, metrics_of
@@ -82,7 +82,7 @@ def object_key(prefix: str, entry: dict[str, Any], at: datetime) -> str:
 
 def encode(entry: dict[str, Any]) -> bytes:
     """One JSON line, gzipped (mtime 0: the same entry always gives the same bytes)."""
-    line = json.dumps(entry, default=str, sort_keys=True, separators=(",", ":")) + "\n"
+    line = jsontext.dumps(entry, default=str, sort_keys=True) + "\n"
     return gzip.compress(line.encode(), mtime=0)
 
 

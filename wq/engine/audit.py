@@ -19,7 +19,6 @@ Field conventions (the work-queue-service spec's):
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -31,7 +30,7 @@ import psycopg
 from sqlalchemy import Table, delete, exc, func, insert, select
 from sqlalchemy.orm import Session
 
-from wq.engine import on_commit
+from wq.engine import jsontext, on_commit
 from wq.engine.models import AuditEntry, utcnow
 
 log = logging.getLogger("wq.audit")
@@ -139,10 +138,10 @@ def _without_nul(value: Any) -> Any:
 
 def _document(value: Any) -> str:
     """A JSON column's text for COPY, as the JSON type binds it (None as JSON null)."""
-    text = json.dumps(value)
+    text = jsontext.dumps(value)
     # The escape shows up in the text only if a NUL may be in the value (checking the
     # text is cheaper than walking every value).
-    return json.dumps(_without_nul(value)) if "\\u0000" in text else text
+    return jsontext.dumps(_without_nul(value)) if "\\u0000" in text else text
 
 
 @on_commit.before("audit")
@@ -192,7 +191,9 @@ def _log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
             entry = document(row)
             # `audit` is the structured form for `--log-format json`.
             log.info(
-                "audit %s", json.dumps(entry, default=str, sort_keys=True), extra={"audit": entry}
+                "audit %s",
+                jsontext.dumps(entry, default=str, sort_keys=True),
+                extra={"audit": entry},
             )
     for listener in list(_committed_listeners):
         listener()

@@ -26,6 +26,8 @@ from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from wq.engine import jsontext
+
 READ_ONLY_OPTION = "wq_read_only"
 # How much longer than the statement timeout the client waits for an answer: the
 # server's own timeout normally fires first and leaves the connection usable.
@@ -149,6 +151,7 @@ def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_T
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url,
+            json_serializer=jsontext.dumps,
             connect_args={"check_same_thread": False, "timeout": 30},
             pool_size=pool_size,
             max_overflow=pool_size,
@@ -157,6 +160,7 @@ def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_T
         return engine
     engine = create_engine(
         url,
+        json_serializer=jsontext.dumps,
         pool_size=pool_size,
         max_overflow=pool_size,
         # No ping per checkout (a round trip on every transaction): connections idle
