@@ -54,6 +54,18 @@ def test_the_claimable_index_follows_the_claim_order(store: Store) -> None:
     assert "admission" in definition and "admitted" in definition and "active" in definition
 
 
+def test_the_lease_index_holds_leased_items_only(store: Store) -> None:
+    """ix_work_items_leased_until is partial: admitting or releasing an unleased item
+    (every batch's) writes no entry into it."""
+    if store.engine.dialect.name == "postgresql":
+        query = "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_work_items_leased_until'"
+    else:
+        query = "SELECT sql FROM sqlite_master WHERE name = 'ix_work_items_leased_until'"
+    with store.engine.connect() as conn:
+        definition = " ".join(str(conn.execute(text(query)).scalar_one()).lower().split())
+    assert "where" in definition and "leased_until is not null" in definition
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def private_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """A migrated database of this test's own: downgrading it touches no other test's."""

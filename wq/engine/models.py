@@ -193,7 +193,13 @@ class WorkItem(Base):
         Index("ix_work_items_newest", "created_at", "id"),
         Index("ix_work_items_type_phase", "type", "phase"),
         Index("ix_work_items_project_phase", "project", "phase"),
-        Index("ix_work_items_leased_until", "leased_until"),
+        # Lease expiry (sweep, next due): leased items only.
+        Index(
+            "ix_work_items_leased_until",
+            "leased_until",
+            sqlite_where=text("leased_until IS NOT NULL"),
+            postgresql_where=text("leased_until IS NOT NULL"),
+        ),
     )
 
     def status(self, dimension: str, variant: str = "") -> WorkItemStatus | None:
