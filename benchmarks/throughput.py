@@ -390,17 +390,19 @@ class StatementCounter:
 
 def bench_config(url: str, workers: int, poll: float) -> Config:
     """Like tests' make_config: fast polling, no sweep during the run, huge pools."""
+    processing: dict[str, object] = {
+        "workers": workers,
+        "lease_seconds": 60.0,
+        "poll_interval_seconds": poll,
+        "sweep_interval_seconds": 3600.0,
+        "shutdown_grace_seconds": 10.0,
+    }
+    if os.environ.get("WQ_BENCH_BATCH_SIZE"):  # else the daemon's default
+        processing["batch_size"] = int(os.environ["WQ_BENCH_BATCH_SIZE"])
     return parse_config(
         {
             "database_url": url,
-            "processing": {
-                "workers": workers,
-                "lease_seconds": 60.0,
-                "poll_interval_seconds": poll,
-                "sweep_interval_seconds": 3600.0,
-                "shutdown_grace_seconds": 10.0,
-                "batch_size": int(os.environ.get("WQ_BENCH_BATCH_SIZE", "50")),
-            },
+            "processing": processing,
             "pools": {"default": {"capacity": 1_000_000, "alert_capacity": 1}},
         },
         "bench",

@@ -59,8 +59,10 @@ class ProcessingConfig(_Section):
     """The processing manager: worker pool, leases, retries, sweep."""
 
     workers: PositiveInt = 10
-    # Items of types with cheap actions a batch takes at once (wq.engine.batch).
-    batch_size: PositiveInt = 50
+    # Items of types with cheap actions a batch takes at once (wq.engine.batch). A batch
+    # holds their rows (SQLite: the write lock) for its run, a few tens of milliseconds
+    # at 100; larger batches spread each batch's own statements over more items.
+    batch_size: PositiveInt = 100
     lease_seconds: PositiveFloat = 60.0
     deadline_seconds: PositiveFloat = 60.0
     max_attempts: PositiveInt = 5
