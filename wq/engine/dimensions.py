@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -30,11 +31,15 @@ def set_dimension(
     """Create or update one dimension of an item (detail replaced as given)."""
     row = item.status(dimension, variant)
     if row is None:
-        row = WorkItemStatus(work_item_id=item.id, dimension=dimension, variant=variant)
-        # Added to the loaded collection as if read with it: the row is inserted as
-        # itself, so the flush need not work out the item's collection changes (most
-        # of a cheap batch's flush).
-        set_committed_value(item, "statuses", [*item.statuses, row])
+        row = WorkItemStatus(dimension=dimension, variant=variant)
+        if inspect(item).persistent:
+            # Added to the loaded collection as if read with it: the row is inserted
+            # as itself, so the flush need not work out the item's collection changes
+            # (most of a cheap batch's flush).
+            row.work_item_id = item.id
+            set_committed_value(item, "statuses", [*item.statuses, row])
+        else:
+            item.statuses.append(row)  # a new item: its row is inserted first
     row.status = "true" if needed else "false"
     row.detail = detail
     row.pending_until = pending_until
