@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select, text
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import load, submit
+from tests.engine.helpers import Listening, load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items, pools
@@ -20,6 +20,7 @@ from wq.engine.admission import dispatch, in_flight, projects_with_queued, queue
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, Base, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
+from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 
 REGISTRY = chain_registry(Behaviour())
 
@@ -455,3 +456,27 @@ def test_queue_view_lists_admission_order(store: Store, lane: str) -> None:
     assert [entry.position for entry in entries] == [1, 2, 3]
     assert status.lanes[lane].in_flight == 1 and status.lanes[lane].queued == 3
     assert status.oldest_queued_at is not None
+
+
+def test_a_pass_that_claims_what_it_admits_wakes_only_other_replicas(store: Store) -> None:
+    """The scheduler's own pass claims right after admitting: waking itself for those
+    items would only run a pass that finds nothing. Other replicas are told."""
+    config = config_for(store, capacity=5)
+    first, second = enqueue(store, config), enqueue(store, config)
+    own, other = Wakeup(), Wakeup()
+    store.sessions.configure(info={WAKEUP_KEY: own})
+    listening = Listening(store.engine, other) if store.engine.dialect.name != "sqlite" else None
+    try:
+        admitted = dispatch(store.sessions, config, ["g/p"], now=utcnow(), wake_self=False)
+        assert [entry.id for entry in admitted] == [first, second]
+        assert not own.wait(0)
+        if listening is not None:  # by NOTIFY (after the listener's resync on start)
+            wait_for(lambda: other.wait(0.5).claim, message="the other replica woken")
+        finish(store, first)
+        own.wait(0)  # the release's own signal
+        enqueue(store, config)
+        assert len(dispatch(store.sessions, config, ["g/p"], now=utcnow())) == 1
+        assert own.wait(0).claim  # by default a pass wakes its own scheduler too
+    finally:
+        if listening is not None:
+            listening.stop()

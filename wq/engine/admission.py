@@ -24,7 +24,7 @@ from wq.engine.config import Config
 from wq.engine.metrics import Metrics, after_commit
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem
 from wq.engine.store import inline
-from wq.engine.wakeup import ITEMS_ADMITTED, signal
+from wq.engine.wakeup import ITEMS_ADMITTED, quiet, signal
 
 DISPATCHER = "dispatcher"
 
@@ -157,12 +157,17 @@ def dispatch(
     projects: Iterable[str] | None = None,
     *,
     now: datetime,
+    wake_self: bool = True,
 ) -> list[Admitted]:
     """One admission pass over the given projects (all with queued work when None).
 
     One short transaction for the whole pass, whatever the number of projects.
+    `wake_self=False`: the caller claims what it admits at once, so its own scheduler
+    is not woken for them (other replicas are).
     """
     with sessions.begin() as session:
+        if not wake_self:
+            quiet(session, ITEMS_ADMITTED)
         if projects is None:
             projects = projects_with_queued(session)
         return admit(session, config, projects, now)

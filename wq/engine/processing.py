@@ -242,7 +242,8 @@ class ProcessingManager:
             except Exception:  # the sweep tries again; other items go on
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
-            dispatch(self.sessions, self.config, projects, now=self.clock())
+            # The claim and the batch below take what this admits: no second pass for it.
+            dispatch(self.sessions, self.config, projects, now=self.clock(), wake_self=False)
         claimed = self._claim_for_workers()
         if not self._batch.cheap_types or self._stopping.is_set():
             return claimed

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from wq.engine import on_commit, store
 
 WAKEUP_KEY = "wq_wakeup"
+QUIET_KEY = "wq_wakeup_quiet"
 
 PROJECT_QUEUED = "queued"
 ITEMS_ADMITTED = "admitted"
@@ -90,6 +91,12 @@ class Wakeup:
             return taken
 
 
+def quiet(session: Session, kind: str) -> None:
+    """This session's commits do not wake its own hub for `kind`: the caller acts on
+    it itself. Other replicas are still notified."""
+    session.info.setdefault(QUIET_KEY, set()).add(kind)
+
+
 def signal(session: Session, kind: str, subject: str = "") -> None:
     """Announce work from inside a transaction; delivered only if it commits."""
     if (kind, subject) not in on_commit.pending(session, "signal"):
@@ -107,5 +114,7 @@ def _notify_replicas(session: Session, signals: list[tuple[str, str]]) -> None:
 def _deliver_committed(session: Session, signals: list[tuple[str, str]]) -> None:
     hub = session.info.get(WAKEUP_KEY)
     if isinstance(hub, Wakeup):
+        quiet_kinds = session.info.get(QUIET_KEY, ())
         for kind, subject in signals:
-            hub.deliver(kind, subject)
+            if kind not in quiet_kinds:
+                hub.deliver(kind, subject)
