@@ -197,6 +197,12 @@ class ProcessingManager:
                     projects=None if resync else pending.projects,
                     event_items=pending.event_items,
                     background=True,
+                    # Woken by submissions and releases alone, a pass claims only if
+                    # it admits something (a timer's wake-up has nothing pending).
+                    claim=resync
+                    or pending.claim
+                    or bool(pending.event_items)
+                    or not pending.projects,
                 )
                 self.failures.succeeded()
             except Exception as err:
@@ -234,7 +240,14 @@ class ProcessingManager:
         projects: set[str] | None,
         event_items: set[uuid.UUID] | frozenset[uuid.UUID],
         background: bool,
+        claim: bool = True,
     ) -> int:
+        """Apply events, admit, then claim for workers and take a batch.
+
+        `claim=False`: claim only if the admission admitted something or items wait
+        for a worker (nothing else made items claimable: admissions elsewhere, workers
+        that return, full batches and items that come due wake a pass that claims).
+        """
         for item_id in event_items:
             try:
                 with self.sessions.begin() as session:
@@ -243,7 +256,14 @@ class ProcessingManager:
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
             # The claim and the batch below take what this admits: no second pass for it.
-            dispatch(self.sessions, self.config, projects, now=self.clock(), wake_self=False)
+            admitted = dispatch(
+                self.sessions, self.config, projects, now=self.clock(), wake_self=False
+            )
+            claim = claim or bool(admitted)
+        if not (claim or self._surplus_waiting):
+            # (While items wait for a worker, full batches do not poke: the releases'
+            # wake-ups chain the batches then.)
+            return 0
         claimed = self._claim_for_workers()
         if not self._batch.cheap_types or self._stopping.is_set():
             return claimed
