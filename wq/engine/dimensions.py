@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.collections import collection_adapter
 
 from wq.engine.models import WorkItem, WorkItemStatus, utcnow
 
@@ -37,7 +37,9 @@ def set_dimension(
             # as itself, so the flush need not work out the item's collection changes
             # (most of a cheap batch's flush).
             row.work_item_id = item.id
-            set_committed_value(item, "statuses", [*item.statuses, row])
+            adapter = collection_adapter(item.statuses)
+            assert adapter is not None  # a loaded instrumented collection
+            adapter.append_without_event(row)
         else:
             item.statuses.append(row)  # a new item: its row is inserted first
     row.status = "true" if needed else "false"
