@@ -8,8 +8,12 @@ round trips per item at 20 items/s). Work must still never wait for the poll.
 
 from __future__ import annotations
 
+import threading
 import time
+import uuid
 from typing import Any
+
+from sqlalchemy.exc import OperationalError
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import load, submit, submit_many
@@ -17,6 +21,7 @@ from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine.batch import BatchRunner
 from wq.engine.processing import ProcessingManager
+from wq.engine.wakeup import ITEMS_ADMITTED, WAKEUP_KEY, Wakeup, quiet, signal
 
 POOLS = {"default": {"capacity": 1, "alert_capacity": 1}}
 
@@ -72,3 +77,99 @@ def test_one_item_at_a_time_costs_one_batch_and_waits_for_no_poll(
     submit(manager.sessions, registry, config, "g/q")
     time.sleep(0.3)
     assert len(batches) == before
+
+
+POLL = {"poll_interval_seconds": 60.0, "lease_seconds": 60.0}
+# Well under the poll interval: only a wake-up gets the work done in time.
+PROMPT = 8.0
+
+
+def idle_soon(store: Store, item_id: uuid.UUID, what: str) -> None:
+    wait_for(
+        lambda: load(store.sessions, item_id).admission == "idle", timeout=PROMPT, message=what
+    )
+
+
+def started(manager: ProcessingManager, managers: list[Any]) -> ProcessingManager:
+    manager.start()
+    managers.append(manager)
+    return manager
+
+
+def test_what_a_failed_batch_leaves_is_taken_again_soon_not_at_the_poll(
+    store: Store, managers: list[Any]
+) -> None:
+    """The pass that admits an item does not wake its own scheduler: its batch takes
+    the item. When that batch fails (a deadlock, a dropped connection: a database
+    error escapes `take`), a pass looks again a second later, not at the poll."""
+    config = make_config(store.url, processing=POLL)
+    registry = chain_registry(Behaviour(), cheap=True)
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    real_take = manager._batch.take
+    fail_next = threading.Event()
+
+    def take(*args: Any, **kwargs: Any) -> Any:
+        if fail_next.is_set():
+            fail_next.clear()
+            raise OperationalError("SELECT ...", {}, Exception("server closed the connection"))
+        return real_take(*args, **kwargs)
+
+    manager._batch.take = take  # type: ignore[method-assign]
+    started(manager, managers)
+    time.sleep(0.5)  # the first pass is over
+    fail_next.set()
+    intake = submit(manager.sessions, registry, config, "g/p")
+    assert intake.item is not None
+    idle_soon(store, intake.item.id, "the item after its first batch failed")
+
+
+def test_a_backoff_a_batch_sees_while_the_scheduler_works_out_its_wait_is_not_missed(
+    store: Store, managers: list[Any]
+) -> None:
+    """A background batch stores when its work comes due and pokes the scheduler only
+    if that is before the end of the scheduler's current wait. A batch that ends
+    while the scheduler works out that wait must poke too, or the scheduler sleeps
+    the whole poll interval. The test widens that window (a few bytecodes) by holding
+    `_wait_seconds` until the batch has ended."""
+    behaviour = Behaviour(fail_times={"step1": 1})  # a backoff of 1 s, the item admitted
+    registry = chain_registry(behaviour, cheap=True)
+    config = make_config(
+        store.url,
+        processing={**POLL, "backoff_base_seconds": 1.0, "backoff_max_seconds": 1.0},
+    )
+    intake = submit(store.sessions, registry, config, "g/p")  # the first pass finds it
+    assert intake.item is not None
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    batch_ended = threading.Event()
+    real_run_batch, real_wait_seconds = manager._run_batch, manager._wait_seconds
+
+    def run_batch(*, background: bool) -> int:
+        try:
+            return real_run_batch(background=background)
+        finally:
+            batch_ended.set()
+
+    def wait_seconds() -> float:
+        wait = real_wait_seconds()
+        batch_ended.wait(5)  # the first batch ends between the two
+        return wait
+
+    manager._run_batch = run_batch  # type: ignore[method-assign]
+    manager._wait_seconds = wait_seconds  # type: ignore[method-assign]
+    started(manager, managers)
+    idle_soon(store, intake.item.id, "the item retried after its 1 s backoff")
+
+
+def test_quiet_does_not_outlive_its_transaction(store: Store) -> None:
+    """`quiet()` marks one transaction: a later transaction of the same session that
+    admits work wakes its own hub again."""
+    hub = Wakeup()
+    sessions = store.sessions
+    with sessions(info={WAKEUP_KEY: hub}) as session:
+        with session.begin():
+            quiet(session, ITEMS_ADMITTED)
+            signal(session, ITEMS_ADMITTED)
+        assert not hub.wait(0).claim
+        with session.begin():
+            signal(session, ITEMS_ADMITTED)  # not quiet: its own scheduler must hear it
+        assert hub.wait(0).claim

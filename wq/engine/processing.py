@@ -53,6 +53,8 @@ STOP_STEP_SECONDS = 1.0
 # Batches of cheap actions in flight at once: while one waits for the database, the
 # scheduler claims the next and another batch runs its Python.
 BATCHES_IN_FLIGHT = 2
+# After a batch failed, the pass that takes its items again comes this much later.
+BATCH_RETRY_SECONDS = 1.0
 
 
 def default_owner() -> str:
@@ -208,6 +210,9 @@ class ProcessingManager:
             except Exception as err:
                 self.failures.failed("scheduler pass", err)
                 self._stopping.wait(self.settings.poll_interval_seconds)
+            # A batch that ends while the wait is worked out must poke: it compares
+            # when its work comes due with the end of the wait.
+            self._waking_at = float("inf")
             wait = self._wait_seconds()
             self._waking_at = time.monotonic() + wait
             pending = self.wakeup.wait(wait)
@@ -360,6 +365,10 @@ class ProcessingManager:
             self._run_batch(background=True)
         except Exception as err:
             self.failures.failed("batch", err)
+            # What its pass admitted is left for it: the next pass looks again soon
+            # (not at once: a batch that keeps failing would spin).
+            if not self._stopping.wait(BATCH_RETRY_SECONDS):
+                self.wakeup.poke()
         finally:
             self._batch_ended()
 

@@ -12,7 +12,8 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from sqlalchemy.orm import Session
+from sqlalchemy import event
+from sqlalchemy.orm import Session, SessionTransaction
 
 from wq.engine import on_commit, store
 
@@ -92,9 +93,17 @@ class Wakeup:
 
 
 def quiet(session: Session, kind: str) -> None:
-    """This session's commits do not wake its own hub for `kind`: the caller acts on
-    it itself. Other replicas are still notified."""
+    """This transaction's commit does not wake its own hub for `kind`: the caller acts
+    on it itself. Other replicas are still notified."""
+    if session.get_transaction() is None:
+        session.begin()  # the mark ends with this transaction
     session.info.setdefault(QUIET_KEY, set()).add(kind)
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _end_quiet(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.parent is None:
+        session.info.pop(QUIET_KEY, None)
 
 
 def signal(session: Session, kind: str, subject: str = "") -> None:
