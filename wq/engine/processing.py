@@ -2,8 +2,10 @@
 
 One scheduler thread turns wake-ups into work: it applies stored events, runs an
 admission pass for the projects that changed, and leases admitted items of types
-without cheap actions to the free workers (at most `workers` at once), each running
-one item's actions on a thread of its own (`wq.engine.runner`). Items of types with
+without cheap actions to the free workers (at most `workers` at once): one statement
+leases them and one more loads them, and each runs on one of a pool of persistent
+worker threads (`wq.engine.workers`), starting from what the claim read
+(`wq.engine.runner`). Items of types with
 cheap actions are taken by batches (`wq.engine.batch`), each claiming, running and
 releasing up to `batch_size` items in one transaction on a batch thread, two at most
 at once: while one waits for the database, the other runs. A batch hands what needs
@@ -33,16 +35,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import store
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
-from wq.engine.claims import claim_for_workers
+from wq.engine.claims import claim_for_workers, item_query
 from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.metrics import metrics_of
 from wq.engine.models import WorkItem, utcnow
 from wq.engine.outage import EngineFailures
+from wq.engine.pipelined import pipelined_sessions
 from wq.engine.registry import TickContext, Ticker, TypeRegistry
 from wq.engine.runner import ItemRunner, backoff_delay
 from wq.engine.sweep import sweep_once
 from wq.engine.wakeup import WAKEUP_KEY, Pending, Wakeup
+from wq.engine.workers import WorkerPool
 
 __all__ = ["ProcessingManager", "backoff_delay", "default_owner"]
 
@@ -87,10 +91,14 @@ class ProcessingManager:
         self.sessions: sessionmaker[Session] = sessionmaker(
             class_=sessions.class_, **{**sessions.kw, "info": info}
         )
+        # The worker path's (claims, workers, heartbeats): each transaction's BEGIN goes
+        # out with its first statement on PostgreSQL (`wq.engine.pipelined`).
+        self._worker_sessions = pipelined_sessions(self.sessions)
         self._running: dict[uuid.UUID, str] = {}
         self._running_lock = threading.Lock()
         self._all_returned = threading.Condition(self._running_lock)
-        self._free_slots = list(range(self.settings.workers - 1, -1, -1))
+        self._pool: WorkerPool[store.Claim] = WorkerPool(self._work, self.settings.workers)
+        self._item_query = item_query(registry)
         self._batches = 0  # batch threads running (guarded by the running lock)
         # Items were given back for want of a free worker; cleared when one returns.
         self._surplus_waiting = False
@@ -107,7 +115,7 @@ class ProcessingManager:
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
         self._runner = ItemRunner(
-            self.sessions, registry, self.settings, clock, stopping=self._stopping
+            self._worker_sessions, registry, self.settings, clock, stopping=self._stopping
         )
         self._batch = BatchRunner(self.sessions, registry, self.settings, clock)
 
@@ -171,6 +179,7 @@ class ProcessingManager:
                 ", ".join(f"{item_id} ({actions.get(item_id, '?')})" for item_id in leftovers),
             )
         self._halted.set()
+        self._pool.close()
         step_end = time.monotonic() + STOP_STEP_SECONDS
         for thread in self._threads:
             thread.join(timeout=max(0.0, step_end - time.monotonic()))
@@ -308,7 +317,7 @@ class ProcessingManager:
                 self._due["workers"] = None
                 return 0
             now = self.clock()
-            with self.sessions.begin() as session:
+            with self._worker_sessions.begin() as session:
                 taken = claim_for_workers(
                     session,
                     owner=self.owner,
@@ -316,6 +325,7 @@ class ProcessingManager:
                     free=free,
                     now=now,
                     lease_until=now + timedelta(seconds=self.settings.lease_seconds),
+                    load=self._item_query,
                 )
                 due = None if taken.full else store.next_due(session, types, now)
             self._due["workers"] = self._monotonic(due, now)
@@ -389,48 +399,44 @@ class ProcessingManager:
         if surplus:
             # More items want a worker than there are free ones: the rest wait, leased to
             # nobody, in their place in line.
-            with self.sessions.begin() as session:
+            with self._worker_sessions.begin() as session:
                 for claim in surplus:
                     store.drop_lease(session, claim.id, claim.token)
         with self._running_lock:
             if not self._stopping.is_set():
                 for claim in workers:
-                    self._start_worker(claim.id, claim.token)
+                    self._start_worker(claim)
                 return
         # Shutdown began meanwhile: no action ran, give the items back.
-        with self.sessions.begin() as session:
+        with self._worker_sessions.begin() as session:
             for claim in workers:
                 store.drop_lease(session, claim.id, claim.token)
 
     # ----------------------------------------------------------------- workers
 
-    def _start_worker(self, item_id: uuid.UUID, token: str) -> None:
-        """Run one claimed item on a worker thread (caller holds the running lock).
+    def _start_worker(self, claim: store.Claim) -> None:
+        """Hand one claimed item to the worker pool (caller holds the running lock).
 
-        Worker threads are daemon threads: past the shutdown grace the process can
-        exit without waiting for an action that is still running.
+        It counts as running from now on: the heartbeat extends its lease, and the
+        scheduler claims for the workers left free.
         """
-        slot = self._free_slots.pop() if self._free_slots else len(self._running)
-        self._running[item_id] = token
-        thread = threading.Thread(
-            target=self._work,
-            args=(item_id, token, slot),
-            name=f"wq-worker-{slot}",
-            daemon=True,
-        )
-        thread.start()
+        self._running[claim.id] = claim.token
+        try:
+            self._pool.submit(claim)
+        except BaseException:
+            self._running.pop(claim.id, None)
+            raise
 
-    def _work(self, item_id: uuid.UUID, token: str, slot: int) -> None:
+    def _work(self, claim: store.Claim, slot: int) -> None:
         # The owner tells replicas apart in the audit log; the slot tells workers apart.
         actor = f"{self.owner}/worker-{slot}"
         try:
-            self._runner.run(item_id, token, actor)
+            self._runner.run(claim.id, claim.token, actor, item=claim.item)
         except Exception as err:
-            self.failures.failed(f"processing of work item {item_id}", err)
+            self.failures.failed(f"processing of work item {claim.id}", err)
         finally:
             with self._running_lock:
-                self._running.pop(item_id, None)
-                self._free_slots.append(slot)
+                self._running.pop(claim.id, None)
                 self._all_returned.notify_all()
             self._surplus_waiting = False
             self.wakeup.poke()
@@ -455,7 +461,7 @@ class ProcessingManager:
         if not running:
             return 0
         lease_until = self.clock() + timedelta(seconds=self.settings.lease_seconds)
-        with self.sessions.begin() as session:
+        with self._worker_sessions.begin() as session:
             result = session.execute(
                 update(WorkItem)
                 .where(

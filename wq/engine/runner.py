@@ -19,15 +19,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, bindparam, select
-from sqlalchemy.orm import Session, joinedload, sessionmaker, with_polymorphic
+from sqlalchemy import Select
+from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
 from wq.engine.audit import NUL_STAND_IN, AuditRecord, audit
+from wq.engine.claims import item_query
 from wq.engine.config import ProcessingConfig
 from wq.engine.db import READ_ONLY_OPTION
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
-from wq.engine.items import release_if_unchanged, release_slot, set_phase, snapshot
+from wq.engine.items import release_slot, set_phase, snapshot
 from wq.engine.metrics import metrics_of
 from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
@@ -40,6 +41,7 @@ from wq.engine.registry import (
     Wait,
 )
 from wq.engine.wakeup import PROJECT_QUEUED, signal
+from wq.engine.worker_release import release_unchanged
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -52,6 +54,9 @@ class _Done:
     type_name: str
     started: float
     fenced: bool = False  # its writes are under the lease fence (it succeeded)
+    # Its audit row, until it is deferred with the writes (once they are fenced) or
+    # written with the release.
+    record: AuditRecord | None = None
 
 
 def backoff_delay(attempts: int, base: float, maximum: float) -> float:
@@ -80,10 +85,13 @@ class ItemRunner:
         self.current: dict[uuid.UUID, str] = {}
         self._load_statement: Select[Any] | None = None
 
-    def run(self, item_id: uuid.UUID, token: str, actor: str) -> None:
+    def run(
+        self, item_id: uuid.UUID, token: str, actor: str, *, item: WorkItem | None = None
+    ) -> None:
         """Run one claimed item's actions until it idles, ends, fails or must yield.
 
-        The item is read once, outside any write transaction. An action's writes, the
+        `item` is the item as its claim loaded it (detached); without it, the item is
+        read once here, outside any write transaction. An action's writes, the
         next decision, the release and the audit rows then go in one transaction under
         the lease fence (the row is locked until commit on PostgreSQL). The fence finds
         the item's stamp: when it is not the one read, someone changed the item
@@ -94,7 +102,10 @@ class ItemRunner:
         started = time.monotonic()
         with self.sessions() as session:
             session.info[_IN_EXECUTOR] = False  # the lease holder's session (no stamps)
-            item = self._read(session, item_id)
+            if item is None:
+                item = self._read(session, item_id)
+            else:
+                session.add(item)  # as loaded: clean, no statement
             if item is None or item.lease_token != token:
                 return
             action = self._next_action(item)
@@ -103,15 +114,18 @@ class ItemRunner:
             while True:
                 if not locked and (done is not None or not isinstance(action, str)):
                     # Letting go, or storing an action's writes: only under the fence.
-                    if action is None and release_if_unchanged(
+                    if action is None and release_unchanged(
                         session,
                         item,
                         token=token,
                         actor=actor,
                         trigger=self._release_trigger(item, done),
                         now=self.clock(),
+                        records=[done.record] if done is not None and done.record else [],
                     ):
-                        self._fenced(done)
+                        if done is not None:
+                            done.record = None  # written with the release
+                        self._fenced(session, done)
                         self._commit(session, item_id, token, done, actor)
                         return
                     changed = self._lock(session, item, token)
@@ -119,7 +133,7 @@ class ItemRunner:
                         self._lost(item_id, done)
                         return
                     locked = True
-                    self._fenced(done)
+                    self._fenced(session, done)
                     if changed:
                         action = self._next_action(item)
                 if action is None:
@@ -168,11 +182,15 @@ class ItemRunner:
             return {"source": "worker", "action": done.action}
         return {"source": "worker", "reason": "phase is terminal"}
 
-    def _fenced(self, done: _Done | None) -> None:
-        """The last action's writes are under the fence now: it succeeded."""
-        if done is not None and not done.fenced:
-            done.fenced = True
-            self._count_run(done.type_name, done.action, "succeeded", done.started)
+    def _fenced(self, session: Session, done: _Done | None) -> None:
+        """The last action's writes are under the fence now: it succeeded (audited)."""
+        if done is None or done.fenced:
+            return
+        done.fenced = True
+        self._count_run(done.type_name, done.action, "succeeded", done.started)
+        if done.record is not None:
+            audit(session, done.record)
+            done.record = None
 
     def _lost(self, item_id: uuid.UUID, done: _Done | None) -> None:
         """The lease was lost before the last action's writes were fenced: discarded."""
@@ -199,7 +217,7 @@ class ItemRunner:
         """The item with its details and dimensions: one query, and no transaction on
         PostgreSQL (autocommit), a reader's transaction on SQLite."""
         session.connection(execution_options=self._read_options(session))
-        item = session.execute(self._load, {"item_id": item_id}).unique().scalar_one_or_none()
+        item = session.execute(self._load, {"item_ids": [item_id]}).unique().scalar_one_or_none()
         session.commit()
         return item
 
@@ -219,23 +237,13 @@ class ItemRunner:
         return True
 
     def _reread(self, session: Session, item_id: uuid.UUID) -> None:
-        session.execute(self._reload, {"item_id": item_id}).unique().scalar_one()
+        session.execute(self._reload, {"item_ids": [item_id]}).unique().scalar_one()
 
     @property
     def _load(self) -> Select[Any]:
         """One query for an item of any registered type, its details and dimensions."""
         if self._load_statement is None:
-            models = [
-                model
-                for model in (self.registry.get(name).model for name in self.registry.names)
-                if model is not WorkItem
-            ]
-            entity: Any = with_polymorphic(WorkItem, models) if models else WorkItem
-            self._load_statement = (
-                select(entity)
-                .where(entity.id == bindparam("item_id"))
-                .options(joinedload(entity.statuses))
-            )
+            self._load_statement = item_query(self.registry)
         return self._load_statement
 
     @property
@@ -297,29 +305,26 @@ class ItemRunner:
             self._record_failure(item_id, token, action, err, actor)
             return None
         done = _Done(action, item_type.name, started)
-        if fence.stamp is not None:
-            self._fenced(done)
-            if fence.stamp != read_stamp:
-                # Changed since read (an event, an API call): the executor's changes go
-                # in on top of it, and what follows is decided on the item as stored now.
-                session.flush()
-                self._reread(session, item_id)
+        if fence.stamp is not None and fence.stamp != read_stamp:
+            # Changed since read (an event, an API call): the executor's changes go
+            # in on top of it, and what follows is decided on the item as stored now.
+            session.flush()
+            self._reread(session, item_id)
         if failures:
             # A success ends the run of failures: the limit counts consecutive ones.
             item.attempts = 0
             if item.error == failure_message:  # unless the executor set an error of its own
                 item.error = None
-        audit(
-            session,
-            AuditRecord(
-                "action_completed",
-                actor,
-                item_id,
-                old_state=old,
-                new_state=snapshot(item),
-                trigger={"source": "worker", "action": action},
-            ),
+        done.record = AuditRecord(
+            "action_completed",
+            actor,
+            item_id,
+            old_state=old,
+            new_state=snapshot(item),
+            trigger={"source": "worker", "action": action},
         )
+        if fence.stamp is not None:
+            self._fenced(session, done)
         return done
 
     def _count_run(self, type_name: str, action: str, outcome: str, started: float) -> None:
@@ -332,7 +337,7 @@ class ItemRunner:
         with self.sessions.begin() as session:
             if lock_lease(session, item_id, token) is None:
                 return
-            item = session.execute(self._reload, {"item_id": item_id}).unique().scalar_one()
+            item = session.execute(self._reload, {"item_ids": [item_id]}).unique().scalar_one()
             record_failure(session, item, action, err, actor, self.settings, now)
 
 

@@ -247,13 +247,18 @@ def lock_item(session: Session, item_id: uuid.UUID) -> None:
 
 
 class Claim(NamedTuple):
-    """One item leased by a claim; `previous_*` are set when an expired lease was taken over."""
+    """One item leased by a claim; `previous_*` are set when an expired lease was taken over.
+
+    `item` is the item as leased, loaded by the claim's transaction and detached from
+    its session (`wq.engine.claims`), when the claim loaded it; else None.
+    """
 
     id: uuid.UUID
     token: str
     previous_owner: str | None
     previous_until: datetime | None
     item_type: str = ""
+    item: WorkItem | None = None
 
 
 # PostgreSQL's claim. The candidates come from ix_work_items_claimable in its order
