@@ -309,6 +309,19 @@ def _autocommit(conn: Any) -> bool:
     return bool(conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT")
 
 
+# Counted, but not a round trip: a BEGIN sent in one flight with its transaction's first
+# statement (psycopg pipeline mode, `wq.engine.pipelined`).
+PIPELINED = "(no round trip) BEGIN sent with the first statement"
+
+
+def _in_transaction(conn: Any) -> bool | None:
+    """Whether psycopg's connection is in a transaction (None: not psycopg)."""
+    driver = getattr(conn.connection, "driver_connection", None)
+    if not isinstance(driver, psycopg.Connection):
+        return None
+    return bool(driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
+
+
 class StatementCounter:
     """Round trips the engine makes: statements by kind, plus BEGIN, COMMIT and pings."""
 
@@ -340,6 +353,10 @@ class StatementCounter:
 
         def counted_copy(cursor: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
             if cursor.connection in mine:
+                driver = cursor.connection
+                idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                if idle and not driver.autocommit:
+                    self._add("BEGIN")  # psycopg sends it ahead of the COPY
                 self._add(" ".join(str(statement).split()[:2]))
             return copy(cursor, statement, *args, **kwargs)
 
@@ -350,6 +367,13 @@ class StatementCounter:
             self.counts[key] += 1
 
     def _statement(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        # psycopg sends BEGIN before the first statement of a transaction (not when
+        # SQLAlchemy begins one, which sends nothing): counted here, as it goes out.
+        driver = getattr(conn.connection, "driver_connection", None)
+        if _in_transaction(conn) is False and not getattr(driver, "autocommit", True):
+            context = args[1] if len(args) > 1 else None
+            options = getattr(context, "execution_options", {}) or {}
+            self._add(PIPELINED if options.get("wq_pipelined_begin") else "BEGIN")
         words = " ".join(statement.split())
         if words.startswith(("INSERT", "UPDATE", "DELETE")):
             key = " ".join(words.split()[:3])
@@ -357,6 +381,8 @@ class StatementCounter:
             key = words.rsplit(" ", 1)[0]
         elif words.startswith("WITH RECURSIVE"):
             key = "WITH RECURSIVE (projects_with_queued)"
+        elif words.startswith("WITH released AS"):
+            key = "WITH released (release, audit rows, NOTIFY)"
         elif "pg_notify" in words:
             key = "SELECT pg_notify"
         elif "pg_advisory_xact_lock" in words:
@@ -370,15 +396,18 @@ class StatementCounter:
         self._add(key)
 
     def _begin(self, conn: Any) -> None:
-        if not _autocommit(conn):  # then no BEGIN is sent (psycopg)
+        # psycopg: counted with the statement that sends it; in autocommit none is sent.
+        if _in_transaction(conn) is None and not _autocommit(conn):
             self._add("BEGIN")
 
     def _commit(self, conn: Any) -> None:
-        if not _autocommit(conn):  # nor a COMMIT
+        # psycopg sends no COMMIT for a transaction that sent nothing, nor in autocommit.
+        if _in_transaction(conn) is not False and not _autocommit(conn):
             self._add("COMMIT")
 
     def _rollback(self, conn: Any) -> None:
-        self._add("ROLLBACK")
+        if _in_transaction(conn) is not False:
+            self._add("ROLLBACK")
 
     def snapshot(self) -> Counter[str]:
         with self._lock:
@@ -794,7 +823,8 @@ def run_wq(
 def per_item(counts: Counter[str], items: int) -> dict[str, float]:
     """Statement counts divided by the number of items, largest first, with a total."""
     result = {key: round(count / items, 2) for key, count in counts.most_common()}
-    result["TOTAL round trips"] = round(sum(counts.values()) / items, 2)
+    trips = sum(count for key, count in counts.items() if key != PIPELINED)
+    result["TOTAL round trips"] = round(trips / items, 2)
     return result
 
 
