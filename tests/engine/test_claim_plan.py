@@ -18,8 +18,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from tests.conftest import throwaway_pg_database
+from tests.support.chain import Behaviour, chain_registry
 from tests.support.plans import capture, explain, scans, seq_scans
 from wq.engine import schema, store
+from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.models import utcnow
 
@@ -108,3 +110,38 @@ def test_a_claim_reads_the_items_it_takes_not_the_admitted_backlog(
         # The candidates in index order, about as many as taken (a backoff or two
         # skipped), and the updated rows by primary key.
         assert sum(scan.read for scan in scans(lines)) <= 4 * LIMIT, report
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
+def test_the_workers_claim_loads_what_it_takes_by_primary_key(
+    admitted: tuple[str, Engine], analyzed: bool
+) -> None:
+    # The claim for workers is the claim above as a CTE, the items and their
+    # dimensions read beside it: by primary key, never a scan of the table.
+    url, engine = admitted
+    if analyzed:
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE work_items"))
+    now = utcnow()
+    sessions = make_sessionmaker(engine)
+    with capture(engine) as sent, sessions.begin() as session:
+        taken = claim_for_workers(
+            session,
+            owner="me",
+            types=["chain"],
+            free=LIMIT,
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+            load=item_loads(chain_registry(Behaviour())),
+        )
+        assert all(claim.item is not None for claim in taken.claims)
+        seqs = [claim.item.seq for claim in taken.claims if claim.item is not None]
+        session.rollback()
+    assert sorted(seqs) == sorted(expected_first(engine))
+    (claim,) = [s for s in sent if "FOR UPDATE SKIP LOCKED" in s.statement]
+    plan = explain(url, "worker claim", claim.statement, dict(claim.parameters))
+    for kind, lines in (("custom", plan.custom), ("generic", plan.generic)):
+        report = f"{kind} plan:\n" + "\n".join(lines)
+        assert not seq_scans(lines), report
+        assert not any("Sort Key: (COALESCE" in line and "c." in line for line in lines), report
+        assert sum(scan.read for scan in scans(lines)) <= 6 * LIMIT, report

@@ -23,7 +23,7 @@ from tests.support.waiting import wait_for
 from wq.engine import store as store_ops
 from wq.engine.admission import dispatch
 from wq.engine.audit import AuditRecord
-from wq.engine.claims import claim_for_workers, item_query
+from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.dimensions import set_dimension
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
@@ -51,7 +51,7 @@ def test_a_claim_loads_the_items_it_leases_with_their_dimensions(store: Store) -
             free=3,
             now=now,
             lease_until=now + timedelta(seconds=30),
-            load=item_query(registry),
+            load=item_loads(registry),
         )
     (claim,) = taken.claims
     item = claim.item
@@ -161,7 +161,7 @@ def leased(store: Store, *, free: int = 1) -> tuple[WorkItem, str]:
             free=free,
             now=now,
             lease_until=now + timedelta(seconds=30),
-            load=item_query(registry),
+            load=item_loads(registry),
         ).claims
     assert claim.item is not None
     return claim.item, claim.token

@@ -1,9 +1,10 @@
 """The claim for worker threads, and the audit of expired leases a claim takes over.
 
-Items of types without cheap actions are leased to the free workers of a pass in one
-statement (`wq.engine.store.claim`), and the items it took are loaded in the same
-transaction by one more query (their rows, details and dimensions, whatever their
-number): a worker starts from what the claim read and reads nothing itself. Those of
+Items of types without cheap actions are leased to the free workers of a pass, and
+loaded with their details and dimensions, by one statement on PostgreSQL (the claim
+of `wq.engine.store.claim` as a CTE, the items read beside it); on SQLite the claim
+and one query for the items it took, in the same transaction. A worker starts from
+what the claim read and reads nothing itself. Those of
 types with cheap actions are taken by batches (`wq.engine.batch`). A claim that takes
 over an expired lease is audited (`lease_taken_over`, naming the previous owner) in
 the same transaction.
@@ -12,17 +13,19 @@ the same transaction.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session, joinedload, with_polymorphic
+from sqlalchemy.orm.attributes import set_committed_value
 
 from wq.engine import store
 from wq.engine.audit import AuditRecord, audit
-from wq.engine.models import WorkItem
+from wq.engine.models import WorkItem, utcnow
 from wq.engine.registry import TypeRegistry
 
 log = logging.getLogger("wq.engine.processing")
@@ -36,21 +39,53 @@ class WorkerClaims:
     full: bool
 
 
-def item_query(registry: TypeRegistry) -> Select[Any]:
-    """One query for items of any registered type, with their details and dimensions.
-
-    Its `item_ids` parameter (expanding) names the items.
-    """
+def _entity(registry: TypeRegistry) -> Any:
     models = [
         model
         for model in (registry.get(name).model for name in registry.names)
         if model is not WorkItem
     ]
-    entity: Any = with_polymorphic(WorkItem, models) if models else WorkItem
+    return with_polymorphic(WorkItem, models) if models else WorkItem
+
+
+def item_query(registry: TypeRegistry) -> Select[Any]:
+    """One query for items of any registered type, with their details and dimensions.
+
+    Its `item_ids` parameter (expanding) names the items.
+    """
+    entity = _entity(registry)
     return (
         select(entity)
         .where(entity.id.in_(bindparam("item_ids", expanding=True)))
         .options(joinedload(entity.statuses))
+    )
+
+
+@dataclass(frozen=True)
+class ItemLoads:
+    """The statements that load claimed items of a registry's types (built once)."""
+
+    items: Select[Any]  # items by id (`item_query`)
+    claimed: Select[Any]  # PostgreSQL: the claim and its items in one statement
+
+
+def item_loads(registry: TypeRegistry) -> ItemLoads:
+    """The loads of claimed items for `claim_for_workers`.
+
+    The one-statement claim reads the items beside the claim's UPDATE, so it sees
+    them as of its snapshot: their lease as it was (set as claimed afterwards), and
+    the stamp that goes with the details and dimensions it read. Should a row have
+    changed after that snapshot and before the claim locked it, the worker's fence
+    finds another stamp and reads the item again.
+    """
+    entity = _entity(registry)
+    claimed = store.CLAIM_PG.cte("claimed")
+    return ItemLoads(
+        items=item_query(registry),
+        claimed=select(entity, claimed.c.previous_owner, claimed.c.previous_until)
+        .join(claimed, entity.id == claimed.c.id)
+        .options(joinedload(entity.statuses))
+        .order_by(func.coalesce(entity.run_after, entity.admitted_at), entity.seq),
     )
 
 
@@ -62,22 +97,65 @@ def claim_for_workers(
     free: int,
     now: datetime,
     lease_until: datetime,
-    load: Select[Any] | None = None,
+    load: ItemLoads | None = None,
 ) -> WorkerClaims:
     """Lease up to `free` items of `types`, one token each (caller commits).
 
-    With `load` (an `item_query`) the claimed items are loaded in this transaction,
-    as leased, and detached from the session (each claim's `item`): the rows are
-    locked by the claim until commit, so nobody changes them between the two
-    statements, and the commit does not expire them.
+    With `load` (`item_loads`) the claimed items are loaded in this transaction, as
+    leased, and detached from the session (each claim's `item`), so that the commit
+    does not expire them. The claim locks their rows until it commits.
     """
-    claims = store.claim(
-        session, owner=owner, limit=free, types=types, now=now, lease_until=lease_until
-    )
+    if load is not None and free > 0 and types and store.is_postgres(session):
+        claims = _claim_and_load(
+            session, load, owner=owner, types=types, free=free, now=now, lease_until=lease_until
+        )
+    else:
+        claims = store.claim(
+            session, owner=owner, limit=free, types=types, now=now, lease_until=lease_until
+        )
+        if load is not None and claims:
+            claims = _with_items(session, claims, load.items)
     audit_takeovers(session, owner, claims, lease_until)
-    if load is not None and claims:
-        claims = _with_items(session, claims, load)
     return WorkerClaims(claims, len(claims) == free)
+
+
+def _claim_and_load(
+    session: Session,
+    load: ItemLoads,
+    *,
+    owner: str,
+    types: Sequence[str],
+    free: int,
+    now: datetime,
+    lease_until: datetime,
+) -> list[store.Claim]:
+    """PostgreSQL: claim and load in one statement; the items detached, as leased."""
+    token = str(uuid.uuid4())
+    updated_at = utcnow()
+    rows = session.execute(
+        load.claimed,
+        {
+            "types": list(types),
+            "now": now,
+            "limit": free,
+            "owner": owner,
+            "token": token,
+            "lease_until": lease_until,
+            "updated_at": updated_at,
+        },
+    ).unique()
+    claims: list[store.Claim] = []
+    for item, previous_owner, previous_until in rows:
+        for key, value in (
+            ("lease_owner", owner),
+            ("lease_token", token),
+            ("leased_until", lease_until),
+            ("updated_at", updated_at),
+        ):
+            set_committed_value(item, key, value)
+        session.expunge(item)  # its dimensions too (the cascade)
+        claims.append(store.Claim(item.id, token, previous_owner, previous_until, item.type, item))
+    return claims
 
 
 def _with_items(

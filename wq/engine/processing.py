@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import store
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
-from wq.engine.claims import claim_for_workers, item_query
+from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.config import Config
 from wq.engine.events import drain_events
 from wq.engine.metrics import metrics_of
@@ -91,14 +91,15 @@ class ProcessingManager:
         self.sessions: sessionmaker[Session] = sessionmaker(
             class_=sessions.class_, **{**sessions.kw, "info": info}
         )
-        # The worker path's (claims, workers, heartbeats): each transaction's BEGIN goes
-        # out with its first statement on PostgreSQL (`wq.engine.pipelined`).
+        # The worker path's (claims, workers, heartbeats) and the admission passes':
+        # each transaction's BEGIN goes out with its first statement on PostgreSQL
+        # (`wq.engine.pipelined`).
         self._worker_sessions = pipelined_sessions(self.sessions)
         self._running: dict[uuid.UUID, str] = {}
         self._running_lock = threading.Lock()
         self._all_returned = threading.Condition(self._running_lock)
         self._pool: WorkerPool[store.Claim] = WorkerPool(self._work, self.settings.workers)
-        self._item_query = item_query(registry)
+        self._item_loads = item_loads(registry)
         self._batches = 0  # batch threads running (guarded by the running lock)
         # Items were given back for want of a free worker; cleared when one returns.
         self._surplus_waiting = False
@@ -269,9 +270,10 @@ class ProcessingManager:
             except Exception:  # the sweep tries again; other items go on
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
-            # The claim and the batch below take what this admits: no second pass for it.
+            # The claim and the batch below take what this admits: no second pass for
+            # it. Pipelined BEGIN too: an admission pass follows most releases.
             admitted = dispatch(
-                self.sessions, self.config, projects, now=self.clock(), wake_self=False
+                self._worker_sessions, self.config, projects, now=self.clock(), wake_self=False
             )
             claim = claim or bool(admitted)
         if not (claim or self._surplus_waiting):
@@ -325,7 +327,7 @@ class ProcessingManager:
                     free=free,
                     now=now,
                     lease_until=now + timedelta(seconds=self.settings.lease_seconds),
-                    load=self._item_query,
+                    load=self._item_loads,
                 )
                 due = None if taken.full else store.next_due(session, types, now)
             self._due["workers"] = self._monotonic(due, now)

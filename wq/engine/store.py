@@ -57,8 +57,12 @@ def inline(value: str) -> BindParameter[str]:
     return literal(value, literal_execute=True)
 
 
-def _is_postgres(session: Session) -> bool:
+def is_postgres(session: Session) -> bool:
+    """Whether the session's database is PostgreSQL (else SQLite)."""
     return session.get_bind().dialect.name == "postgresql"
+
+
+_is_postgres = is_postgres
 
 
 def _lock_key(value: str) -> int:
@@ -265,7 +269,7 @@ class Claim(NamedTuple):
 # (ready since, then seq), so it reads about what it takes however many items are
 # admitted; the rows are then updated by primary key (`= ANY(ARRAY(...))`: with the
 # join alone, a hash join over the whole table was planned).
-_CLAIM_PG = text(
+CLAIM_PG = text(
     f"""
 WITH chosen AS (
     SELECT c.id, c.lease_owner, c.leased_until FROM work_items AS c
@@ -317,7 +321,7 @@ def claim(
         # One round trip: lock the candidates (skipping rows other replicas hold) and
         # lease them, returning the previous lease for the takeover audit.
         claimed = session.execute(
-            _CLAIM_PG,
+            CLAIM_PG,
             {
                 "types": list(types),
                 "now": now,
