@@ -2,15 +2,14 @@
 
 One scheduler thread turns wake-ups into work: it applies stored events, runs an
 admission pass for the projects that changed, and leases admitted items of types
-without cheap actions to the free workers (at most `workers` at once): one statement
-leases them and one more loads them, and each runs on one of a pool of persistent
-worker threads (`wq.engine.workers`), starting from what the claim read
-(`wq.engine.runner`). Items of types with
-cheap actions are taken by batches (`wq.engine.batch`), each claiming, running and
-releasing up to `batch_size` items in one transaction on a batch thread, two at most
-at once: while one waits for the database, the other runs. A batch hands what needs
-an action that is not cheap to the free workers. A heartbeat extends the leases of
-running items until the last worker has returned.
+without cheap actions to the free workers (at most `workers` at once): on PostgreSQL
+one statement leases and loads them. Each runs on one of a pool of persistent worker
+threads (`wq.engine.workers`), starting from what the claim read (`wq.engine.runner`).
+Items of types with cheap actions are taken by batches (`wq.engine.batch`), each
+claiming, running and releasing up to `batch_size` items in one transaction on a batch
+thread, two at most at once: while one waits for the database, the other runs. A
+batch hands what needs an action that is not cheap to the free workers. A heartbeat
+extends the leases of running items until the last worker has returned.
 
 Shutdown stops claiming at once; running actions get the grace period to end, after
 which each worker hands its item back. Past the grace nothing is handed over early:
@@ -327,7 +326,9 @@ class ProcessingManager:
                     free=free,
                     now=now,
                     lease_until=now + timedelta(seconds=self.settings.lease_seconds),
-                    load=self._item_loads,
+                    # SQLite: workers read their items themselves, outside the write
+                    # lock (loading here would hold it longer; no round trips to save).
+                    load=self._item_loads if store.is_postgres(session) else None,
                 )
                 due = None if taken.full else store.next_due(session, types, now)
             self._due["workers"] = self._monotonic(due, now)

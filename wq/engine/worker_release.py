@@ -72,6 +72,16 @@ SELECT (SELECT count(*) FROM released) AS released,
 ).columns(released=Integer(), notified=Integer())
 
 
+def _take(session: Session, kind: str) -> list[Any]:
+    """Remove and return the values of one kind deferred to the commit (none while a
+    savepoint is open: its rollback must still drop them)."""
+    if session.in_nested_transaction():
+        return []
+    # on_commit's own store of deferred values, by kind.
+    entries: dict[str, list[tuple[Any, Any]]] = session.info.get(on_commit._KEY, {})
+    return [value for _, value in entries.pop(kind, [])]
+
+
 def release_unchanged(
     session: Session,
     item: WorkItem,
@@ -85,10 +95,11 @@ def release_unchanged(
     """Release an item nobody changed since it was read, under its lease, with `records`.
 
     `records` (the last action's audit rows) are written ahead of the release's own,
-    and only if the release matched. False, with nothing written and `records` left
-    to the caller, when the lease was lost, the item changed, or there is nothing to
-    release: the caller then takes the fence and decides again. The item's loaded
-    state is set as written. The caller commits.
+    and only if the release matched; on PostgreSQL so are the audit rows and signals
+    the transaction deferred so far (the action's), ahead of them. False, with
+    nothing written and `records` left to the caller, when the lease was lost, the
+    item changed, or there is nothing to release: the caller then takes the fence
+    and decides again. The item's loaded state is set as written. The caller commits.
     """
     new_admission = _released_admission(item)
     if new_admission is None:
@@ -120,8 +131,13 @@ def release_unchanged(
         new_state={**old, "admission": new_admission},
         trigger=trigger,
     )
-    rows = [record.row() for record in (*records, released)]
-    signals = [(PROJECT_QUEUED, item.project)] if held_slot else []
+    # What the action deferred (its own audit rows, its signals) goes out with this
+    # statement too, ahead of the rest: nothing is left to write at the commit.
+    earlier_rows, earlier_signals = _take(session, "audit"), _take(session, "signal")
+    rows = [*earlier_rows, *(record.row() for record in (*records, released))]
+    signals = list(earlier_signals)
+    if held_slot and (PROJECT_QUEUED, item.project) not in signals:
+        signals.append((PROJECT_QUEUED, item.project))
     hub = session.info.get(WAKEUP_KEY)
     origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
     document = audit_module._document
@@ -151,6 +167,10 @@ def release_unchanged(
         .one()
     )
     if answer.released != 1:
+        for row in earlier_rows:  # back where they were: written at the commit
+            on_commit.defer(session, "audit", row)
+        for kind_subject in earlier_signals:
+            on_commit.defer(session, "signal", kind_subject)
         return False
     for key, value in (
         ("admission", new_admission),
