@@ -126,22 +126,23 @@ _COPY_AUDIT = (
 NUL_STAND_IN = "\N{SYMBOL FOR NULL}"
 
 
-def _without_nul(value: Any) -> Any:
+def without_nul(value: Any) -> Any:
+    """`value` with NUL in its strings (keys too) replaced by `NUL_STAND_IN`."""
     if isinstance(value, str):
         return value.replace("\x00", NUL_STAND_IN)
     if isinstance(value, dict):
-        return {_without_nul(key): _without_nul(each) for key, each in value.items()}
+        return {without_nul(key): without_nul(each) for key, each in value.items()}
     if isinstance(value, list | tuple):
-        return [_without_nul(each) for each in value]
+        return [without_nul(each) for each in value]
     return value
 
 
-def _document(value: Any) -> str:
+def json_column_text(value: Any) -> str:
     """A JSON column's text for COPY, as the JSON type binds it (None as JSON null)."""
     text = jsontext.dumps(value)
     # The escape shows up in the text only if a NUL may be in the value (checking the
     # text is cheaper than walking every value).
-    return jsontext.dumps(_without_nul(value)) if "\\u0000" in text else text
+    return jsontext.dumps(without_nul(value)) if "\\u0000" in text else text
 
 
 @on_commit.before("audit")
@@ -149,7 +150,7 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
     connection = session.connection()
     if connection.dialect.name != "postgresql":
         # Into the table, so that the rows' keys are column names ("metadata" included).
-        session.execute(insert(AUDIT_TABLE), [_without_nul(row) for row in rows])
+        session.execute(insert(AUDIT_TABLE), [without_nul(row) for row in rows])
         return
     # COPY, in the session's transaction: about a third of the client CPU of an
     # executemany, which costs a pipelined statement (and four JSON binds) per row.
@@ -164,13 +165,13 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
                 copy.write_row(
                     (
                         row["at"],
-                        _without_nul(row["event_type"]),
+                        without_nul(row["event_type"]),
                         row["work_item_id"],
-                        _without_nul(row["actor"]),
-                        _document(row["old_state"]),
-                        _document(row["new_state"]),
-                        _document(row["trigger"]),
-                        _document(row["metadata"]),
+                        without_nul(row["actor"]),
+                        json_column_text(row["old_state"]),
+                        json_column_text(row["new_state"]),
+                        json_column_text(row["trigger"]),
+                        json_column_text(row["metadata"]),
                     )
                 )
     except psycopg.Error as err:
@@ -185,7 +186,8 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
 
 
 @on_commit.handler("audit")
-def _log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
+def log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
+    """Log committed audit rows and wake the archiver (rows written by any statement)."""
     if log.isEnabledFor(logging.INFO):
         for row in rows:
             entry = document(row)

@@ -85,7 +85,7 @@ def release_slot(session: Session, item: WorkItem, *, actor: str, trigger: dict[
 
     Frees its slot (if it held one) and wakes the dispatcher of its project.
     """
-    new_admission = _released_admission(item)
+    new_admission = released_admission(item)
     if new_admission is None:
         return
     old = snapshot(item)
@@ -112,7 +112,7 @@ def release_slots(
     """
     released: dict[str, list[uuid.UUID]] = {}
     for item, trigger in releases:
-        new_admission = _released_admission(item)
+        new_admission = released_admission(item)
         if new_admission is None:
             continue
         _written_release(session, item, new_admission, now, actor, trigger)
@@ -131,7 +131,7 @@ def release_slots(
         )
 
 
-_RELEASE_IF_UNCHANGED = (
+RELEASE_IF_UNCHANGED = (
     update(WORK_ITEMS)
     .where(
         WORK_ITEMS.c.id == bindparam("item_id"),
@@ -156,8 +156,11 @@ def release_if_unchanged(
     actor: str,
     trigger: dict[str, Any],
     now: datetime,
+    records: Sequence[AuditRecord] = (),
 ) -> bool:
     """`release_slot` and its lease fence in one statement, for an item known as read.
+
+    `records` (the last action's) are audited ahead of the release when it matched.
 
     The UPDATE releases the item only while `token` holds its lease and its stamp is
     still the loaded one (nobody changed it since), and locks the row until commit on
@@ -166,11 +169,11 @@ def release_if_unchanged(
     when the lease was lost, the item changed, or there is nothing to release: the
     caller then takes the fence and decides again.
     """
-    new_admission = _released_admission(item)
+    new_admission = released_admission(item)
     if new_admission is None:
         return False
     result = session.connection().execute(  # the connection: no autoflush before it
-        _RELEASE_IF_UNCHANGED,
+        RELEASE_IF_UNCHANGED,
         {
             "item_id": item.id,
             "token": token,
@@ -181,6 +184,7 @@ def release_if_unchanged(
     )
     if result.rowcount != 1:
         return False
+    audit(session, *records)
     _written_release(session, item, new_admission, now, actor, trigger)
     return True
 
@@ -195,6 +199,12 @@ def _written_release(
 ) -> None:
     """A release a statement wrote: the loaded item set to match, and audited."""
     old = snapshot(item)
+    mark_released(item, new_admission, now)
+    _audit_release(session, item, old, actor, trigger)
+
+
+def mark_released(item: WorkItem, new_admission: str, now: datetime) -> None:
+    """Set the loaded item as a release statement wrote it (nothing left to flush)."""
     for key, value in (
         ("admission", new_admission),
         ("lease_owner", None),
@@ -203,10 +213,9 @@ def _written_release(
         ("updated_at", now),
     ):
         set_committed_value(item, key, value)
-    _audit_release(session, item, old, actor, trigger)
 
 
-def _released_admission(item: WorkItem) -> str | None:
+def released_admission(item: WorkItem) -> str | None:
     """The admission state releasing the item leads to; None when it is there already."""
     new_admission = DONE if item.phase in TERMINAL_PHASES else IDLE
     return None if item.admission == new_admission else new_admission

@@ -57,6 +57,15 @@ def pending(session: Session, kind: str) -> list[Any]:
     return [value for _, value in session.info.get(_KEY, {}).get(kind, ())]
 
 
+def take(session: Session, kind: str) -> list[Any]:
+    """Remove and return the values of one kind waiting for the commit, for a caller
+    that writes them itself (none while a savepoint is open: its rollback must still
+    drop them)."""
+    if session.in_nested_transaction():
+        return []
+    return [value for _, value in session.info.get(_KEY, {}).pop(kind, [])]
+
+
 def _within(marker: SessionTransaction | None, savepoint: SessionTransaction) -> bool:
     while marker is not None:
         if marker is savepoint:

@@ -120,7 +120,8 @@ def _notify_replicas(session: Session, signals: list[tuple[str, str]]) -> None:
 
 
 @on_commit.handler("signal")
-def _deliver_committed(session: Session, signals: list[tuple[str, str]]) -> None:
+def deliver_committed(session: Session, signals: list[tuple[str, str]]) -> None:
+    """Deliver committed signals to the session's own hub (the NOTIFY went to the rest)."""
     hub = session.info.get(WAKEUP_KEY)
     if isinstance(hub, Wakeup):
         quiet_kinds = session.info.get(QUIET_KEY, ())

@@ -6,8 +6,8 @@ read it, one statement checks the lease token and the item's stamp, releases the
 PostgreSQL - also writes the audit rows of the last action and of the release and
 sends the `NOTIFY` that wakes the project's dispatchers on every replica, all only if
 the release matched. So the worker's transaction is `BEGIN`, the action's own writes,
-this statement and `COMMIT`. On SQLite (no round trips to save) it is the statement
-of `wq.engine.items.release_if_unchanged`, the audit rows deferred as usual.
+this statement and `COMMIT`. On SQLite (no round trips to save) it is
+`wq.engine.items.release_if_unchanged`, the audit rows deferred as usual.
 
 Rows and signals written here are still logged, archived and delivered to this
 process's wake-up hub once the transaction commits, like every other.
@@ -21,18 +21,12 @@ from typing import Any
 
 from sqlalchemy import Integer, text
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from wq.engine import audit as audit_module
 from wq.engine import on_commit
 from wq.engine import wakeup as wakeup_module
-from wq.engine.audit import AuditRecord, audit
-from wq.engine.items import (
-    _RELEASE_IF_UNCHANGED,
-    _released_admission,
-    _written_release,
-    snapshot,
-)
+from wq.engine.audit import AuditRecord
+from wq.engine.items import mark_released, release_if_unchanged, released_admission, snapshot
 from wq.engine.models import ADMITTED, WorkItem
 from wq.engine.store import NOTIFY_CHANNEL
 from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
@@ -42,8 +36,8 @@ from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
 # "signal" entries, but nothing is written for them before it.
 _AUDIT_WRITTEN = "audit_written"
 _SIGNAL_SENT = "signal_sent"
-on_commit.handler(_AUDIT_WRITTEN)(audit_module._log_committed)
-on_commit.handler(_SIGNAL_SENT)(wakeup_module._deliver_committed)
+on_commit.handler(_AUDIT_WRITTEN)(audit_module.log_committed)
+on_commit.handler(_SIGNAL_SENT)(wakeup_module.deliver_committed)
 
 _RELEASE_PG = text(
     """
@@ -72,16 +66,6 @@ SELECT (SELECT count(*) FROM released) AS released,
 ).columns(released=Integer(), notified=Integer())
 
 
-def _take(session: Session, kind: str) -> list[Any]:
-    """Remove and return the values of one kind deferred to the commit (none while a
-    savepoint is open: its rollback must still drop them)."""
-    if session.in_nested_transaction():
-        return []
-    # on_commit's own store of deferred values, by kind.
-    entries: dict[str, list[tuple[Any, Any]]] = session.info.get(on_commit._KEY, {})
-    return [value for _, value in entries.pop(kind, [])]
-
-
 def release_unchanged(
     session: Session,
     item: WorkItem,
@@ -101,26 +85,14 @@ def release_unchanged(
     item changed, or there is nothing to release: the caller then takes the fence
     and decides again. The item's loaded state is set as written. The caller commits.
     """
-    new_admission = _released_admission(item)
-    if new_admission is None:
-        return False
     if session.get_bind().dialect.name != "postgresql":
         # SQLite: one writer and no round trips to save; the rows go out with the commit.
-        result = session.connection().execute(
-            _RELEASE_IF_UNCHANGED,
-            {
-                "item_id": item.id,
-                "token": token,
-                "read_stamp": item.stamp,
-                "new_admission": new_admission,
-                "now": now,
-            },
+        return release_if_unchanged(
+            session, item, token=token, actor=actor, trigger=trigger, now=now, records=records
         )
-        if result.rowcount != 1:
-            return False
-        audit(session, *records)
-        _written_release(session, item, new_admission, now, actor, trigger)
-        return True
+    new_admission = released_admission(item)
+    if new_admission is None:
+        return False
     old = snapshot(item)
     held_slot = old["admission"] == ADMITTED
     released = AuditRecord(
@@ -133,15 +105,16 @@ def release_unchanged(
     )
     # What the action deferred (its own audit rows, its signals) goes out with this
     # statement too, ahead of the rest: nothing is left to write at the commit.
-    earlier_rows, earlier_signals = _take(session, "audit"), _take(session, "signal")
+    earlier_rows = on_commit.take(session, "audit")
+    earlier_signals = on_commit.take(session, "signal")
     rows = [*earlier_rows, *(record.row() for record in (*records, released))]
     signals = list(earlier_signals)
     if held_slot and (PROJECT_QUEUED, item.project) not in signals:
         signals.append((PROJECT_QUEUED, item.project))
     hub = session.info.get(WAKEUP_KEY)
     origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
-    document = audit_module._document
-    clean = audit_module._without_nul
+    document = audit_module.json_column_text
+    clean = audit_module.without_nul
     answer = (
         session.connection()  # the connection: no autoflush before it
         .execute(
@@ -172,14 +145,7 @@ def release_unchanged(
         for kind_subject in earlier_signals:
             on_commit.defer(session, "signal", kind_subject)
         return False
-    for key, value in (
-        ("admission", new_admission),
-        ("lease_owner", None),
-        ("lease_token", None),
-        ("leased_until", None),
-        ("updated_at", now),
-    ):
-        set_committed_value(item, key, value)
+    mark_released(item, new_admission, now)
     for row in rows:
         on_commit.defer(session, _AUDIT_WRITTEN, row)
     for kind_subject in signals:
