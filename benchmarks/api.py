@@ -34,7 +34,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from typing import Any
 import httpx
 import yaml
 from databases import bench_database
+from loadgen import Pool, encode_request, open_loop
 from sqlalchemy import insert
 
 from wq.engine import schema
@@ -155,77 +155,42 @@ class Daemon:
         self.log.close()
 
 
-async def open_loop(
-    rate: float,
-    seconds: float,
-    request: Callable[[], Awaitable[httpx.Response]],
-    timeout: float,
-    phase: float = 0.0,
-) -> tuple[list[float], int, int]:
-    """Start `request` at `rate` per second for `seconds`; latencies (ms) and errors.
-
-    `phase` (a fraction of one interval) delays every start, so that loops running
-    side by side do not send their requests at the same instants.
-    """
-    latencies: list[float] = []
-    errors = 0
-    tasks: list[asyncio.Task[None]] = []
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-
-    async def one(due: float) -> None:
-        nonlocal errors
-        try:
-            response = await asyncio.wait_for(request(), timeout)
-            if response.status_code >= 300:
-                errors += 1
-                return
-        except (TimeoutError, httpx.HTTPError):
-            errors += 1
-            return
-        latencies.append((loop.time() - due) * 1000)
-
-    count = int(rate * seconds)
-    for n in range(count):
-        due = start + (n + phase) / rate
-        delay = due - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(due)))
-    await asyncio.gather(*tasks)
-    return sorted(latencies), errors, count
-
-
 async def measure(base: str, token: str, ids: list[str], args: argparse.Namespace) -> None:
-    """Run the four open loops at once and print the table."""
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits) as http:
-        chooser = random.Random(1)
-        loops = {
-            "GET item": (
-                args.item_rate,
-                lambda: http.get(f"/api/work-items/{chooser.choice(ids)}"),
-            ),
-            "GET list (50)": (args.list_rate, lambda: http.get("/api/work-items?limit=50")),
-            "POST submit (unchanged)": (
-                args.submit_rate,
-                lambda: http.post(
-                    "/api/work-items/mr", json=mr_payload(chooser.randrange(len(ids)))
-                ),
-            ),
-            "/healthz": (args.health_rate, lambda: http.get("/healthz")),
-        }
-        names = [name for name, (rate, _) in loops.items() if rate > 0]
-        # Each loop a different fraction of its interval late: with the same phase,
-        # loops at the same rate sent their requests in bursts (four at once at 20/s
-        # each, every 50 ms), and each waited for the others: a p50 of 17-20 ms.
-        results = await asyncio.gather(
-            *(
-                open_loop(loops[n][0], args.seconds, loops[n][1], args.timeout, i / len(names))
-                for i, n in enumerate(names)
-            )
+    """Run the four open loops at once and print the table.
+
+    The requests are encoded before the load starts (`loadgen`): the client must stay
+    cheap beside the daemon it measures on the same two cores.
+    """
+    authority = base.removeprefix("http://")
+    host, _, port = authority.partition(":")
+    pool = Pool(host, int(port))
+    chooser = random.Random(1)
+    items = [encode_request("GET", f"/api/work-items/{i}", authority, token) for i in ids]
+    page = encode_request("GET", "/api/work-items?limit=50", authority, token)
+    submits = [
+        encode_request(
+            "POST", "/api/work-items/mr", authority, token, json.dumps(mr_payload(n)).encode()
         )
+        for n in range(len(ids))
+    ]
+    health = encode_request("GET", "/healthz", authority, token)
+    loops = {
+        "GET item": (args.item_rate, lambda: chooser.choice(items)),
+        "GET list (50)": (args.list_rate, lambda: page),
+        "POST submit (unchanged)": (args.submit_rate, lambda: chooser.choice(submits)),
+        "/healthz": (args.health_rate, lambda: health),
+    }
+    names = [name for name, (rate, _) in loops.items() if rate > 0]
+    # Each loop a different fraction of its interval late: with the same phase,
+    # loops at the same rate sent their requests in bursts (four at once at 20/s
+    # each, every 50 ms), and each waited for the others: a p50 of 17-20 ms.
+    results = await asyncio.gather(
+        *(
+            open_loop(pool, loops[n][0], args.seconds, loops[n][1], args.timeout, i / len(names))
+            for i, n in enumerate(names)
+        )
+    )
+    pool.close()
     header = ("endpoint", "rate/s", "sent", "p50 ms", "p99 ms", "max ms", "errors")
     print(f"{header[0]:<26}" + "".join(f"{title:>9}" for title in header[1:]))
     for name, (latencies, errors, count) in zip(names, results, strict=True):
@@ -234,6 +199,7 @@ async def measure(base: str, token: str, ids: list[str], args: argparse.Namespac
             f"{percentile(latencies, 0.99):>9.1f}{(latencies[-1] if latencies else math.nan):>9.1f}"
             f"{errors:>9}"
         )
+    print(f"connections opened: {pool.opened}")
 
 
 def add_dimensions(url: str, ids: list[str], count: int) -> None:
@@ -263,7 +229,7 @@ def add_dimensions(url: str, ids: list[str], count: int) -> None:
 def spy(pid: int, output: str, seconds: float) -> subprocess.Popen[bytes]:
     """py-spy sampling the daemon for the load's duration (its threads, GIL holders)."""
     command = ["py-spy", "record", "--pid", str(pid), "--duration", str(math.ceil(seconds))]
-    command += ["--rate", "250", "--format", "raw", "--gil", "--output", output]
+    command += ["--rate", "250", "--format", "raw", "--gil", "--nonblocking", "--output", output]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
