@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
@@ -113,10 +113,24 @@ class SubmitContext:
 
 @dataclass(frozen=True)
 class SubmitResult:
-    """What a submission did (created, unchanged, updated, retried, dedup, capped)."""
+    """What a submission did (created, unchanged, updated, retried, dedup, capped).
+
+    `item` is the item concerned, loaded; None when nothing was enqueued (capped), or
+    when the handler left an existing item as it was without loading it: then `row`
+    holds it as read (its `work_items` columns and its type's `api_details_columns`,
+    by name), which is all an answer shows but its dimensions.
+    """
 
     outcome: str
     item: WorkItem | None
+    row: Any = None
+
+    @property
+    def item_id(self) -> uuid.UUID | None:
+        """The id of the item concerned, loaded or not; None when nothing was enqueued."""
+        if self.item is not None:
+            return self.item.id
+        return None if self.row is None else cast(uuid.UUID, self.row.id)
 
 
 @dataclass(frozen=True)

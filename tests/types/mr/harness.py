@@ -47,8 +47,8 @@ class Harness:
                 ctx,
                 self.registry.get("mr").settings,
             )
-            assert result.item is not None
-            return result.outcome, result.item.id
+            assert result.item_id is not None
+            return result.outcome, result.item_id
 
     def item(self, item_id: uuid.UUID) -> MrItem:
         with self.store.sessions() as session:

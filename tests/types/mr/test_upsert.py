@@ -29,8 +29,8 @@ def submit(store: Store, registry: TypeRegistry, **overrides: Any) -> tuple[str,
         result: SubmitResult = submit_mr(
             session, MrCreate.model_validate(payload(**overrides)), ctx, item_type.settings
         )
-        assert result.item is not None
-        return result.outcome, result.item.id
+        assert result.item_id is not None
+        return result.outcome, result.item_id
 
 
 def mr(store: Store, item_id: uuid.UUID) -> MrItem:

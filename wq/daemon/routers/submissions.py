@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from wq.daemon.auth import Principal
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import PrincipalDep, RuntimeDep, SessionDep, require
+from wq.daemon.reads import dimensions
 from wq.daemon.schemas import WorkItemPublic, answer, item_document
 from wq.engine.models import utcnow
 from wq.engine.registry import ItemType, SubmitContext
@@ -32,6 +33,7 @@ class SubmissionPublic(BaseModel):
 def _endpoint(item_type: ItemType) -> Any:
     assert item_type.submission is not None
     submission = item_type.submission
+    details_of = item_type.model.details_of
 
     def create_item(
         payload: Any,
@@ -48,13 +50,20 @@ def _endpoint(item_type: ItemType) -> Any:
         )
         result = submission.handle(session, payload, context)
         counted = runtime.metrics.submissions.labels(item_type.name, result.outcome)
-        if result.item is None:
+        if result.item_id is None:
             session.rollback()
             counted.inc()
             raise HTTPException(429, f"not enqueued: {result.outcome} for project {project}")
+        if result.item is not None:
+            shown = item_document(result.item)
+        else:  # left as it was, and read as a row: its dimensions as GET item reads them
+            row = result.row
+            shown = item_document(
+                row, dimensions(session, [row.id]).get(row.id, []), details=details_of(row)
+            )
         session.commit()
         counted.inc()
-        document = {"action": result.outcome, "item": item_document(result.item)}
+        document = {"action": result.outcome, "item": shown}
         session.close()  # here: the dependency would otherwise close it in another hop
         return answer(SubmissionPublic, document, STATUS_BY_OUTCOME.get(result.outcome, 200))
 

@@ -11,7 +11,9 @@ two racing submissions make one item: the loser's insert fails and it upserts ag
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Any
+
+from sqlalchemy import Row, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -36,16 +38,31 @@ def idempotency_key(project: str, source_branch: str, generation: int) -> str:
 def submit_mr(
     session: Session, payload: MrCreate, ctx: SubmitContext, settings: MrSettings
 ) -> SubmitResult:
-    """Upsert the MR item for a submission (the caller commits)."""
+    """Upsert the MR item for a submission (the caller commits).
+
+    An unchanged resubmission (the common case: callers send their desired state
+    again and again) is decided on one locked row and writes nothing; the item is
+    not loaded (`SubmitResult.row`). Only a change loads it, in a savepoint that a
+    racing submission's insert can roll back.
+    """
     if settings.entry_for(payload.project) is None:
         raise SubmissionRejected(
             f"project {payload.project} matches no entry of handled_types.mr.projects, "
             "so wq has no GitLab token for it"
         )
+    digest = content_hash([action.gitlab() for action in payload.file_actions])
     for attempt in range(RACE_RETRIES):
+        latest = _latest_row(session, payload.project, payload.source_branch)
+        if (
+            latest is not None
+            and latest.phase == ACTIVE
+            and latest.content_hash == digest
+            and latest.target_branch == payload.target_branch
+        ):
+            return SubmitResult("unchanged", None, row=latest)
         try:
             with session.begin_nested():
-                return _upsert(session, payload, ctx)
+                return _upsert(session, payload, ctx, digest, latest)
         except IntegrityError:
             # A concurrent submission of the same branch won; the next pass sees it.
             if attempt == RACE_RETRIES - 1:
@@ -56,13 +73,37 @@ def submit_mr(
     raise AssertionError("unreachable")
 
 
+_ITEMS = WorkItem.__table__
+_DETAILS = MrItem.__table__
+# The newest generation as one row: every `work_items` column and the details the API
+# shows (an unchanged submission answers with it), the columns the upsert decides on
+# among them.
+_LATEST_COLUMNS = (
+    *_ITEMS.c,
+    *(_DETAILS.c[name] for name in MrItem.api_details_columns),
+)
+
+
+def _latest_row(session: Session, project: str, source_branch: str) -> Row[Any] | None:
+    """The branch's newest generation as a row (`_LATEST_COLUMNS`), locked."""
+    return session.execute(
+        select(*_LATEST_COLUMNS)
+        .select_from(_ITEMS.join(_DETAILS, _DETAILS.c.id == _ITEMS.c.id))
+        .where(_ITEMS.c.project == project, _DETAILS.c.source_branch == source_branch)
+        .order_by(_DETAILS.c.generation.desc())
+        .limit(1)
+        # Serializes with a worker that is finishing ensure_mr on this item.
+        .with_for_update()
+    ).first()
+
+
 def _latest(session: Session, project: str, source_branch: str) -> MrItem | None:
+    """The branch's newest generation, loaded and locked (as `_latest_row`)."""
     return session.execute(
         select(MrItem)
         .where(MrItem.project == project, MrItem.source_branch == source_branch)
         .order_by(MrItem.generation.desc())
         .limit(1)
-        # Serializes with a worker that is finishing ensure_mr on this item.
         .with_for_update()
     ).scalar_one_or_none()
 
@@ -81,9 +122,11 @@ def _refresh(item: MrItem, payload: MrCreate, digest: str) -> None:
     item.auto_merge = payload.auto_merge
 
 
-def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitResult:
-    digest = content_hash([action.gitlab() for action in payload.file_actions])
-    latest = _latest(session, payload.project, payload.source_branch)
+def _upsert(
+    session: Session, payload: MrCreate, ctx: SubmitContext, digest: str, latest: Row[Any] | None
+) -> SubmitResult:
+    """A new generation after `latest` (none, or terminal); else `latest`, changed or
+    failed, updated (or retried)."""
     trigger = {"source": "api", "action": "submit"}
     if latest is None or latest.phase not in (ACTIVE, FAILED):
         generation = 0 if latest is None else latest.generation + 1
@@ -100,7 +143,10 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
         if latest is not None and latest.mr_iid is not None:
             # Should this generation adopt its predecessor's MR (reopened by hand), the
             # labels the service applied there are still the service's to remove.
-            item.applied_labels = list(latest.applied_labels)
+            applied = session.scalar(
+                select(_DETAILS.c.applied_labels).where(_DETAILS.c.id == latest.id)
+            )
+            item.applied_labels = list(applied or [])
         result = items.submit(
             session,
             item,
@@ -112,33 +158,30 @@ def _upsert(session: Session, payload: MrCreate, ctx: SubmitContext) -> SubmitRe
         )
         session.flush()
         return result
-    if (
-        latest.phase == ACTIVE
-        and latest.content_hash == digest
-        and latest.target_branch == payload.target_branch
-    ):
-        return SubmitResult("unchanged", latest)
-    old = {"content_hash": latest.content_hash, "target_branch": latest.target_branch}
-    _refresh(latest, payload, digest)
-    set_dimension(session, latest, "needs_mr", True)
-    if latest.phase == FAILED:
+    # Changed, or failed: the item itself (locked by `_latest_row`) is updated.
+    changed = session.get(MrItem, latest.id)
+    assert changed is not None
+    old = {"content_hash": changed.content_hash, "target_branch": changed.target_branch}
+    _refresh(changed, payload, digest)
+    set_dimension(session, changed, "needs_mr", True)
+    if changed.phase == FAILED:
         session.flush()  # retry re-reads the row: write the refreshed fields first
-        items.retry(session, latest.id, registry=ctx.registry, now=ctx.now, actor=ctx.actor)
-        return SubmitResult("retried", latest)
+        items.retry(session, changed.id, registry=ctx.registry, now=ctx.now, actor=ctx.actor)
+        return SubmitResult("retried", changed)
     audit(
         session,
         AuditRecord(
             "updated",
             ctx.actor,
-            latest.id,
+            changed.id,
             old_state=old,
             new_state={"content_hash": digest, "target_branch": payload.target_branch},
             trigger=trigger,
         ),
     )
-    items.settle(session, latest, ctx.registry, ctx.now, actor=ctx.actor, trigger=trigger)
+    items.settle(session, changed, ctx.registry, ctx.now, actor=ctx.actor, trigger=trigger)
     session.flush()
-    return SubmitResult("updated", latest)
+    return SubmitResult("updated", changed)
 
 
 def retry_veto(session: Session, item: WorkItem) -> str | None:

@@ -1,0 +1,144 @@
+"""`POST /api/work-items/mr` over HTTP: what an unchanged resubmission answers, writes and
+audits, and that a change after it is still seen (SQLite, PostgreSQL).
+
+An unchanged resubmission is decided on one locked row and the item is not loaded
+(`wq.types.mr.upsert`); its answer must still be the item exactly as GET shows it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from tests.conftest import Store, make_config
+from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_settings, payload
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
+from wq.engine.dimensions import set_dimension
+from wq.engine.items import set_phase
+from wq.engine.models import AuditEntry, WorkItem
+
+URL = "/api/work-items/mr"
+
+
+@pytest.fixture
+def api(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runtime, TestClient]]:
+    """The API (no processing: items stay as submitted) with the local token."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    runtime = build_runtime(make_config(store.url, handled_types={"mr": mr_settings()}))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with TestClient(create_app(runtime), headers=headers) as client:
+        yield runtime, client
+    runtime.engine.dispose()
+
+
+def _created(client: TestClient, **overrides: Any) -> dict[str, Any]:
+    response = client.post(URL, json=payload(**overrides))
+    assert response.status_code == 201, response.text
+    item: dict[str, Any] = response.json()["item"]
+    return item
+
+
+def _row(runtime: Runtime, item_id: str) -> dict[str, Any]:
+    """Every `work_items` column of the item."""
+    with runtime.sessions() as session:
+        row = session.execute(
+            select(WorkItem.__table__).where(WorkItem.__table__.c.id == uuid.UUID(item_id))
+        ).one()
+        return dict(row._mapping)
+
+
+def _audit(runtime: Runtime) -> list[AuditEntry]:
+    with runtime.sessions() as session:
+        entries = list(session.scalars(select(AuditEntry).order_by(AuditEntry.id)))
+        session.expunge_all()
+        return entries
+
+
+def test_an_unchanged_resubmission_answers_the_item_as_get_shows_it(
+    api: tuple[Runtime, TestClient],
+) -> None:
+    runtime, client = api
+    created = _created(client)
+    with runtime.sessions.begin() as session:
+        item = session.get(WorkItem, uuid.UUID(created["id"]))
+        assert item is not None
+        set_dimension(session, item, "needs_mr", False, detail={"mr": 7})
+        set_dimension(session, item, "needs_ci", True, variant="job", detail=["a", 1])
+
+    # Only the content hash and the target decide: another title is unchanged too.
+    for again in (payload(), payload(title="Another title", labels=["other"])):
+        response = client.post(URL, json=again)
+        assert response.status_code == 200, response.text
+        shown = client.get(f"/api/work-items/{created['id']}").json()
+        assert response.json() == {"action": "unchanged", "item": shown}
+    assert [(d["dimension"], d["variant"]) for d in shown["dimensions"]] == [
+        ("needs_ci", "job"),
+        ("needs_mr", ""),
+    ]
+    assert shown["details"] == created["details"]  # the title was not taken
+
+
+def test_an_unchanged_resubmission_audits_its_allow_and_changes_nothing(
+    api: tuple[Runtime, TestClient],
+) -> None:
+    runtime, client = api
+    created = _created(client)
+    before, audited = _row(runtime, created["id"]), _audit(runtime)
+
+    response = client.post(URL, json=payload())
+    assert response.json()["action"] == "unchanged"
+    assert _row(runtime, created["id"]) == before  # stamp, updated_at, seq: all as they were
+    new = _audit(runtime)[len(audited) :]
+    assert [(entry.event_type, entry.actor, entry.work_item_id) for entry in new] == [
+        ("auth_allowed", "local", None)
+    ]
+    assert new[0].extra is not None
+    assert {k: new[0].extra[k] for k in ("method", "route", "permission", "item_type")} == {
+        "method": "POST",
+        "route": URL,
+        "permission": "submit",
+        "item_type": "mr",
+    }
+
+
+def test_changes_around_unchanged_resubmissions_are_seen(
+    api: tuple[Runtime, TestClient],
+) -> None:
+    runtime, client = api
+    created = _created(client)
+    actions = [{"action": "update", "file_path": "sources", "content": "v3\n"}]
+    updated = client.post(URL, json=payload(file_actions=actions))
+    assert updated.status_code == 200 and updated.json()["action"] == "updated"
+    new_hash = updated.json()["item"]["details"]["content_hash"]
+    assert new_hash != created["details"]["content_hash"]
+    again = client.post(URL, json=payload(file_actions=actions))
+    assert again.json()["action"] == "unchanged"
+    assert again.json()["item"]["details"]["content_hash"] == new_hash
+    assert again.json()["item"]["dimensions"] == updated.json()["item"]["dimensions"]
+
+    # A failed item is retried by the same content; a cancelled one gets a successor.
+    with runtime.sessions.begin() as session:
+        item = session.get(WorkItem, uuid.UUID(created["id"]))
+        assert item is not None
+        set_phase(session, item, "failed", actor="t", trigger={"source": "test"}, error="boom")
+    retried = client.post(URL, json=payload(file_actions=actions))
+    assert retried.json()["action"] == "retried"
+    assert retried.json()["item"]["phase"] == "active"
+    with runtime.sessions.begin() as session:
+        item = session.get(WorkItem, uuid.UUID(created["id"]))
+        assert item is not None
+        set_phase(session, item, "cancelled", actor="t", trigger={"source": "test"})
+    successor = client.post(URL, json=payload(file_actions=actions))
+    assert successor.status_code == 201 and successor.json()["action"] == "created"
+    assert successor.json()["item"]["details"]["generation"] == 1
+    assert (
+        client.post(URL, json=payload(file_actions=actions)).json()["item"]["id"]
+        == (successor.json()["item"]["id"])
+    )
