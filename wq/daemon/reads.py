@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, Select, inspect, select
+from sqlalchemy import Row, Select, bindparam, inspect, select
 from sqlalchemy.orm import Session, defer, lazyload
 
 from wq.daemon.schemas import WorkItemPublic, dimension_document, item_document
@@ -42,6 +42,29 @@ def shown_only() -> list[Any]:
     return options
 
 
+STATUSES = WorkItemStatus.__table__
+_DIMENSION_COLUMNS = (
+    STATUSES.c.work_item_id,
+    STATUSES.c.dimension,
+    STATUSES.c.variant,
+    STATUSES.c.status,
+    STATUSES.c.detail,
+    STATUSES.c.pending_until,
+    STATUSES.c.updated_at,
+)
+# Built once (their cache keys too), Core: one item's dimensions, and a page's.
+_DIMENSIONS_OF_ONE = (
+    select(*_DIMENSION_COLUMNS)
+    .where(STATUSES.c.work_item_id == bindparam("id"))
+    .order_by(STATUSES.c.dimension, STATUSES.c.variant)
+)
+_DIMENSIONS_OF_MANY = (
+    select(*_DIMENSION_COLUMNS)
+    .where(STATUSES.c.work_item_id.in_(bindparam("ids", expanding=True)))
+    .order_by(STATUSES.c.dimension, STATUSES.c.variant)
+)
+
+
 def dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
     """The dimensions of these items, in the API's order, as plain rows.
 
@@ -50,19 +73,10 @@ def dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[d
     """
     if not ids:
         return {}
-    found = session.execute(
-        select(
-            WorkItemStatus.work_item_id,
-            WorkItemStatus.dimension,
-            WorkItemStatus.variant,
-            WorkItemStatus.status,
-            WorkItemStatus.detail,
-            WorkItemStatus.pending_until,
-            WorkItemStatus.updated_at,
-        )
-        .where(WorkItemStatus.work_item_id.in_(ids))
-        .order_by(WorkItemStatus.dimension, WorkItemStatus.variant)
-    )
+    if len(ids) == 1:
+        found = session.execute(_DIMENSIONS_OF_ONE, {"id": ids[0]})
+    else:
+        found = session.execute(_DIMENSIONS_OF_MANY, {"ids": ids})
     by_item: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for row in found:
         by_item.setdefault(row.work_item_id, []).append(dimension_document(row))

@@ -7,6 +7,7 @@ An unchanged resubmission is decided on one locked row and the item is not loade
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -142,3 +143,29 @@ def test_changes_around_unchanged_resubmissions_are_seen(
         client.post(URL, json=payload(file_actions=actions)).json()["item"]["id"]
         == (successor.json()["item"]["id"])
     )
+
+
+def test_a_resubmission_waits_for_the_items_lock_and_answers_what_its_holder_committed(
+    api: tuple[Runtime, TestClient],
+) -> None:
+    runtime, client = api
+    item_id = uuid.UUID(_created(client)["id"])
+    answers: list[Any] = []
+    with runtime.sessions() as holder:  # as a worker finishing an action on the item
+        item = holder.execute(
+            select(WorkItem).where(WorkItem.id == item_id).with_for_update()
+        ).scalar_one()
+        set_dimension(holder, item, "needs_mr", False, detail={"mr": 1})
+        holder.flush()
+        resubmission = threading.Thread(
+            target=lambda: answers.append(client.post(URL, json=payload()))
+        )
+        resubmission.start()
+        resubmission.join(0.5)
+        assert resubmission.is_alive()  # waiting for the lock
+        holder.commit()
+    resubmission.join(10)
+    assert answers[0].json()["action"] == "unchanged"
+    # Its dimensions are read after the lock: what the holder committed.
+    assert [d["dimension"] for d in answers[0].json()["item"]["dimensions"]] == ["needs_mr"]
+    assert answers[0].json()["item"] == client.get(f"/api/work-items/{item_id}").json()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -41,9 +41,9 @@ def submit_mr(
     """Upsert the MR item for a submission (the caller commits).
 
     An unchanged resubmission (the common case: callers send their desired state
-    again and again) is decided on one locked row and writes nothing; the item is
-    not loaded (`SubmitResult.row`). Only a change loads it, in a savepoint that a
-    racing submission's insert can roll back.
+    again and again) is decided on the item's locked row and writes nothing; the
+    item is not loaded (`SubmitResult.row`). Only a change loads it, in a savepoint
+    that a racing submission's insert can roll back.
     """
     if settings.entry_for(payload.project) is None:
         raise SubmissionRejected(
@@ -52,7 +52,9 @@ def submit_mr(
         )
     digest = content_hash([action.gitlab() for action in payload.file_actions])
     for attempt in range(RACE_RETRIES):
-        latest = _latest_row(session, payload.project, payload.source_branch)
+        latest = session.execute(
+            _LATEST, {"project": payload.project, "source_branch": payload.source_branch}
+        ).first()
         if (
             latest is not None
             and latest.phase == ACTIVE
@@ -75,30 +77,26 @@ def submit_mr(
 
 _ITEMS = WorkItem.__table__
 _DETAILS = MrItem.__table__
-# The newest generation as one row: every `work_items` column and the details the API
-# shows (an unchanged submission answers with it), the columns the upsert decides on
-# among them.
-_LATEST_COLUMNS = (
-    *_ITEMS.c,
-    *(_DETAILS.c[name] for name in MrItem.api_details_columns),
+# The branch's newest generation as one row, locked: every `work_items` column and the
+# details the API shows (the columns the upsert decides on among them). Built once,
+# so that its cache key is too.
+_LATEST = (
+    select(*_ITEMS.c, *(_DETAILS.c[name] for name in MrItem.api_details_columns))
+    .select_from(_ITEMS.join(_DETAILS, _DETAILS.c.id == _ITEMS.c.id))
+    .where(
+        _ITEMS.c.project == bindparam("project"),
+        _DETAILS.c.source_branch == bindparam("source_branch"),
+    )
+    .order_by(_DETAILS.c.generation.desc())
+    .limit(1)
+    # Serializes with a worker that is finishing ensure_mr on this item. The answer's
+    # dimensions are read after it (`wq.daemon`), so they are as new as the lock.
+    .with_for_update()
 )
 
 
-def _latest_row(session: Session, project: str, source_branch: str) -> Row[Any] | None:
-    """The branch's newest generation as a row (`_LATEST_COLUMNS`), locked."""
-    return session.execute(
-        select(*_LATEST_COLUMNS)
-        .select_from(_ITEMS.join(_DETAILS, _DETAILS.c.id == _ITEMS.c.id))
-        .where(_ITEMS.c.project == project, _DETAILS.c.source_branch == source_branch)
-        .order_by(_DETAILS.c.generation.desc())
-        .limit(1)
-        # Serializes with a worker that is finishing ensure_mr on this item.
-        .with_for_update()
-    ).first()
-
-
 def _latest(session: Session, project: str, source_branch: str) -> MrItem | None:
-    """The branch's newest generation, loaded and locked (as `_latest_row`)."""
+    """The branch's newest generation, loaded and locked (as `_LATEST` reads it)."""
     return session.execute(
         select(MrItem)
         .where(MrItem.project == project, MrItem.source_branch == source_branch)
