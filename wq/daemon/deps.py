@@ -5,15 +5,16 @@ for the GIL on each side), so the ones that do no I/O are `async`: the runtime, 
 sessions (a session connects only at its first statement, in the endpoint's thread),
 the caller when it is known without I/O (the body guard authenticated it already, or
 its token is the local one or a cached one: `Authenticator.known`), and the
-permission checks (an allow is audited into the session's pending commit). A session
-is closed in the threadpool only when it still holds a connection; read endpoints
-close theirs.
+permission checks (an allow is audited into the session's pending commit, or by the
+handler: `require`). A session is closed in the threadpool only when it still holds a
+connection; read endpoints close theirs.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -21,7 +22,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from wq.daemon.auth import Principal, authenticate_request, authenticated_at_once, authorize
+from wq.daemon.auth import (
+    Principal,
+    audit_allowed,
+    authenticate_request,
+    authenticated_at_once,
+    authorize,
+)
 from wq.daemon.auth.audit import SAFE_METHODS
 from wq.daemon.runtime import Runtime
 
@@ -90,16 +97,49 @@ async def get_principal(
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def require(permission: str, item_type: str | None = None) -> Callable[..., Awaitable[Principal]]:
-    """A dependency: the caller, who must hold `permission` (for `item_type`, if given).
+@dataclass(frozen=True)
+class Permit:
+    """A caller allowed a state-changing call; its handler audits the allow (`audit`)."""
 
-    For state-changing routes: the decision is logged, and the allow is audited in the
-    request's session, so it commits with the change (the handler's `SessionDep`).
+    request: Request
+    principal: Principal
+    permission: str
+    item_type: str | None
+
+    @property
+    def runtime(self) -> Runtime:
+        """The daemon's runtime."""
+        runtime: Runtime = self.request.app.state.runtime
+        return runtime
+
+    def audit(self, session: Session) -> None:
+        """Audit the allow in `session`, so that it commits with the change it allowed."""
+        audit_allowed(
+            self.request, self.principal, self.permission, self.item_type, session=session
+        )
+
+
+def require(permission: str, item_type: str | None = None) -> Callable[..., Awaitable[Permit]]:
+    """A dependency for state-changing routes: the caller, who must hold `permission`
+    (for `item_type`, if given), as a `Permit`.
+
+    The decision is logged here, before the body is validated (a caller without the
+    permission is refused whatever it sent); the handler audits the allow in the
+    session it commits (`Permit.audit`). One dependency: the caller is authenticated
+    here too (each dependency costs FastAPI's resolution on the event loop, and a
+    session's generator two context managers), and the handler opens its session in
+    its own thread.
     """
 
-    async def check(request: Request, principal: PrincipalDep, session: SessionDep) -> Principal:
-        authorize(request, principal, permission, item_type, session=session)
-        return principal
+    async def check(
+        request: Request,
+        _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> Permit:
+        principal = authenticated_at_once(request)
+        if principal is None:
+            principal = await run_in_threadpool(authenticate_request, request)
+        authorize(request, principal, permission, item_type)
+        return Permit(request, principal, permission, item_type)
 
     return check
 

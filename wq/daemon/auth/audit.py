@@ -157,24 +157,51 @@ def allowed(
     item_id: uuid.UUID | None = None,
 ) -> None:
     """Log an allow; for a state-changing call, audit it in the request's transaction."""
-    details = {
+    log_decision(
+        request, "allow", principal.actor, _allow_details(principal, permission, item_type, item_id)
+    )
+    if session is not None:
+        audit_allowed(request, principal, permission, item_type, session=session, item_id=item_id)
+
+
+def audit_allowed(
+    request: Request,
+    principal: Principal,
+    permission: str | None,
+    item_type: str | None = None,
+    *,
+    session: Session,
+    item_id: uuid.UUID | None = None,
+) -> None:
+    """The audit row of an allowed state-changing call, in `session`'s transaction (so it
+    commits with the change it allowed); nothing for a safe method (GET)."""
+    if request.method in SAFE_METHODS:
+        return
+    details = _allow_details(principal, permission, item_type, item_id)
+    audit(
+        session,
+        AuditRecord(
+            AUTH_ALLOWED,
+            principal.actor,
+            item_id,
+            trigger={"source": "api"},
+            metadata={"method": request.method, "route": route_of(request), **details},
+        ),
+    )
+
+
+def _allow_details(
+    principal: Principal,
+    permission: str | None,
+    item_type: str | None,
+    item_id: uuid.UUID | None,
+) -> dict[str, Any]:
+    return {
         **_who(principal),
         "permission": permission,
         "item_type": item_type,
         "item_id": None if item_id is None else str(item_id),
     }
-    log_decision(request, "allow", principal.actor, details)
-    if session is not None and request.method not in SAFE_METHODS:
-        audit(
-            session,
-            AuditRecord(
-                AUTH_ALLOWED,
-                principal.actor,
-                item_id,
-                trigger={"source": "api"},
-                metadata={"method": request.method, "route": route_of(request), **details},
-            ),
-        )
 
 
 def _record(request: Request, refusal: Refusal) -> None:

@@ -12,9 +12,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Response
 from pydantic import BaseModel
 
-from wq.daemon.auth import Principal
 from wq.daemon.contract import api_responses
-from wq.daemon.deps import PrincipalDep, RuntimeDep, SessionDep, require
+from wq.daemon.deps import Permit, PrincipalDep, require
 from wq.daemon.reads import dimensions
 from wq.daemon.schemas import WorkItemPublic, answer, item_document
 from wq.engine.models import utcnow
@@ -36,35 +35,37 @@ def _endpoint(item_type: ItemType) -> Any:
     details_of = item_type.model.details_of
 
     def create_item(
-        payload: Any,
-        session: SessionDep,
-        runtime: RuntimeDep,
-        principal: Annotated[Principal, Depends(require("submit", item_type.name))],
+        payload: Any, permit: Annotated[Permit, Depends(require("submit", item_type.name))]
     ) -> Response:
+        runtime = permit.runtime
         project = submission.project_of(payload)
         context = SubmitContext(
             registry=runtime.registry,
             pool=runtime.config.pool_for(project),
-            actor=principal.actor,
+            actor=permit.principal.actor,
             now=utcnow(),
         )
-        result = submission.handle(session, payload, context)
-        counted = runtime.metrics.submissions.labels(item_type.name, result.outcome)
-        if result.item_id is None:
-            session.rollback()
+        session = runtime.sessions()
+        try:
+            permit.audit(session)
+            result = submission.handle(session, payload, context)
+            counted = runtime.metrics.submissions.labels(item_type.name, result.outcome)
+            if result.item_id is None:
+                session.rollback()
+                counted.inc()
+                raise HTTPException(429, f"not enqueued: {result.outcome} for project {project}")
+            if result.item is not None:
+                shown = item_document(result.item)
+            else:  # left as it was and not loaded: its dimensions as GET item reads them
+                row = result.row
+                shown = item_document(
+                    row, dimensions(session, [row.id]).get(row.id, []), details=details_of(row)
+                )
+            session.commit()
             counted.inc()
-            raise HTTPException(429, f"not enqueued: {result.outcome} for project {project}")
-        if result.item is not None:
-            shown = item_document(result.item)
-        else:  # left as it was, and read as a row: its dimensions as GET item reads them
-            row = result.row
-            shown = item_document(
-                row, dimensions(session, [row.id]).get(row.id, []), details=details_of(row)
-            )
-        session.commit()
-        counted.inc()
+        finally:
+            session.close()  # in this thread, before the answer is serialised
         document = {"action": result.outcome, "item": shown}
-        session.close()  # here: the dependency would otherwise close it in another hop
         return answer(SubmissionPublic, document, STATUS_BY_OUTCOME.get(result.outcome, 200))
 
     create_item.__annotations__["payload"] = submission.schema
