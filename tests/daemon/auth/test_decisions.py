@@ -415,3 +415,13 @@ def test_webhook_refusals_are_audited_without_the_secret(
     assert rows[0].extra["route"] == "/api/webhooks/gitlab"
     assert [line["decision"] for line in decisions(caplog)] == ["deny", "deny", "allow"]
     assert SECRET not in caplog.text and "wrong" not in json.dumps([r.extra for r in rows])
+
+
+def test_the_submit_permission_is_checked_before_the_body_is_validated(api: Api) -> None:
+    bad = {"not": "a submission"}
+    refused = api.call("POST", "/api/work-items/chain", "nobody", json=bad)
+    assert refused.status_code == 403  # not a 422: nothing about the schema is told
+    invalid = api.call("POST", "/api/work-items/chain", "jwt-deployer", json=bad)
+    assert invalid.status_code == 422 and "project" in invalid.json()["error"]
+    # The refused body changed nothing, so its allow was not audited; the denial was.
+    assert [row.event_type for row in auth_rows(api.store)] == ["auth_denied"]
