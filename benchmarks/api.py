@@ -87,14 +87,15 @@ def mr_payload(number: int) -> dict[str, Any]:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux /proc; NaN elsewhere)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds a process has used (Linux /proc; NaN elsewhere)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
-        return math.nan
+        return math.nan, math.nan
     # utime and stime are fields 14 and 15 of stat(5), counted after the command's ")".
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -282,13 +283,20 @@ def main(argv: list[str] | None = None) -> int:
                     f"{args.seconds:g} s (load average {os.getloadavg()[0]:.2f})"
                 )
                 sampler = spy(daemon.proc.pid, args.py_spy, args.seconds) if args.py_spy else None
-                daemon_cpu, client_cpu = cpu_seconds(daemon.proc.pid), time.process_time()
+                daemon_start, client_cpu = cpu_seconds(daemon.proc.pid), time.process_time()
                 asyncio.run(measure(daemon.base, token, ids, args))
-                daemon_cpu = cpu_seconds(daemon.proc.pid) - daemon_cpu
+                user, system = (
+                    end - start
+                    for end, start in zip(cpu_seconds(daemon.proc.pid), daemon_start, strict=True)
+                )
                 client_cpu = time.process_time() - client_cpu
+                requests = args.seconds * (
+                    args.item_rate + args.list_rate + args.submit_rate + args.health_rate
+                )
                 print(
-                    f"CPU during the load: daemon {daemon_cpu:.2f} s, this client "
-                    f"{client_cpu:.2f} s (load average after {os.getloadavg()[0]:.2f})"
+                    f"CPU during the load: daemon {user + system:.2f} s (user {user:.2f}, system "
+                    f"{system:.2f}; {(user + system) * 1000 / requests:.2f} ms per request), "
+                    f"this client {client_cpu:.2f} s (load average after {os.getloadavg()[0]:.2f})"
                 )
                 if sampler is not None:
                     sampler.wait(timeout=60)
