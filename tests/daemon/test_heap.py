@@ -43,7 +43,9 @@ def test_garbage_is_collected_and_what_lives_is_frozen() -> None:
     frozen = freeze_startup_heap()
 
     assert gone() is None, "start-up garbage would have been frozen for good"
-    assert frozen == gc.get_freeze_count() > 0
+    # At most what was frozen: another thread of the test process (one a test before
+    # left running) may drop a frozen object meanwhile (seen once in a full run).
+    assert 0 < gc.get_freeze_count() <= frozen
     assert not _walked_by_the_collector(kept)
     # What is made afterwards is collected as before.
     later = Node()
