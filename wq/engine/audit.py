@@ -145,10 +145,14 @@ def json_column_text(value: Any) -> str:
     return jsontext.dumps(without_nul(value)) if "\\u0000" in text else text
 
 
+# A COPY takes two round trips (its start, then the data); an INSERT of a few rows one.
+_INSERT_AT_MOST = 2
+
+
 @on_commit.before("audit")
 def _write(session: Session, rows: list[dict[str, Any]]) -> None:
     connection = session.connection()
-    if connection.dialect.name != "postgresql":
+    if connection.dialect.name != "postgresql" or len(rows) <= _INSERT_AT_MOST:
         # Into the table, so that the rows' keys are column names ("metadata" included).
         session.execute(insert(AUDIT_TABLE), [without_nul(row) for row in rows])
         return
