@@ -11,16 +11,21 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from sqlalchemy.exc import OperationalError
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import load, submit, submit_many
-from tests.support.chain import Behaviour, chain_registry
+from tests.engine.helpers import Listening, load, submit, submit_many
+from tests.support.chain import Behaviour, chain_registry, chain_type, make_executor
 from tests.support.waiting import wait_for
 from wq.engine.batch import BatchRunner
+from wq.engine.config import Config
 from wq.engine.processing import ProcessingManager
+from wq.engine.registry import ActionContext, TypeRegistry
 from wq.engine.wakeup import ITEMS_ADMITTED, WAKEUP_KEY, Wakeup, quiet, signal
 
 POOLS = {"default": {"capacity": 1, "alert_capacity": 1}}
@@ -82,6 +87,20 @@ def test_one_item_at_a_time_costs_one_batch_and_waits_for_no_poll(
 POLL = {"poll_interval_seconds": 60.0, "lease_seconds": 60.0}
 # Well under the poll interval: only a wake-up gets the work done in time.
 PROMPT = 8.0
+
+
+class StartGate:
+    """An executor that says it started, then waits until the test opens the gate."""
+
+    def __init__(self, behaviour: Behaviour, step: str) -> None:
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self._run = make_executor(step, behaviour)
+
+    def __call__(self, ctx: ActionContext) -> None:
+        self.started.set()
+        assert self.go.wait(20)
+        self._run(ctx)
 
 
 def idle_soon(store: Store, item_id: uuid.UUID, what: str) -> None:
@@ -173,3 +192,55 @@ def test_quiet_does_not_outlive_its_transaction(store: Store) -> None:
         with session.begin():
             signal(session, ITEMS_ADMITTED)  # not quiet: its own scheduler must hear it
         assert hub.wait(0).claim
+
+
+# ------------------------------------------------- two replicas (PostgreSQL)
+
+
+@pytest.fixture
+def replicas(postgres_store: Store) -> Iterator[list[Any]]:
+    """Managers and listeners a test started; stopped at its end."""
+    running: list[Any] = []
+    yield running
+    for thing in reversed(running):
+        thing.stop(grace=2)
+
+
+def replica(
+    store: Store, registry: TypeRegistry, config: Config, owner: str, running: list[Any]
+) -> ProcessingManager:
+    manager = ProcessingManager(store.sessions, registry, config, owner=owner)
+    running.append(Listening(store.engine, manager.wakeup))
+    manager.start()
+    running.append(manager)
+    return manager
+
+
+def test_an_item_a_stopping_replica_hands_back_is_taken_by_the_other_at_once(
+    postgres_store: Store, replicas: list[Any]
+) -> None:
+    """On stop a worker hands its item back between actions and tells the other
+    replicas: one idle with a free worker takes it at once, not at its poll."""
+    store = postgres_store
+    behaviour = Behaviour()
+    gate = StartGate(behaviour, "step2")
+    item_type = chain_type(behaviour)
+    registry = TypeRegistry()
+    registry.register_type(replace(item_type, executors={**item_type.executors, "step2": gate}))
+    config = make_config(store.url, processing={**POLL, "workers": 1})
+    leaving = replica(store, registry, config, "leaving", replicas)
+    intake = submit(store.sessions, registry, config, "g/p")
+    assert intake.item is not None
+    assert gate.started.wait(10)
+    replica(store, registry, config, "staying", replicas)
+    time.sleep(0.5)  # its first pass found the item leased
+    stopping = threading.Thread(target=leaving.stop, kwargs={"grace": 10})
+    stopping.start()
+    try:
+        wait_for(lambda: leaving._stopping.is_set(), message="stop begun")
+        gate.go.set()  # step2 ends; step3 is handed back
+        idle_soon(store, intake.item.id, "the other replica to run step3")
+        assert behaviour.actions_of(intake.item.id) == ["step1", "step2", "step3"]
+    finally:
+        gate.go.set()
+        stopping.join(15)

@@ -44,7 +44,7 @@ from wq.engine.pipelined import pipelined_sessions
 from wq.engine.registry import TickContext, Ticker, TypeRegistry
 from wq.engine.runner import ItemRunner, backoff_delay
 from wq.engine.sweep import sweep_once
-from wq.engine.wakeup import WAKEUP_KEY, Pending, Wakeup
+from wq.engine.wakeup import ITEMS_ADMITTED, WAKEUP_KEY, Pending, Wakeup, signal
 from wq.engine.workers import WorkerPool
 
 __all__ = ["ProcessingManager", "backoff_delay", "default_owner"]
@@ -410,10 +410,13 @@ class ProcessingManager:
                 for claim in workers:
                     self._start_worker(claim)
                 return
-        # Shutdown began meanwhile: no action ran, give the items back.
+        # Shutdown began meanwhile: no action ran, give the items back (and tell the
+        # other replicas).
         with self._worker_sessions.begin() as session:
             for claim in workers:
                 store.drop_lease(session, claim.id, claim.token)
+            if workers:
+                signal(session, ITEMS_ADMITTED)
 
     # ----------------------------------------------------------------- workers
 

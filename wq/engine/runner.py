@@ -40,7 +40,7 @@ from wq.engine.registry import (
     TypeRegistry,
     Wait,
 )
-from wq.engine.wakeup import PROJECT_QUEUED, signal
+from wq.engine.wakeup import ITEMS_ADMITTED, PROJECT_QUEUED, signal
 from wq.engine.worker_release import release_unchanged
 
 log = logging.getLogger("wq.engine.processing")
@@ -147,8 +147,9 @@ class ItemRunner:
                     return
                 if self._stopping.is_set():
                     # Shutting down: hand the item back between actions. It keeps its
-                    # slot and its place in line; another replica claims it at once.
+                    # slot and its place in line; another replica, told, claims it at once.
                     store.drop_lease(session, item_id, token)
+                    signal(session, ITEMS_ADMITTED)
                     self._commit(session, item_id, token, done, actor)
                     return
                 if (
