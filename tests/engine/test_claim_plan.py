@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session, sessionmaker
 
 from tests.conftest import throwaway_pg_database
 from tests.support.chain import Behaviour, chain_registry
@@ -72,16 +73,20 @@ def expected_first(engine: Engine) -> list[int]:
         )
 
 
+def _sessions(engine: Engine, analyzed: bool) -> sessionmaker[Session]:
+    """Sessions on the filled database, its statistics gathered first if `analyzed`."""
+    if analyzed:
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE work_items"))
+    return make_sessionmaker(engine)
+
+
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
 def test_a_claim_reads_the_items_it_takes_not_the_admitted_backlog(
     admitted: tuple[str, Engine], analyzed: bool
 ) -> None:
     url, engine = admitted
-    if analyzed:
-        with engine.begin() as conn:
-            conn.execute(text("ANALYZE work_items"))
-    now = utcnow()
-    sessions = make_sessionmaker(engine)
+    sessions, now = _sessions(engine, analyzed), utcnow()
     with capture(engine) as sent, sessions.begin() as session:
         claims = store.claim(
             session,
@@ -119,11 +124,7 @@ def test_the_workers_claim_loads_what_it_takes_by_primary_key(
     # The claim for workers is the claim above as a CTE, the items and their
     # dimensions read beside it: by primary key, never a scan of the table.
     url, engine = admitted
-    if analyzed:
-        with engine.begin() as conn:
-            conn.execute(text("ANALYZE work_items"))
-    now = utcnow()
-    sessions = make_sessionmaker(engine)
+    sessions, now = _sessions(engine, analyzed), utcnow()
     with capture(engine) as sent, sessions.begin() as session:
         taken = claim_for_workers(
             session,
