@@ -15,7 +15,7 @@ from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
-from wq.engine import items, pools
+from wq.engine import items, pools, releases
 from wq.engine.admission import dispatch, in_flight, projects_with_queued, queued_projects_query
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, Base, WorkItem, utcnow
@@ -60,7 +60,7 @@ def finish(store: Store, item_id: uuid.UUID, phase: str | None = None) -> None:
         if phase:
             items.set_phase(session, item, phase, actor="test", trigger={"source": "test"})
         else:
-            items.release_slot(session, item, actor="test", trigger={"source": "test"})
+            releases.release_slot(session, item, actor="test", trigger={"source": "test"})
 
 
 def test_alert_lane_first_and_capacities_never_exceeded(store: Store) -> None:

@@ -28,7 +28,7 @@ from wq.engine.claims import item_query
 from wq.engine.config import ProcessingConfig
 from wq.engine.db import READ_ONLY_OPTION
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
-from wq.engine.items import release_slot, set_phase, snapshot
+from wq.engine.items import set_phase
 from wq.engine.metrics import metrics_of
 from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
@@ -40,6 +40,7 @@ from wq.engine.registry import (
     TypeRegistry,
     Wait,
 )
+from wq.engine.releases import release_slot, snapshot
 from wq.engine.wakeup import ITEMS_ADMITTED, PROJECT_QUEUED, signal
 from wq.engine.worker_release import release_unchanged
 

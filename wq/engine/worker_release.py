@@ -7,7 +7,7 @@ PostgreSQL - also writes the audit rows of the last action and of the release an
 sends the `NOTIFY` that wakes the project's dispatchers on every replica, all only if
 the release matched. So the worker's transaction is `BEGIN`, the action's own writes,
 this statement and `COMMIT`. On SQLite (no round trips to save) it is
-`wq.engine.items.release_if_unchanged`, the audit rows deferred as usual.
+`wq.engine.releases.release_if_unchanged`, the audit rows deferred as usual.
 
 Rows and signals written here are still logged, archived and delivered to this
 process's wake-up hub once the transaction commits, like every other.
@@ -26,8 +26,13 @@ from wq.engine import audit as audit_module
 from wq.engine import on_commit
 from wq.engine import wakeup as wakeup_module
 from wq.engine.audit import AuditRecord
-from wq.engine.items import mark_released, release_if_unchanged, released_admission, snapshot
 from wq.engine.models import ADMITTED, WorkItem
+from wq.engine.releases import (
+    mark_released,
+    release_if_unchanged,
+    released_admission,
+    snapshot,
+)
 from wq.engine.store import NOTIFY_CHANNEL
 from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
 
