@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -156,30 +158,47 @@ class Daemon:
         self.log.close()
 
 
-async def measure(base: str, token: str, ids: list[str], args: argparse.Namespace) -> None:
+class Replica:
+    """A daemon's keep-alive pool and the requests of the load, encoded with its token."""
+
+    def __init__(self, base: str, token: str, ids: list[str]) -> None:
+        authority = base.removeprefix("http://")
+        host, _, port = authority.partition(":")
+        self.pool = Pool(host, int(port))
+        self.items = [encode_request("GET", f"/api/work-items/{i}", authority, token) for i in ids]
+        self.page = encode_request("GET", "/api/work-items?limit=50", authority, token)
+        self.submits = [
+            encode_request(
+                "POST", "/api/work-items/mr", authority, token, json.dumps(mr_payload(n)).encode()
+            )
+            for n in range(len(ids))
+        ]
+        self.health = encode_request("GET", "/healthz", authority, token)
+
+
+async def measure(replicas: list[Replica], args: argparse.Namespace) -> None:
     """Run the four open loops at once and print the table.
 
     The requests are encoded before the load starts (`loadgen`): the client must stay
-    cheap beside the daemon it measures on the same two cores.
+    cheap beside the daemon it measures on the same two cores. With several replicas,
+    each loop sends its requests to them in turn, as a load balancer in front of
+    them would.
     """
-    authority = base.removeprefix("http://")
-    host, _, port = authority.partition(":")
-    pool = Pool(host, int(port))
     chooser = random.Random(1)
-    items = [encode_request("GET", f"/api/work-items/{i}", authority, token) for i in ids]
-    page = encode_request("GET", "/api/work-items?limit=50", authority, token)
-    submits = [
-        encode_request(
-            "POST", "/api/work-items/mr", authority, token, json.dumps(mr_payload(n)).encode()
-        )
-        for n in range(len(ids))
-    ]
-    health = encode_request("GET", "/healthz", authority, token)
+    turns = itertools.cycle(replicas)
+
+    def to_next(pick: Callable[[Replica], bytes]) -> Callable[[], tuple[Pool, bytes]]:
+        def next_request() -> tuple[Pool, bytes]:
+            replica = next(turns)
+            return replica.pool, pick(replica)
+
+        return next_request
+
     loops = {
-        "GET item": (args.item_rate, lambda: chooser.choice(items)),
-        "GET list (50)": (args.list_rate, lambda: page),
-        "POST submit (unchanged)": (args.submit_rate, lambda: chooser.choice(submits)),
-        "/healthz": (args.health_rate, lambda: health),
+        "GET item": (args.item_rate, to_next(lambda r: chooser.choice(r.items))),
+        "GET list (50)": (args.list_rate, to_next(lambda r: r.page)),
+        "POST submit (unchanged)": (args.submit_rate, to_next(lambda r: chooser.choice(r.submits))),
+        "/healthz": (args.health_rate, to_next(lambda r: r.health)),
     }
     names = [name for name, (rate, _) in loops.items() if rate > 0]
     # Each loop a different fraction of its interval late: with the same phase,
@@ -187,11 +206,12 @@ async def measure(base: str, token: str, ids: list[str], args: argparse.Namespac
     # each, every 50 ms), and each waited for the others: a p50 of 17-20 ms.
     results = await asyncio.gather(
         *(
-            open_loop(pool, loops[n][0], args.seconds, loops[n][1], args.timeout, i / len(names))
+            open_loop(loops[n][0], args.seconds, loops[n][1], args.timeout, i / len(names))
             for i, n in enumerate(names)
         )
     )
-    pool.close()
+    for replica in replicas:
+        replica.pool.close()
     header = ("endpoint", "rate/s", "sent", "p50 ms", "p99 ms", "max ms", "errors")
     print(f"{header[0]:<26}" + "".join(f"{title:>9}" for title in header[1:]))
     for name, (latencies, errors, count) in zip(names, results, strict=True):
@@ -200,7 +220,7 @@ async def measure(base: str, token: str, ids: list[str], args: argparse.Namespac
             f"{percentile(latencies, 0.99):>9.1f}{(latencies[-1] if latencies else math.nan):>9.1f}"
             f"{errors:>9}"
         )
-    print(f"connections opened: {pool.opened}")
+    print(f"connections opened: {sum(replica.pool.opened for replica in replicas)}")
 
 
 def add_dimensions(url: str, ids: list[str], count: int) -> None:
@@ -243,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="readiness dimensions per item (processed items have a few; new ones none)",
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="daemons on the one database; requests go to them in turn, as through a "
+        "load balancer (each has its own local token)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--item-rate", type=float, default=200.0)
     parser.add_argument("--list-rate", type=float, default=100.0)
@@ -256,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--py-spy",
         metavar="FILE",
-        help="sample the daemon with py-spy (installed separately) while loaded; "
+        help="sample the (first) daemon with py-spy (installed separately) while loaded; "
         "FILE gets collapsed stacks (`-f raw`) of the thread holding the GIL",
     )
     args = parser.parse_args(argv)
@@ -265,43 +292,55 @@ def main(argv: list[str] | None = None) -> int:
         schema.upgrade(engine)
         engine.dispose()
         with tempfile.TemporaryDirectory(prefix="wq-bench-api-") as tmp:
-            daemon = Daemon(url, Path(tmp), None)
+            daemons = []
             try:
-                token = daemon.wait_ready()
+                for number in range(args.replicas):
+                    root = Path(tmp) / f"replica-{number}"
+                    root.mkdir()
+                    daemons.append(Daemon(url, root, None))
+                tokens = [daemon.wait_ready() for daemon in daemons]
                 ids = []
                 with httpx.Client(
-                    base_url=daemon.base, headers={"Authorization": f"Bearer {token}"}
+                    base_url=daemons[0].base, headers={"Authorization": f"Bearer {tokens[0]}"}
                 ) as http:
                     for number in range(args.items):
                         response = http.post("/api/work-items/mr", json=mr_payload(number))
                         response.raise_for_status()
                         ids.append(response.json()["item"]["id"])
                 add_dimensions(url, ids, args.dimensions)
+                replicas = [
+                    Replica(daemon.base, token, ids)
+                    for daemon, token in zip(daemons, tokens, strict=True)
+                ]
                 print(
-                    f"wq daemon on PostgreSQL, {args.items} MR items with {args.dimensions} "
-                    f"dimensions each, open loop for "
+                    f"{args.replicas} wq daemon(s) on PostgreSQL, {args.items} MR items with "
+                    f"{args.dimensions} dimensions each, open loop for "
                     f"{args.seconds:g} s (load average {os.getloadavg()[0]:.2f})"
                 )
-                sampler = spy(daemon.proc.pid, args.py_spy, args.seconds) if args.py_spy else None
-                daemon_start, client_cpu = cpu_seconds(daemon.proc.pid), time.process_time()
-                asyncio.run(measure(daemon.base, token, ids, args))
-                user, system = (
-                    end - start
-                    for end, start in zip(cpu_seconds(daemon.proc.pid), daemon_start, strict=True)
-                )
+                first = daemons[0].proc.pid
+                sampler = spy(first, args.py_spy, args.seconds) if args.py_spy else None
+                pids = [daemon.proc.pid for daemon in daemons]
+                daemon_start, client_cpu = [cpu_seconds(pid) for pid in pids], time.process_time()
+                asyncio.run(measure(replicas, args))
+                user = system = 0.0
+                for pid, (user_start, system_start) in zip(pids, daemon_start, strict=True):
+                    user_end, system_end = cpu_seconds(pid)
+                    user += user_end - user_start
+                    system += system_end - system_start
                 client_cpu = time.process_time() - client_cpu
                 requests = args.seconds * (
                     args.item_rate + args.list_rate + args.submit_rate + args.health_rate
                 )
                 print(
-                    f"CPU during the load: daemon {user + system:.2f} s (user {user:.2f}, system "
+                    f"CPU during the load: daemons {user + system:.2f} s (user {user:.2f}, system "
                     f"{system:.2f}; {(user + system) * 1000 / requests:.2f} ms per request), "
                     f"this client {client_cpu:.2f} s (load average after {os.getloadavg()[0]:.2f})"
                 )
                 if sampler is not None:
                     sampler.wait(timeout=60)
             finally:
-                daemon.stop()
+                for daemon in daemons:
+                    daemon.stop()
     return 0
 
 

@@ -128,15 +128,15 @@ class Pool:
 
 
 async def open_loop(
-    pool: Pool,
     rate: float,
     seconds: float,
-    next_request: Callable[[], bytes],
+    next_request: Callable[[], tuple[Pool, bytes]],
     timeout: float,
     phase: float = 0.0,
 ) -> tuple[list[float], int, int]:
-    """Send `next_request()` at `rate` per second for `seconds`: sorted latencies (ms),
-    errors (non-2xx, no answer within `timeout`, a broken connection) and requests sent.
+    """Send `next_request()` (a request and the server's pool to send it to) at `rate`
+    per second for `seconds`: sorted latencies (ms), errors (non-2xx, no answer
+    within `timeout`, a broken connection) and requests sent.
 
     `phase` (a fraction of one interval) delays every start, so that loops running
     side by side do not send their requests at the same instants.
@@ -146,7 +146,7 @@ async def open_loop(
     loop = asyncio.get_running_loop()
     start = loop.time()
 
-    async def one(due: float, data: bytes) -> None:
+    async def one(due: float, pool: Pool, data: bytes) -> None:
         nonlocal errors
         try:
             status = await asyncio.wait_for(pool.request(data), timeout)
@@ -165,6 +165,6 @@ async def open_loop(
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(one(due, next_request())))
+        tasks.append(asyncio.ensure_future(one(due, *next_request())))
     await asyncio.gather(*tasks)
     return sorted(latencies), errors, count

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import uuid
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, Select, bindparam, inspect, select
+from sqlalchemy import Integer, Row, Select, bindparam, inspect, select, tuple_
 from sqlalchemy.orm import Session, defer, lazyload
 
 from wq.daemon.schemas import WorkItemPublic, dimension_document, item_document
@@ -145,6 +145,57 @@ def page_select(page: Select[Any]) -> Select[Any]:
         .select_from(joins)
         .order_by(inner.c.created_at.desc(), inner.c.id.desc())
     )
+
+
+# The list's filters: each an equality on the `work_items` column of its name.
+LIST_FILTERS = ("type", "phase", "project", "admission")
+
+_statements: dict[tuple[Any, ...], Select[Any]] = {}
+
+
+def _built(key: tuple[Any, ...], build: Callable[[], Select[Any]]) -> Select[Any]:
+    """A statement built once per shape and layout: building one (its page subquery,
+    its cache key) cost more CPU than running it. Values are bound at execution."""
+    key = (_current_layout().key, *key)
+    statement = _statements.get(key)
+    if statement is None:
+        statement = _statements[key] = build()
+    return statement
+
+
+def item_statement() -> Select[Any]:
+    """`page_select` of one item, by the bound `id`."""
+    return _built(
+        ("item",), lambda: page_select(select(*ITEM_COLUMNS).where(ITEMS.c.id == bindparam("id")))
+    )
+
+
+def list_statement(filters: frozenset[str], *, after: bool, restricted: bool) -> Select[Any]:
+    """`page_select` of a page of the list, newest first, of this shape.
+
+    Bound at execution: each of `filters` (names of `LIST_FILTERS`) by its name; with
+    `after`, `after_created` and `after_id` (the page starts after that item); with
+    `restricted`, `readable` (the types the caller may read); always `limit`.
+    """
+
+    def build() -> Select[Any]:
+        query = select(*ITEM_COLUMNS)
+        for name in LIST_FILTERS:
+            if name in filters:
+                query = query.where(ITEMS.c[name] == bindparam(name))
+        if after:
+            # A row comparison: one range of ix_work_items_newest.
+            position = tuple_(
+                bindparam("after_created", type_=ITEMS.c.created_at.type),
+                bindparam("after_id", type_=ITEMS.c.id.type),
+            )
+            query = query.where(tuple_(ITEMS.c.created_at, ITEMS.c.id) < position)
+        if restricted:  # in SQL, so that pages stay full and cursors exact
+            query = query.where(ITEMS.c.type.in_(bindparam("readable", expanding=True)))
+        limit = bindparam("limit", type_=Integer)
+        return page_select(query.order_by(*NEWEST_FIRST).limit(limit))
+
+    return _built(("list", tuple(sorted(filters)), after, restricted), build)
 
 
 def page_documents(session: Session, rows: Sequence[Row[Any]]) -> list[dict[str, Any]]:

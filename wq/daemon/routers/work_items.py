@@ -8,18 +8,17 @@ from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import Row, select, tuple_
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
 from wq.daemon.reads import (
-    ITEM_COLUMNS,
-    ITEMS,
-    NEWEST_FIRST,
+    LIST_FILTERS,
+    item_statement,
+    list_statement,
     page_documents,
-    page_select,
     shown_only,
 )
 from wq.daemon.schemas import (
@@ -103,24 +102,21 @@ def read_items(
 ) -> Response:
     """List work items, newest first, with filters and cursor pagination."""
     authorize(request, principal, "read", type)
-    query = select(*ITEM_COLUMNS)
-    for column, value in (
-        (ITEMS.c.type, type),
-        (ITEMS.c.phase, phase),
-        (ITEMS.c.project, project),
-        (ITEMS.c.admission, admission),
-    ):
+    values: dict[str, Any] = {"limit": limit + 1}
+    for name, value in zip(LIST_FILTERS, (type, phase, project, admission), strict=True):
         if value is not None:
-            query = query.where(column == value)
-    if cursor:
-        created, item_id = _decode_cursor(cursor)
-        # A row comparison: one range of ix_work_items_newest.
-        query = query.where(tuple_(ITEMS.c.created_at, ITEMS.c.id) < tuple_(created, item_id))
+            values[name] = value
+    if cursor is not None:
+        values["after_created"], values["after_id"] = _decode_cursor(cursor)
     readable = principal.types_with("read")
-    if readable is not None:  # in SQL, so that pages stay full and cursors exact
-        query = query.where(ITEMS.c.type.in_(sorted(readable)))
-    query = query.order_by(*NEWEST_FIRST).limit(limit + 1)
-    rows = session.execute(page_select(query)).all()
+    if readable is not None:
+        values["readable"] = sorted(readable)
+    statement = list_statement(
+        frozenset(values) & frozenset(LIST_FILTERS),
+        after=cursor is not None,
+        restricted=readable is not None,
+    )
+    rows = session.execute(statement, values).all()
     page = rows[:limit]
     more = len(rows) > limit
     document = {
@@ -163,7 +159,7 @@ def read_item(
     """One work item with its details and dimensions (404 for a type the caller may not read)."""
     authorize_lookup(principal, "read")
     # Read as the list reads a page (`wq.daemon.reads`): its row with its details.
-    rows = session.execute(page_select(select(*ITEM_COLUMNS).where(ITEMS.c.id == item_id))).all()
+    rows = session.execute(item_statement(), {"id": item_id}).all()
     if not rows:
         raise item_service.ItemNotFound(str(item_id))
     authorize_item(request, principal, "read", rows[0].id, rows[0].type)
