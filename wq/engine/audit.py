@@ -82,7 +82,8 @@ def _compact(state: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def timestamp(at: datetime) -> str:
     """An entry's time as written in its log line and archive: ISO 8601, UTC, microseconds."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat: strftime cost a few percent of an unchanged submission's CPU.
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def document(row: dict[str, Any], entry_id: int | None = None) -> dict[str, Any]:
