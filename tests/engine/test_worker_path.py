@@ -121,7 +121,7 @@ def test_worker_threads_are_reused_and_never_more_than_the_workers(store: Store)
     finally:
         manager.stop(grace=5)
     assert running[1] <= 2 and 1 <= len(threads) <= 2  # 8 items, two threads at most
-    wait_for(lambda: manager._pool.threads == 0, message="the pool's threads ended")
+    wait_for(lambda: manager._handoff.pool.threads == 0, message="the pool's threads ended")
 
 
 def test_the_pool_serves_jobs_queued_beyond_its_threads_in_order() -> None:

@@ -1,15 +1,16 @@
-"""The processing manager: admission, claims, batches, workers, heartbeat, shutdown.
+"""The processing manager: the scheduler, its batches, the periodic loops, shutdown.
 
 One scheduler thread turns wake-ups into work: it applies stored events, runs an
 admission pass for the projects that changed, and leases admitted items of types
 without cheap actions to the free workers (at most `workers` at once): on PostgreSQL
-one statement leases and loads them. Each runs on one of a pool of persistent worker
-threads (`wq.engine.workers`), starting from what the claim read (`wq.engine.runner`).
-Items of types with cheap actions are taken by batches (`wq.engine.batch`), each
-claiming, running and releasing up to `batch_size` items in one transaction on a batch
-thread, two at most at once: while one waits for the database, the other runs. A
-batch hands what needs an action that is not cheap to the free workers. A heartbeat
-extends the leases of running items until the last worker has returned.
+one statement leases and loads them. The worker hand-off (`wq.engine.handoff`) runs
+each on one of a pool of persistent worker threads, starting from what the claim read
+(`wq.engine.runner`), and its heartbeat extends the leases of running items until the
+last worker has returned. Items of types with cheap actions are taken by batches
+(`wq.engine.batch`), each claiming, running and releasing up to `batch_size` items in
+one transaction on a batch thread, two at most at once: while one waits for the
+database, the other runs. A batch hands what needs an action that is not cheap to the
+free workers. Beside them run the sweep and the types' periodic work (tickers).
 
 Shutdown stops claiming at once; running actions get the grace period to end, after
 which each worker hands its item back. Past the grace nothing is handed over early:
@@ -26,26 +27,24 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
-from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.config import Config
 from wq.engine.events import drain_events
+from wq.engine.handoff import WorkerHandoff, monotonic_due
 from wq.engine.metrics import metrics_of
-from wq.engine.models import WorkItem, utcnow
+from wq.engine.models import utcnow
 from wq.engine.outage import EngineFailures
 from wq.engine.pipelined import pipelined_sessions
 from wq.engine.registry import TickContext, Ticker, TypeRegistry
 from wq.engine.runner import ItemRunner, backoff_delay
 from wq.engine.sweep import sweep_once
-from wq.engine.wakeup import ITEMS_ADMITTED, WAKEUP_KEY, Pending, Wakeup, signal
-from wq.engine.workers import WorkerPool
+from wq.engine.wakeup import WAKEUP_KEY, Pending, Wakeup
 
 __all__ = ["ProcessingManager", "backoff_delay", "default_owner"]
 
@@ -94,28 +93,36 @@ class ProcessingManager:
         # each transaction's BEGIN goes out with its first statement on PostgreSQL
         # (`wq.engine.pipelined`).
         self._worker_sessions = pipelined_sessions(self.sessions)
-        self._running: dict[uuid.UUID, str] = {}
-        self._running_lock = threading.Lock()
-        self._all_returned = threading.Condition(self._running_lock)
-        self._pool: WorkerPool[store.Claim] = WorkerPool(self._work, self.settings.workers)
-        self._item_loads = item_loads(registry)
-        self._batches = 0  # batch threads running (guarded by the running lock)
-        # Items were given back for want of a free worker; cleared when one returns.
-        self._surplus_waiting = False
+        # Notified when a worker or a batch thread ends; guards the running items
+        # (`self._handoff.running`) and the count of batch threads.
+        self._all_returned = threading.Condition(threading.Lock())
+        self._batches = 0  # batch threads running (guarded by `_all_returned`)
         self._batch_slots = threading.BoundedSemaphore(BATCHES_IN_FLIGHT)
-        self._claim_lock = threading.Lock()
         self._stopping = threading.Event()  # no new claims; workers hand items back
         self._halted = threading.Event()  # the heartbeat ends too
         self._deadline: float | None = None
-        # Monotonic times an admitted item comes due (a lease or a backoff runs out),
-        # as the worker claim and the batch last saw for their types.
-        self._due: dict[str, float | None] = {}
+        # Monotonic time an admitted item of the batches' types comes due (a lease or
+        # a backoff runs out), as the last batch saw; the hand-off keeps the workers'.
+        self._batch_due: float | None = None
         self._waking_at = 0.0  # monotonic time the scheduler's current wait ends
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
         self._runner = ItemRunner(
             self._worker_sessions, registry, self.settings, clock, stopping=self._stopping
+        )
+        self._handoff = WorkerHandoff(
+            self._worker_sessions,
+            self._runner,
+            registry,
+            self.settings,
+            owner=self.owner,
+            wakeup=self.wakeup,
+            failures=self.failures,
+            metrics=self.metrics,
+            stopping=self._stopping,
+            returned=self._all_returned,
+            clock=clock,
         )
         self._batch = BatchRunner(self.sessions, registry, self.settings, clock)
 
@@ -125,7 +132,7 @@ class ProcessingManager:
         """Start the scheduler, heartbeat and sweep threads, and the types' periodic work."""
         loops = (
             ("wq-scheduler", self._schedule_loop),
-            ("wq-heartbeat", self._heartbeat_loop),
+            ("wq-heartbeat", lambda: self._handoff.heartbeat_loop(self._halted)),
             ("wq-sweep", self._sweep_loop),
         )
         for name, target in loops:
@@ -165,11 +172,11 @@ class ProcessingManager:
         self.begin_stop(grace)
         assert self._deadline is not None
         with self._all_returned:
-            while (self._running or self._batches) and (
+            while (self._handoff.running or self._batches) and (
                 left := self._deadline - time.monotonic()
             ) > 0:
                 self._all_returned.wait(left)
-            leftovers = dict(self._running)
+            leftovers = dict(self._handoff.running)
         if leftovers:
             actions = self._runner.current
             log.warning(
@@ -179,7 +186,7 @@ class ProcessingManager:
                 ", ".join(f"{item_id} ({actions.get(item_id, '?')})" for item_id in leftovers),
             )
         self._halted.set()
-        self._pool.close()
+        self._handoff.pool.close()
         step_end = time.monotonic() + STOP_STEP_SECONDS
         for thread in self._threads:
             thread.join(timeout=max(0.0, step_end - time.monotonic()))
@@ -188,8 +195,11 @@ class ProcessingManager:
     @property
     def busy(self) -> int:
         """How many items are being processed right now."""
-        with self._running_lock:
-            return len(self._running)
+        return self._handoff.busy
+
+    def heartbeat(self) -> int:
+        """Extend the leases of every item being processed; return how many still held."""
+        return self._handoff.heartbeat()
 
     # ----------------------------------------------------------------- scheduler
 
@@ -229,7 +239,7 @@ class ProcessingManager:
     def _wait_seconds(self) -> float:
         """Until the next poll, or sooner when a known lease or backoff runs out."""
         wait = self.settings.poll_interval_seconds
-        for due in self._due.values():
+        for due in (self._handoff.due, self._batch_due):
             if due is not None:
                 wait = min(wait, max(0.0, due - time.monotonic()))
         return wait
@@ -275,7 +285,7 @@ class ProcessingManager:
                 self._worker_sessions, self.config, projects, now=self.clock(), wake_self=False
             )
             claim = claim or bool(admitted)
-        if not (claim or self._surplus_waiting):
+        if not (claim or self._handoff.surplus_waiting):
             # (While items wait for a worker, full batches do not poke: the releases'
             # wake-ups chain the batches then.)
             return 0
@@ -291,7 +301,7 @@ class ProcessingManager:
                 return claimed + self._run_batch(background=False)
             finally:
                 self._batch_slots.release()
-        with self._running_lock:
+        with self._all_returned:
             if self._stopping.is_set():  # stop may have looked for running batches
                 self._batch_slots.release()
                 return claimed
@@ -304,45 +314,13 @@ class ProcessingManager:
         return claimed
 
     def _claim_for_workers(self) -> int:
-        """Claim items of the types without cheap actions for the free workers, start them."""
+        """Claim items for the free workers and start them; return how many."""
         cheap = set(self._batch.cheap_types)
         # With every type's items taken by batches, workers get what batches hand on.
         # Beside types without cheap actions, workers serve all types in ready order
         # (a batch's hand-off could wait behind later work forever).
         every_type_cheap = all(name in cheap for name in self.registry.names)
-        types = [] if every_type_cheap else list(self.registry.names)
-        with self._claim_lock:  # one claim at a time: free slots are never overbooked
-            free = self.settings.workers - self.busy
-            if not types or free <= 0 or self._stopping.is_set():
-                # Nothing to wait for here: a worker that returns wakes the scheduler.
-                self._due["workers"] = None
-                return 0
-            now = self.clock()
-            with self._worker_sessions.begin() as session:
-                taken = claim_for_workers(
-                    session,
-                    owner=self.owner,
-                    types=types,
-                    free=free,
-                    now=now,
-                    lease_until=now + timedelta(seconds=self.settings.lease_seconds),
-                    # SQLite: workers read their items themselves, outside the write
-                    # lock (loading here would hold it longer; no round trips to save).
-                    load=self._item_loads if store.is_postgres(session) else None,
-                )
-                due = None if taken.full else store.next_due(session, types, now)
-            self._due["workers"] = self._monotonic(due, now)
-            self.metrics.claims_per_pass.observe(len(taken.claims))
-            self._hand_to_workers(taken.claims, free)
-            if taken.full and not self._surplus_waiting:
-                # Maybe more to claim: the next pass comes at once. Not while items
-                # given back for want of a worker wait: that pass would take the same
-                # items again; a worker that returns wakes the scheduler.
-                self.wakeup.poke()
-            return len(taken.claims)
-
-    def _monotonic(self, due: datetime | None, now: datetime) -> float | None:
-        return None if due is None else time.monotonic() + (due - now).total_seconds()
+        return self._handoff.claim([] if every_type_cheap else list(self.registry.names))
 
     def _run_batch(self, *, background: bool) -> int:
         """Take and run a batch of cheap actions, start workers for what it handed off.
@@ -356,9 +334,9 @@ class ProcessingManager:
             limit=self.settings.batch_size,
             on_full=self._more_to_take if background else None,
         )
-        due = self._due["batch"] = self._monotonic(taken.due, now)
+        due = self._batch_due = monotonic_due(taken.due, now)
         if taken.handoff:
-            with self._claim_lock:
+            with self._handoff.claim_lock:
                 self._hand_to_workers(taken.handoff, self.settings.workers - self.busy)
         if background and due is not None and due < self._waking_at:
             # Work comes due before the scheduler's wait ends (this batch's backoffs and
@@ -369,7 +347,7 @@ class ProcessingManager:
     def _more_to_take(self) -> None:
         """The next pass comes at once, unless items wait for a worker (that pass
         would take the same items again; a worker that returns wakes it)."""
-        if not self._surplus_waiting:
+        if not self._handoff.surplus_waiting:
             self.wakeup.poke()
 
     def _batch_in_background(self) -> None:
@@ -387,97 +365,18 @@ class ProcessingManager:
 
     def _batch_ended(self) -> None:
         self._batch_slots.release()
-        with self._running_lock:
+        with self._all_returned:
             self._batches -= 1
             self._all_returned.notify_all()
 
     def _hand_to_workers(self, claims: list[store.Claim], free: int) -> None:
         """Start workers for up to `free` claimed items; give the rest back.
 
-        The caller holds the claim lock.
+        The caller holds the hand-off's claim lock.
         """
-        workers, surplus = claims[: max(free, 0)], claims[max(free, 0) :]
-        if claims:
-            self._surplus_waiting = bool(surplus)
-        if surplus:
-            # More items want a worker than there are free ones: the rest wait, leased to
-            # nobody, in their place in line.
-            with self._worker_sessions.begin() as session:
-                for claim in surplus:
-                    store.drop_lease(session, claim.id, claim.token)
-        with self._running_lock:
-            if not self._stopping.is_set():
-                for claim in workers:
-                    self._start_worker(claim)
-                return
-        # Shutdown began meanwhile: no action ran, give the items back (and tell the
-        # other replicas).
-        with self._worker_sessions.begin() as session:
-            for claim in workers:
-                store.drop_lease(session, claim.id, claim.token)
-            if workers:
-                signal(session, ITEMS_ADMITTED)
+        self._handoff.hand_over(claims, free)
 
-    # ----------------------------------------------------------------- workers
-
-    def _start_worker(self, claim: store.Claim) -> None:
-        """Hand one claimed item to the worker pool (caller holds the running lock).
-
-        It counts as running from now on: the heartbeat extends its lease, and the
-        scheduler claims for the workers left free.
-        """
-        self._running[claim.id] = claim.token
-        try:
-            self._pool.submit(claim)
-        except BaseException:
-            self._running.pop(claim.id, None)
-            raise
-
-    def _work(self, claim: store.Claim, slot: int) -> None:
-        # The owner tells replicas apart in the audit log; the slot tells workers apart.
-        actor = f"{self.owner}/worker-{slot}"
-        try:
-            self._runner.run(claim.id, claim.token, actor, item=claim.item)
-        except Exception as err:
-            self.failures.failed(f"processing of work item {claim.id}", err)
-        finally:
-            with self._running_lock:
-                self._running.pop(claim.id, None)
-                self._all_returned.notify_all()
-            self._surplus_waiting = False
-            self.wakeup.poke()
-
-    # ----------------------------------------------------------------- heartbeat
-
-    def _heartbeat_loop(self) -> None:
-        # Runs through the shutdown grace: the leases of running actions must not lapse.
-        interval = self.settings.lease_seconds / 3
-        while not self._halted.wait(interval):
-            if self._stopping.is_set() and not self.busy:
-                return
-            try:
-                self.heartbeat()
-            except Exception as err:
-                self.failures.failed("heartbeat", err)
-
-    def heartbeat(self) -> int:
-        """Extend the leases of every item being processed; return how many still held."""
-        with self._running_lock:
-            running = dict(self._running)
-        if not running:
-            return 0
-        lease_until = self.clock() + timedelta(seconds=self.settings.lease_seconds)
-        with self._worker_sessions.begin() as session:
-            result = session.execute(
-                update(WorkItem)
-                .where(
-                    WorkItem.id.in_(running),
-                    WorkItem.lease_token.in_(set(running.values())),
-                )
-                .values(leased_until=lease_until)
-                .execution_options(synchronize_session=False)
-            )
-        return int(result.rowcount)  # type: ignore[attr-defined]
+    # ----------------------------------------------------------------- periodic loops
 
     def _ticker_loop(self, ticker: Ticker) -> None:
         while not self._stopping.is_set():

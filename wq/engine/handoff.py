@@ -1,0 +1,205 @@
+"""The worker hand-off: claims for the free workers, the worker threads, their leases.
+
+The processing manager's scheduler asks this to claim items for the free workers
+(`wq.engine.claims`); its batches hand on what needs an action that is not cheap.
+Either way the items go to the pool of worker threads (`wq.engine.workers`), at most
+one per free worker, and the rest go back to the queue in their place in line. It
+knows which items run now: the heartbeat extends their leases until the last worker
+has returned, and the manager's shutdown waits on the same condition for them to end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.engine import store
+from wq.engine.claims import claim_for_workers, item_loads
+from wq.engine.config import ProcessingConfig
+from wq.engine.metrics import Metrics
+from wq.engine.models import WorkItem
+from wq.engine.outage import EngineFailures
+from wq.engine.registry import TypeRegistry
+from wq.engine.runner import ItemRunner
+from wq.engine.wakeup import ITEMS_ADMITTED, Wakeup, signal
+from wq.engine.workers import WorkerPool
+
+
+def monotonic_due(due: datetime | None, now: datetime) -> float | None:
+    """The monotonic time of `due`, a moment of the clock that read `now`."""
+    return None if due is None else time.monotonic() + (due - now).total_seconds()
+
+
+class WorkerHandoff:
+    """Runs claimed items on a bounded pool of worker threads and keeps their leases.
+
+    `returned` is the manager's condition: it guards `running` and is notified each
+    time a worker returns, so that a shutdown can wait for the last one.
+    """
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        runner: ItemRunner,
+        registry: TypeRegistry,
+        settings: ProcessingConfig,
+        *,
+        owner: str,
+        wakeup: Wakeup,
+        failures: EngineFailures,
+        metrics: Metrics,
+        stopping: threading.Event,
+        returned: threading.Condition,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._sessions = sessions
+        self._runner = runner
+        self._settings = settings
+        self._owner = owner
+        self._wakeup = wakeup
+        self._failures = failures
+        self._metrics = metrics
+        self._item_loads = item_loads(registry)
+        self._stopping = stopping
+        self._clock = clock
+        self.returned = returned
+        self.claim_lock = threading.Lock()  # one claim at a time: free slots never overbooked
+        # Monotonic time an admitted item of the workers' types comes due (a lease or a
+        # backoff runs out), as the last claim saw.
+        self.due: float | None = None
+        self.running: dict[uuid.UUID, str] = {}  # item id -> lease token (under `returned`)
+        # Items were given back for want of a free worker; cleared when one returns.
+        self.surplus_waiting = False
+        self.pool: WorkerPool[store.Claim] = WorkerPool(self._work, settings.workers)
+
+    @property
+    def busy(self) -> int:
+        """How many items are on the worker threads right now."""
+        with self.returned:
+            return len(self.running)
+
+    def claim(self, types: Sequence[str]) -> int:
+        """Claim items of `types` for the free workers and start them; return how many."""
+        with self.claim_lock:
+            free = self._settings.workers - self.busy
+            if not types or free <= 0 or self._stopping.is_set():
+                # Nothing to wait for here: a worker that returns wakes the scheduler.
+                self.due = None
+                return 0
+            now = self._clock()
+            with self._sessions.begin() as session:
+                taken = claim_for_workers(
+                    session,
+                    owner=self._owner,
+                    types=types,
+                    free=free,
+                    now=now,
+                    lease_until=now + timedelta(seconds=self._settings.lease_seconds),
+                    # SQLite: workers read their items themselves, outside the write
+                    # lock (loading here would hold it longer; no round trips to save).
+                    load=self._item_loads if store.is_postgres(session) else None,
+                )
+                due = None if taken.full else store.next_due(session, types, now)
+            self.due = monotonic_due(due, now)
+            self._metrics.claims_per_pass.observe(len(taken.claims))
+            self.hand_over(taken.claims, free)
+            if taken.full and not self.surplus_waiting:
+                # Maybe more to claim: the next pass comes at once. Not while items
+                # given back for want of a worker wait: that pass would take the same
+                # items again; a worker that returns wakes the scheduler.
+                self._wakeup.poke()
+            return len(taken.claims)
+
+    def hand_over(self, claims: list[store.Claim], free: int) -> None:
+        """Start workers for up to `free` claimed items; give the rest back.
+
+        The caller holds the claim lock.
+        """
+        workers, surplus = claims[: max(free, 0)], claims[max(free, 0) :]
+        if claims:
+            self.surplus_waiting = bool(surplus)
+        if surplus:
+            # More items want a worker than there are free ones: the rest wait, leased to
+            # nobody, in their place in line.
+            with self._sessions.begin() as session:
+                for claim in surplus:
+                    store.drop_lease(session, claim.id, claim.token)
+        with self.returned:
+            if not self._stopping.is_set():
+                for claim in workers:
+                    self._start(claim)
+                return
+        # Shutdown began meanwhile: no action ran, give the items back (and tell the
+        # other replicas).
+        with self._sessions.begin() as session:
+            for claim in workers:
+                store.drop_lease(session, claim.id, claim.token)
+            if workers:
+                signal(session, ITEMS_ADMITTED)
+
+    def _start(self, claim: store.Claim) -> None:
+        """Hand one claimed item to the worker pool (caller holds `returned`).
+
+        It counts as running from now on: the heartbeat extends its lease, and the
+        scheduler claims for the workers left free.
+        """
+        self.running[claim.id] = claim.token
+        try:
+            self.pool.submit(claim)
+        except BaseException:
+            self.running.pop(claim.id, None)
+            raise
+
+    def _work(self, claim: store.Claim, slot: int) -> None:
+        # The owner tells replicas apart in the audit log; the slot tells workers apart.
+        actor = f"{self._owner}/worker-{slot}"
+        try:
+            self._runner.run(claim.id, claim.token, actor, item=claim.item)
+        except Exception as err:
+            self._failures.failed(f"processing of work item {claim.id}", err)
+        finally:
+            with self.returned:
+                self.running.pop(claim.id, None)
+                self.returned.notify_all()
+            self.surplus_waiting = False
+            self._wakeup.poke()
+
+    def heartbeat_loop(self, halted: threading.Event) -> None:
+        """Extend the running items' leases every third of a lease until `halted`.
+
+        It runs through the shutdown grace (the leases of running actions must not
+        lapse) and ends early once shutdown began and no worker is busy.
+        """
+        interval = self._settings.lease_seconds / 3
+        while not halted.wait(interval):
+            if self._stopping.is_set() and not self.busy:
+                return
+            try:
+                self.heartbeat()
+            except Exception as err:
+                self._failures.failed("heartbeat", err)
+
+    def heartbeat(self) -> int:
+        """Extend the leases of every item being processed; return how many still held."""
+        with self.returned:
+            running = dict(self.running)
+        if not running:
+            return 0
+        lease_until = self._clock() + timedelta(seconds=self._settings.lease_seconds)
+        with self._sessions.begin() as session:
+            result = session.execute(
+                update(WorkItem)
+                .where(
+                    WorkItem.id.in_(running),
+                    WorkItem.lease_token.in_(set(running.values())),
+                )
+                .values(leased_until=lease_until)
+                .execution_options(synchronize_session=False)
+            )
+        return int(result.rowcount)  # type: ignore[attr-defined]
