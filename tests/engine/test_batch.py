@@ -18,7 +18,7 @@ from tests.engine.helpers import audit_types, load, submit_many
 from tests.support.chain import STEPS, Behaviour, chain_registry, chain_type, make_executor
 from tests.support.waiting import wait_for
 from wq.engine import batch as batch_module
-from wq.engine import store as store_ops
+from wq.engine import leases
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner, Taken
 from wq.engine.config import Config
@@ -38,10 +38,10 @@ def admitted_batch(
     return ids
 
 
-def claim(store: Store, owner: str, limit: int) -> list[store_ops.Claim]:
+def claim(store: Store, owner: str, limit: int) -> list[leases.Claim]:
     now = utcnow()
     with store.sessions.begin() as session:
-        return store_ops.claim(
+        return leases.claim(
             session,
             owner=owner,
             limit=limit,
@@ -60,17 +60,17 @@ def take(store: Store, registry: TypeRegistry, config: Config, owner: str, limit
 
 
 def count_claims(monkeypatch: Any, *functions: str) -> list[int]:
-    """How many items each call of these `wq.engine.store` claim functions took."""
+    """How many items each call of these `wq.engine.leases` claim functions took."""
     taken: list[int] = []
     for name in functions:
-        real = getattr(store_ops, name)
+        real = getattr(leases, name)
 
         def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
             found = _real(*args, **kwargs)
             taken.append(len(found))
             return found
 
-        monkeypatch.setattr(store_ops, name, counted)
+        monkeypatch.setattr(leases, name, counted)
     return taken
 
 
@@ -145,7 +145,7 @@ def test_a_batch_claim_never_hands_one_item_to_two_claimers(store: Store) -> Non
     config = make_config(store.url, pools=BIG_POOLS)
     registry = chain_registry(Behaviour(), cheap=True)
     ids = admitted_batch(store, registry, config, 40)
-    results: list[list[store_ops.Claim]] = [[], [], []]
+    results: list[list[leases.Claim]] = [[], [], []]
     barrier = threading.Barrier(3)
 
     def race(index: int) -> None:

@@ -32,7 +32,7 @@ from tests.engine.test_batch_review_guards import (
 )
 from tests.support.chain import Behaviour, chain_type, decide, make_executor
 from tests.support.waiting import wait_for
-from wq.engine import store as store_ops
+from wq.engine import leases
 from wq.engine.models import WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext, Decision, Wait
@@ -48,15 +48,15 @@ class OtherItem(WorkItem):
 
 
 def count_calls(monkeypatch: Any, name: str) -> list[int]:
-    """One entry per call of `wq.engine.store.<name>`."""
+    """One entry per call of `wq.engine.leases.<name>`."""
     calls: list[int] = []
-    real = getattr(store_ops, name)
+    real = getattr(leases, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_ops, name, counted)
+    monkeypatch.setattr(leases, name, counted)
     return calls
 
 

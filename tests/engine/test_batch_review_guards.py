@@ -24,8 +24,7 @@ from tests.conftest import Store, make_config
 from tests.engine.helpers import audit_types, load, submit_many
 from tests.support.chain import STEPS, Behaviour, chain_type, decide, make_executor
 from tests.support.waiting import wait_for
-from wq.engine import items
-from wq.engine import store as store_ops
+from wq.engine import items, leases
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
@@ -55,11 +54,11 @@ def steps_type(
     )
 
 
-def claim_for_a_worker(store: Store) -> store_ops.Claim:
+def claim_for_a_worker(store: Store) -> leases.Claim:
     """The one admitted chain item, leased to worker `w` as a scheduler pass would."""
     now = utcnow()
     with store.sessions.begin() as session:
-        (claim,) = store_ops.claim(
+        (claim,) = leases.claim(
             session,
             owner="w",
             limit=1,
@@ -157,7 +156,7 @@ def test_a_batch_retry_skips_an_item_another_replica_took_meanwhile(
             raise RuntimeError("step1 failed on purpose")
 
     registry = registry_of(replace(chain, executors={**chain.executors, "step1": fail_second_once}))
-    real = store_ops.lock_claimable
+    real = leases.lock_claimable
     other_took: list[int] = []
 
     def meanwhile(session: Session, **kwargs: Any) -> list[WorkItem]:
@@ -166,7 +165,7 @@ def test_a_batch_retry_skips_an_item_another_replica_took_meanwhile(
             other_took.append(runner_of(store, registry, config).take("other", limit=1).taken)
         return real(session, **kwargs)
 
-    monkeypatch.setattr(store_ops, "lock_claimable", meanwhile)
+    monkeypatch.setattr(leases, "lock_claimable", meanwhile)
     taken = runner_of(store, registry, config).take("me", limit=5)
     assert other_took == [1] and taken.taken == 1
     # Its actions ran in the attempt that was rolled back, then once by the other replica.

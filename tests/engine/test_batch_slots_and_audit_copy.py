@@ -23,7 +23,7 @@ from tests.conftest import Store, make_config
 from tests.engine.helpers import load, submit_many
 from tests.support.chain import Behaviour, chain_registry, chain_type
 from tests.support.waiting import wait_for
-from wq.engine import store as store_ops
+from wq.engine import leases
 from wq.engine.admission import dispatch
 from wq.engine.audit import AUDIT_TABLE, AuditRecord, audit
 from wq.engine.models import AuditEntry, utcnow
@@ -98,7 +98,7 @@ def test_a_batch_that_meets_an_outage_reports_it_and_gives_its_slot_back(
     manager = ProcessingManager(store.sessions, cheap_registry(), config, owner="solo")
     reported: list[BaseException] = []
     monkeypatch.setattr(manager.failures, "failed", lambda _what, err: reported.append(err))
-    monkeypatch.setattr(store_ops, "lock_claimable", database_down)
+    monkeypatch.setattr(leases, "lock_claimable", database_down)
     manager._pass(projects=set(), event_items=frozenset(), background=True)
     join_batch_threads()
     assert len(reported) == 1 and is_unavailable(reported[0]), reported
@@ -121,7 +121,7 @@ def test_a_failed_batch_beside_a_running_one_keeps_the_batch_count(
     try:
         manager._pass(projects=set(), event_items=frozenset(), background=True)
         assert blocking.entered.wait(10)  # the batch runs on its own thread
-        monkeypatch.setattr(store_ops, "lock_claimable", database_down)
+        monkeypatch.setattr(leases, "lock_claimable", database_down)
         manager._pass(projects=set(), event_items=frozenset(), background=True)
         deadline = time.monotonic() + 10
         while manager._batches > 1 and time.monotonic() < deadline:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tests.conftest import throwaway_pg_database
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.plans import capture, explain, scans, seq_scans
-from wq.engine import schema, store
+from wq.engine import leases, schema
 from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.models import utcnow
@@ -88,7 +88,7 @@ def test_a_claim_reads_the_items_it_takes_not_the_admitted_backlog(
     url, engine = admitted
     sessions, now = _sessions(engine, analyzed), utcnow()
     with capture(engine) as sent, sessions.begin() as session:
-        claims = store.claim(
+        claims = leases.claim(
             session,
             owner="me",
             limit=LIMIT,

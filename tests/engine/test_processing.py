@@ -15,8 +15,7 @@ from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, audit_types, count_by, load, submit, submit_many
 from tests.support.chain import STEPS, Behaviour, chain_registry
 from tests.support.waiting import wait_for
-from wq.engine import items
-from wq.engine import store as store_ops
+from wq.engine import items, leases
 from wq.engine.events import store_event
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager, backoff_delay
@@ -391,7 +390,7 @@ def test_claim_skips_leased_and_unadmitted_items(store: Store) -> None:
     assert sorted(entry.project for entry in admitted) == ["p/a", "p/b"]
     now = utcnow()
     with store.sessions.begin() as session:
-        first = store_ops.claim(
+        first = leases.claim(
             session,
             owner="a",
             limit=10,
@@ -400,7 +399,7 @@ def test_claim_skips_leased_and_unadmitted_items(store: Store) -> None:
             lease_until=now + timedelta(seconds=30),
         )
     with store.sessions.begin() as session:
-        second = store_ops.claim(
+        second = leases.claim(
             session,
             owner="b",
             limit=10,

@@ -27,17 +27,17 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import store
+from wq.engine import leases
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.claims import audit_takeovers
 from wq.engine.config import ProcessingConfig
 from wq.engine.fence import _IN_EXECUTOR
+from wq.engine.leases import Claim
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import ActionContext, Decision, Requeue, TypeRegistry, Wait
 from wq.engine.releases import Release, release_slots, snapshot
 from wq.engine.runner import record_failure
-from wq.engine.store import Claim
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -136,9 +136,9 @@ class BatchRunner:
         now = self.clock()
         actor = f"{owner}/batch"
         with self.sessions() as session:
-            items = store.lock_claimable(session, types=types, limit=limit, now=now, among=among)
+            items = leases.lock_claimable(session, types=types, limit=limit, now=now, among=among)
             if not items:
-                due = store.next_due(session, types, now)
+                due = leases.next_due(session, types, now)
                 session.rollback()
                 return Taken(0, [], due)
             chosen.extend(item.id for item in items)
@@ -166,7 +166,7 @@ class BatchRunner:
                     handoff.append(item)
             token = str(uuid.uuid4())
             lease_until = now + timedelta(seconds=self.settings.lease_seconds)
-            store.lease(
+            leases.lease(
                 session,
                 [item.id for item in handoff],
                 owner=owner,
@@ -184,7 +184,7 @@ class BatchRunner:
             due = (
                 min((i.run_after for i in items if i.run_after and i.run_after > now), default=None)
                 if len(items) == limit
-                else store.next_due(session, types, now)
+                else leases.next_due(session, types, now)
             )
             session.commit()
         if taken_over:

@@ -2,7 +2,7 @@
 
 Items of types without cheap actions are leased to the free workers of a pass, and
 loaded with their details and dimensions, by one statement on PostgreSQL (the claim
-of `wq.engine.store.claim` as a CTE, the items read beside it); on SQLite the claim
+of `wq.engine.leases.claim` as a CTE, the items read beside it); on SQLite the claim
 and one query for the items it took, in the same transaction. A worker starts from
 what the claim read and reads nothing itself. Those of
 types with cheap actions are taken by batches (`wq.engine.batch`). A claim that takes
@@ -23,7 +23,7 @@ from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session, joinedload, with_polymorphic
 from sqlalchemy.orm.attributes import set_committed_value
 
-from wq.engine import store
+from wq.engine import leases, store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import WorkItem, utcnow
 from wq.engine.registry import TypeRegistry
@@ -35,7 +35,7 @@ log = logging.getLogger("wq.engine.processing")
 class WorkerClaims:
     """What one claim for workers took; `full` when it got all it asked for."""
 
-    claims: list[store.Claim]
+    claims: list[leases.Claim]
     full: bool
 
 
@@ -79,7 +79,7 @@ def item_loads(registry: TypeRegistry) -> ItemLoads:
     finds another stamp and reads the item again.
     """
     entity = _entity(registry)
-    claimed = store.CLAIM_PG.cte("claimed")
+    claimed = leases.CLAIM_PG.cte("claimed")
     return ItemLoads(
         items=item_query(registry),
         claimed=select(entity, claimed.c.previous_owner, claimed.c.previous_until)
@@ -110,7 +110,7 @@ def claim_for_workers(
             session, load, owner=owner, types=types, free=free, now=now, lease_until=lease_until
         )
     else:
-        claims = store.claim(
+        claims = leases.claim(
             session, owner=owner, limit=free, types=types, now=now, lease_until=lease_until
         )
         if load is not None and claims:
@@ -128,7 +128,7 @@ def _claim_and_load(
     free: int,
     now: datetime,
     lease_until: datetime,
-) -> list[store.Claim]:
+) -> list[leases.Claim]:
     """PostgreSQL: claim and load in one statement; the items detached, as leased."""
     token = str(uuid.uuid4())
     updated_at = utcnow()
@@ -144,7 +144,7 @@ def _claim_and_load(
             "updated_at": updated_at,
         },
     ).unique()
-    claims: list[store.Claim] = []
+    claims: list[leases.Claim] = []
     for item, previous_owner, previous_until in rows:
         for key, value in (
             ("lease_owner", owner),
@@ -154,13 +154,13 @@ def _claim_and_load(
         ):
             set_committed_value(item, key, value)
         session.expunge(item)  # its dimensions too (the cascade)
-        claims.append(store.Claim(item.id, token, previous_owner, previous_until, item.type, item))
+        claims.append(leases.Claim(item.id, token, previous_owner, previous_until, item.type, item))
     return claims
 
 
 def _with_items(
-    session: Session, claims: list[store.Claim], load: Select[Any]
-) -> list[store.Claim]:
+    session: Session, claims: list[leases.Claim], load: Select[Any]
+) -> list[leases.Claim]:
     """The claims with their items loaded (one query) and detached from the session."""
     loaded = session.execute(
         load.execution_options(populate_existing=True),
@@ -173,7 +173,7 @@ def _with_items(
 
 
 def audit_takeovers(
-    session: Session, owner: str, claims: list[store.Claim], lease_until: datetime | None
+    session: Session, owner: str, claims: list[leases.Claim], lease_until: datetime | None
 ) -> None:
     """One audit row per expired lease a claim took over, naming the old owner.
 

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import store
+from wq.engine import leases, store
 from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.config import ProcessingConfig
 from wq.engine.metrics import Metrics
@@ -76,7 +76,7 @@ class WorkerHandoff:
         self.running: dict[uuid.UUID, str] = {}  # item id -> lease token (under `returned`)
         # Items were given back for want of a free worker; cleared when one returns.
         self.surplus_waiting = False
-        self.pool: WorkerPool[store.Claim] = WorkerPool(self._work, settings.workers)
+        self.pool: WorkerPool[leases.Claim] = WorkerPool(self._work, settings.workers)
 
     @property
     def busy(self) -> int:
@@ -105,7 +105,7 @@ class WorkerHandoff:
                     # lock (loading here would hold it longer; no round trips to save).
                     load=self._item_loads if store.is_postgres(session) else None,
                 )
-                due = None if taken.full else store.next_due(session, types, now)
+                due = None if taken.full else leases.next_due(session, types, now)
             self.due = monotonic_due(due, now)
             self._metrics.claims_per_pass.observe(len(taken.claims))
             self.hand_over(taken.claims, free)
@@ -116,7 +116,7 @@ class WorkerHandoff:
                 self._wakeup.poke()
             return len(taken.claims)
 
-    def hand_over(self, claims: list[store.Claim], free: int) -> None:
+    def hand_over(self, claims: list[leases.Claim], free: int) -> None:
         """Start workers for up to `free` claimed items; give the rest back.
 
         The caller holds the claim lock.
@@ -129,7 +129,7 @@ class WorkerHandoff:
             # nobody, in their place in line.
             with self._sessions.begin() as session:
                 for claim in surplus:
-                    store.drop_lease(session, claim.id, claim.token)
+                    leases.drop_lease(session, claim.id, claim.token)
         with self.returned:
             if not self._stopping.is_set():
                 for claim in workers:
@@ -139,11 +139,11 @@ class WorkerHandoff:
         # other replicas).
         with self._sessions.begin() as session:
             for claim in workers:
-                store.drop_lease(session, claim.id, claim.token)
+                leases.drop_lease(session, claim.id, claim.token)
             if workers:
                 signal(session, ITEMS_ADMITTED)
 
-    def _start(self, claim: store.Claim) -> None:
+    def _start(self, claim: leases.Claim) -> None:
         """Hand one claimed item to the worker pool (caller holds `returned`).
 
         It counts as running from now on: the heartbeat extends its lease, and the
@@ -156,7 +156,7 @@ class WorkerHandoff:
             self.running.pop(claim.id, None)
             raise
 
-    def _work(self, claim: store.Claim, slot: int) -> None:
+    def _work(self, claim: leases.Claim, slot: int) -> None:
         # The owner tells replicas apart in the audit log; the slot tells workers apart.
         actor = f"{self._owner}/worker-{slot}"
         try:

@@ -223,7 +223,7 @@ class WorkItem(Base):
         return self.details_of(self)
 
 
-# The claim's scan: admitted, active items in ready-since order (`wq.engine.store.claim`),
+# The claim's scan: admitted, active items in ready-since order (`wq.engine.leases.claim`),
 # read in index order up to the claim's limit however many items are admitted.
 Index(
     "ix_work_items_claimable",

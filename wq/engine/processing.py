@@ -31,7 +31,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import store
+from wq.engine import leases
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
@@ -369,7 +369,7 @@ class ProcessingManager:
             self._batches -= 1
             self._all_returned.notify_all()
 
-    def _hand_to_workers(self, claims: list[store.Claim], free: int) -> None:
+    def _hand_to_workers(self, claims: list[leases.Claim], free: int) -> None:
         """Start workers for up to `free` claimed items; give the rest back.
 
         The caller holds the hand-off's claim lock.

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Select
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import store
+from wq.engine import leases
 from wq.engine.audit import NUL_STAND_IN, AuditRecord, audit
 from wq.engine.claims import item_query
 from wq.engine.config import ProcessingConfig
@@ -149,7 +149,7 @@ class ItemRunner:
                 if self._stopping.is_set():
                     # Shutting down: hand the item back between actions. It keeps its
                     # slot and its place in line; another replica, told, claims it at once.
-                    store.drop_lease(session, item_id, token)
+                    leases.drop_lease(session, item_id, token)
                     signal(session, ITEMS_ADMITTED)
                     self._commit(session, item_id, token, done, actor)
                     return
@@ -159,7 +159,7 @@ class ItemRunner:
                 ):
                     # Keep the slot, give the worker back; the item is claimed again
                     # behind the items that were already waiting.
-                    store.drop_lease(session, item_id, token, resume_at=self.clock())
+                    leases.drop_lease(session, item_id, token, resume_at=self.clock())
                     self._commit(session, item_id, token, done, actor)
                     return
                 # End the transaction (storing the last action's writes): no lock is
