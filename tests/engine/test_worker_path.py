@@ -28,9 +28,9 @@ from wq.engine.dimensions import set_dimension
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext
+from wq.engine.releases import release_if_unchanged
 from wq.engine.runner import ItemRunner
 from wq.engine.wakeup import PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
-from wq.engine.worker_release import release_unchanged
 from wq.engine.workers import WorkerPool
 
 
@@ -179,7 +179,7 @@ def release(store: Store, item: WorkItem, token: str, hub: Wakeup) -> bool:
     with store.sessions() as session:
         session.info[WAKEUP_KEY] = hub
         session.add(item)
-        released = release_unchanged(
+        released = release_if_unchanged(
             session,
             item,
             token=token,

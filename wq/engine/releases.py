@@ -3,7 +3,16 @@
 Whoever lets go of an item - a worker, a batch, the API, the sweep - does it here, and
 each release leaves one audit row (`released` when it freed a slot, `dequeued` when it
 left the queue) and wakes the dispatchers of its project. A batch's items go in one
-UPDATE; a worker's item, known as read, in one statement with its lease fence.
+UPDATE; a worker's item, known as read, in one statement with its lease fence
+(`release_if_unchanged`).
+
+On PostgreSQL that one statement also writes the audit rows of the last action and of
+the release and sends the `NOTIFY` that wakes the project's dispatchers on every
+replica, all only if the release matched. So the worker's transaction is `BEGIN`, the
+action's own writes, this statement and `COMMIT`. On SQLite (no round trips to save)
+the audit rows and signals are deferred to the commit as usual. Rows and signals the
+statement wrote are still logged, archived and delivered to this process's wake-up hub
+once the transaction commits, like every other.
 """
 
 from __future__ import annotations
@@ -13,15 +22,27 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, bindparam, update
+from sqlalchemy import Integer, Table, bindparam, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from wq.engine import audit as audit_module
+from wq.engine import on_commit
+from wq.engine import wakeup as wakeup_module
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import ADMITTED, DONE, IDLE, TERMINAL_PHASES, WorkItem
-from wq.engine.wakeup import PROJECT_QUEUED, signal
+from wq.engine.store import NOTIFY_CHANNEL, is_postgres
+from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
 
 WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
+
+# Deferred values of what the PostgreSQL release statement already wrote: after the
+# commit they are logged (and the archiver woken) and delivered to the local hub, like
+# "audit" and "signal" entries, but nothing is written for them before it.
+_AUDIT_WRITTEN = "audit_written"
+_SIGNAL_SENT = "signal_sent"
+on_commit.handler(_AUDIT_WRITTEN)(audit_module.log_committed)
+on_commit.handler(_SIGNAL_SENT)(wakeup_module.deliver_committed)
 
 
 def snapshot(item: WorkItem) -> dict[str, Any]:
@@ -86,6 +107,33 @@ def release_slots(
         )
 
 
+_RELEASE_PG = text(
+    """
+WITH released AS (
+    UPDATE work_items
+    SET admission = :new_admission, lease_owner = NULL, lease_token = NULL,
+        leased_until = NULL, updated_at = :now
+    WHERE id = :item_id AND lease_token = :token AND stamp = :read_stamp
+    RETURNING id
+), audited AS (
+    INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state,
+        "trigger", metadata)
+    SELECT a.at, a.event_type, a.work_item_id, a.actor, CAST(a.old_state AS jsonb),
+        CAST(a.new_state AS jsonb), CAST(a.cause AS jsonb), CAST(a.extra AS jsonb)
+    FROM unnest(
+        CAST(:ats AS timestamptz[]), CAST(:event_types AS text[]),
+        CAST(:item_ids AS uuid[]), CAST(:actors AS text[]), CAST(:old_states AS text[]),
+        CAST(:new_states AS text[]), CAST(:triggers AS text[]), CAST(:extras AS text[])
+    ) AS a(at, event_type, work_item_id, actor, old_state, new_state, cause, extra)
+    WHERE EXISTS (SELECT FROM released)
+)
+SELECT (SELECT count(*) FROM released) AS released,
+    (SELECT count(pg_notify(:channel, p))
+     FROM released, unnest(CAST(:payloads AS text[])) AS p) AS notified
+"""
+).columns(released=Integer(), notified=Integer())
+
+
 RELEASE_IF_UNCHANGED = (
     update(WORK_ITEMS)
     .where(
@@ -115,18 +163,30 @@ def release_if_unchanged(
 ) -> bool:
     """`release_slot` and its lease fence in one statement, for an item known as read.
 
-    `records` (the last action's) are audited ahead of the release when it matched.
-
-    The UPDATE releases the item only while `token` holds its lease and its stamp is
-    still the loaded one (nobody changed it since), and locks the row until commit on
-    PostgreSQL, as the fence does. It is sent ahead of anything the session has yet
-    to flush. The item's loaded state is set as written. False, with nothing written,
-    when the lease was lost, the item changed, or there is nothing to release: the
-    caller then takes the fence and decides again.
+    `records` (the last action's audit rows) are audited ahead of the release's own,
+    and only if the release matched. The statement releases the item only while
+    `token` holds its lease and its stamp is still the loaded one (nobody changed it
+    since), and locks the row until commit, as the fence does. It is sent ahead of
+    anything the session has yet to flush. The item's loaded state is set as written.
+    False, with nothing written and `records` left to the caller, when the lease was
+    lost, the item changed, or there is nothing to release: the caller then takes the
+    fence and decides again. The caller commits.
     """
     new_admission = released_admission(item)
     if new_admission is None:
         return False
+    if is_postgres(session):
+        return _release_with_audit_and_notify(
+            session,
+            item,
+            new_admission,
+            token=token,
+            actor=actor,
+            trigger=trigger,
+            now=now,
+            records=records,
+        )
+    # SQLite: one writer and no round trips to save; the rows go out with the commit.
     result = session.connection().execute(  # the connection: no autoflush before it
         RELEASE_IF_UNCHANGED,
         {
@@ -141,6 +201,82 @@ def release_if_unchanged(
         return False
     audit(session, *records)
     _written_release(session, item, new_admission, now, actor, trigger)
+    return True
+
+
+def _release_with_audit_and_notify(
+    session: Session,
+    item: WorkItem,
+    new_admission: str,
+    *,
+    token: str,
+    actor: str,
+    trigger: dict[str, Any],
+    now: datetime,
+    records: Sequence[AuditRecord],
+) -> bool:
+    """PostgreSQL's `release_if_unchanged`: the audit rows and the NOTIFY go with it.
+
+    So do the audit rows and signals the transaction deferred so far (the action's),
+    ahead of the rest; when the release does not match they are deferred again.
+    """
+    old = snapshot(item)
+    held_slot = old["admission"] == ADMITTED
+    released = AuditRecord(
+        "released" if held_slot else "dequeued",
+        actor,
+        item.id,
+        old_state=old,
+        new_state={**old, "admission": new_admission},
+        trigger=trigger,
+    )
+    # What the action deferred (its own audit rows, its signals) goes out with this
+    # statement too, ahead of the rest: nothing is left to write at the commit.
+    earlier_rows = on_commit.take(session, "audit")
+    earlier_signals = on_commit.take(session, "signal")
+    rows = [*earlier_rows, *(record.row() for record in (*records, released))]
+    signals = list(earlier_signals)
+    if held_slot and (PROJECT_QUEUED, item.project) not in signals:
+        signals.append((PROJECT_QUEUED, item.project))
+    hub = session.info.get(WAKEUP_KEY)
+    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
+    document = audit_module.json_column_text
+    clean = audit_module.without_nul
+    answer = (
+        session.connection()  # the connection: no autoflush before it
+        .execute(
+            _RELEASE_PG,
+            {
+                "new_admission": new_admission,
+                "now": now,
+                "item_id": item.id,
+                "token": token,
+                "read_stamp": item.stamp,
+                "ats": [row["at"] for row in rows],
+                "event_types": [clean(row["event_type"]) for row in rows],
+                "item_ids": [row["work_item_id"] for row in rows],
+                "actors": [clean(row["actor"]) for row in rows],
+                "old_states": [document(row["old_state"]) for row in rows],
+                "new_states": [document(row["new_state"]) for row in rows],
+                "triggers": [document(row["trigger"]) for row in rows],
+                "extras": [document(row["metadata"]) for row in rows],
+                "channel": NOTIFY_CHANNEL,
+                "payloads": [f"{origin}|{kind}:{subject}" for kind, subject in signals],
+            },
+        )
+        .one()
+    )
+    if answer.released != 1:
+        for row in earlier_rows:  # back where they were: written at the commit
+            on_commit.defer(session, "audit", row)
+        for kind_subject in earlier_signals:
+            on_commit.defer(session, "signal", kind_subject)
+        return False
+    mark_released(item, new_admission, now)
+    for row in rows:
+        on_commit.defer(session, _AUDIT_WRITTEN, row)
+    for kind_subject in signals:
+        on_commit.defer(session, _SIGNAL_SENT, kind_subject)
     return True
 
 

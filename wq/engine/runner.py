@@ -40,9 +40,8 @@ from wq.engine.registry import (
     TypeRegistry,
     Wait,
 )
-from wq.engine.releases import release_slot, snapshot
+from wq.engine.releases import release_if_unchanged, release_slot, snapshot
 from wq.engine.wakeup import ITEMS_ADMITTED, PROJECT_QUEUED, signal
-from wq.engine.worker_release import release_unchanged
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -115,7 +114,7 @@ class ItemRunner:
             while True:
                 if not locked and (done is not None or not isinstance(action, str)):
                     # Letting go, or storing an action's writes: only under the fence.
-                    if action is None and release_unchanged(
+                    if action is None and release_if_unchanged(
                         session,
                         item,
                         token=token,
