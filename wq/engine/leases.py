@@ -3,7 +3,7 @@
 The dialect seam's other half (`wq.engine.store` holds the admission side): the
 claim (one statement on PostgreSQL, `FOR UPDATE SKIP LOCKED`; a read then an UPDATE
 inside SQLite's `BEGIN IMMEDIATE` lock), the row locks a batch holds instead of a
-lease, when the next admitted item comes due, and the fence and release of a lease.
+lease, when the next admitted item comes due, and letting go of a lease (fences: `wq.engine.fence`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import String, Uuid, and_, case, func, or_, select, text, update
+from sqlalchemy import String, Uuid, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
@@ -205,21 +205,6 @@ def next_due(session: Session, types: Sequence[str], now: datetime) -> datetime 
     ).one()
     known = [moment for moment in (lease_ends, backoff_ends) if moment is not None]
     return min(known) if known else None
-
-
-def fence_lease(session: Session, item_id: uuid.UUID, token: str, now: datetime) -> bool:
-    """Fence: true, and the row locked until commit, while the token still owns the item.
-
-    Done as an UPDATE so that on PostgreSQL the row stays locked until this
-    transaction commits: no other worker can take the lease in between.
-    """
-    result = session.execute(
-        update(WorkItem)
-        .where(and_(WorkItem.id == item_id, WorkItem.lease_token == token))
-        .values(updated_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def drop_lease(
