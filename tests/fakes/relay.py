@@ -54,6 +54,10 @@ class Relay:
         """Stop listening and cut everything."""
         self._closed.set()
         self.down()
+        # Closing alone does not wake a thread blocked in accept() (Linux): the join
+        # below then waited its whole timeout. A shutdown does wake it.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._thread.join(timeout=5)
 
