@@ -50,7 +50,7 @@ KINDS: dict[str, dict[str, Any]] = {
     },
     "slow": {
         "scope": "project",
-        "timeout_seconds": 10.0,
+        "timeout_seconds": 4.0,
         "command": program(
             "print('starting a helper', flush=True)\n"
             "import os, subprocess, sys, time\n"

@@ -126,7 +126,7 @@ def test_timeout_kills_the_whole_process_group(store: Store, tmp_path: Path) -> 
             timeout=30,
             message="timed out",
         )
-        assert "timed out after 10 s" in (failed.error or "")
+        assert "timed out after 4 s" in (failed.error or "")
         assert "starting a helper" in (failed.error or "")
         helper = int(wait(lambda: _read(tmp_path / "helper.pid"), message="helper pid"))
         wait(lambda: not _alive(helper), message="the helper of the run is gone too")
