@@ -8,7 +8,8 @@ item as GET item does); then the page's dimensions. Building 51 ORM objects and
 their polymorphic `selectin` load was two thirds of a page's CPU, and a query of
 details by 50 ids cost more than the join. A type that names no
 `api_details_columns` (or keeps its columns in `work_items`) has its items on a
-page loaded as objects, as before.
+page loaded as objects, as before. GET item's statement, and the list's for each
+combination of filters, are built once and run with bound values.
 """
 
 from __future__ import annotations
