@@ -13,6 +13,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text
@@ -175,6 +177,33 @@ def test_probes_answer_without_auth(anon: TestClient, store: Store) -> None:
         "database": store.dialect,
         "schema_revision": schema.cached_head_revision(),
     }
+
+
+def test_liveness_answers_while_every_request_thread_is_busy(anon: TestClient) -> None:
+    """An overloaded daemon queues requests for its threadpool; the liveness probe must
+    not queue behind them, or the kubelet restarts a daemon that is only busy."""
+    portal = anon.portal
+    assert portal is not None
+    limiter = portal.call(_default_thread_limiter)
+    tokens = limiter.total_tokens
+    release = threading.Event()
+    portal.call(setattr, limiter, "total_tokens", 1)
+    busy = portal.start_task_soon(anyio.to_thread.run_sync, release.wait)
+    answers: list[int] = []
+    probe = threading.Thread(target=lambda: answers.append(anon.get("/healthz").status_code))
+    try:
+        probe.start()
+        probe.join(timeout=5)
+        assert answers == [200], "/healthz waited for a request thread"
+    finally:
+        release.set()
+        busy.result(timeout=5)
+        portal.call(setattr, limiter, "total_tokens", tokens)
+        probe.join(timeout=5)
+
+
+async def _default_thread_limiter() -> anyio.CapacityLimiter:
+    return anyio.to_thread.current_default_thread_limiter()
 
 
 def test_readyz_refuses_an_outdated_schema(anon: TestClient, store: Store) -> None:

@@ -38,8 +38,12 @@ class Readiness(BaseModel):
 
 
 @router.get("/healthz", response_model=Liveness, responses=error_responses(*ANY_ROUTE))
-def read_health() -> Liveness:
-    """Liveness: the process is up and serving HTTP (never looks at the database)."""
+async def read_health() -> Liveness:
+    """Liveness: the process is up and serving HTTP (never looks at the database).
+
+    On the event loop: under load, requests queue for the threadpool, and a probe
+    queued behind them would have the kubelet restart a daemon that is only busy.
+    """
     return Liveness(status="ok")
 
 
