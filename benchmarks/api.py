@@ -18,6 +18,7 @@ never a test. See benchmarks/README.md for the figures and the issue's goals.
 
     python benchmarks/api.py                              # 200/s item+submit, 100/s list
     python benchmarks/api.py --item-rate 50 --seconds 20
+    python benchmarks/api.py --list-rate 0 --submit-rate 0 --floor   # GET item / floor
 """
 
 from __future__ import annotations
@@ -254,6 +255,50 @@ def spy(pid: int, output: str, seconds: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
+def measure_floor(args: argparse.Namespace, document: bytes, root: Path) -> float:
+    """`api_floor.py` answering `document` under the GET item load: its CPU per request."""
+    (root / "document.json").write_bytes(document)
+    port, token = free_port(), uuid.uuid4().hex
+    floor = Path(__file__).with_name("api_floor.py")
+    command = [sys.executable, str(floor), str(port), str(root / "document.json"), token]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 30
+        while True:
+            try:
+                headers = {"Authorization": f"Bearer {token}"}
+                if httpx.get(f"{base}/api/work-items/{uuid.uuid4()}", headers=headers).is_success:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit("the floor server did not start") from None
+                time.sleep(0.1)
+        pool = Pool("127.0.0.1", port)
+        target = f"/api/work-items/{uuid.uuid4()}"
+        request = encode_request("GET", target, f"127.0.0.1:{port}", token)
+
+        async def load() -> tuple[list[float], int, int]:
+            try:
+                return await open_loop(
+                    args.item_rate, args.seconds, lambda: (pool, request), args.timeout
+                )
+            finally:
+                pool.close()
+
+        start = cpu_seconds(proc.pid)
+        latencies, errors, count = asyncio.run(load())
+        end = cpu_seconds(proc.pid)
+        print(
+            f"floor (bare FastAPI endpoint, the same document): {count} GET at "
+            f"{args.item_rate:g}/s, p50 {percentile(latencies, 0.5):.1f} ms, p99 "
+            f"{percentile(latencies, 0.99):.1f} ms, {errors} errors"
+        )
+        return (sum(end) - sum(start)) * 1000 / count
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100)
@@ -280,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
         "--admin-url", default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL)
     )
     parser.add_argument("--database-url", default=None)
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="then send the GET item load to a bare FastAPI endpoint answering the same "
+        "document (api_floor.py), and print wq's CPU per request as a multiple of it",
+    )
     parser.add_argument(
         "--py-spy",
         metavar="FILE",
@@ -331,13 +382,24 @@ def main(argv: list[str] | None = None) -> int:
                 requests = args.seconds * (
                     args.item_rate + args.list_rate + args.submit_rate + args.health_rate
                 )
+                per_request = (user + system) * 1000 / requests
                 print(
                     f"CPU during the load: daemons {user + system:.2f} s (user {user:.2f}, system "
-                    f"{system:.2f}; {(user + system) * 1000 / requests:.2f} ms per request), "
+                    f"{system:.2f}; {per_request:.2f} ms per request), "
                     f"this client {client_cpu:.2f} s (load average after {os.getloadavg()[0]:.2f})"
                 )
                 if sampler is not None:
                     sampler.wait(timeout=60)
+                if args.floor:
+                    document = httpx.get(
+                        f"{daemons[0].base}/api/work-items/{ids[0]}",
+                        headers={"Authorization": f"Bearer {tokens[0]}"},
+                    ).content
+                    floor = measure_floor(args, document, Path(tmp))
+                    print(
+                        f"CPU per request: wq {per_request:.2f} ms, the floor {floor:.2f} ms: "
+                        f"wq costs {per_request / floor:.2f}x the floor"
+                    )
             finally:
                 for daemon in daemons:
                     daemon.stop()
