@@ -44,10 +44,11 @@ from typing import Any
 import httpx
 import yaml
 from databases import bench_database
-from loadgen import Pool, encode_request, open_loop
+from loadgen import Outcome, Pool, encode_request, open_loop
 from sqlalchemy import insert
 
 from wq.engine import schema
+from wq.engine.config import ServerConfig
 from wq.engine.db import make_engine
 from wq.engine.models import WorkItemStatus
 
@@ -63,10 +64,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def daemon_config(url: str) -> dict[str, Any]:
+def daemon_config(url: str, server: dict[str, int]) -> dict[str, Any]:
     """A daemon handling `mr` for one project whose pool admits nothing."""
     return {
         "database_url": url,
+        "server": server,
         "processing": {"poll_interval_seconds": 5, "sweep_interval_seconds": 3600},
         "pools": {PROJECT: {"capacity": 0, "alert_capacity": 0}},
         "handled_types": {
@@ -111,11 +113,11 @@ def percentile(values: list[float], fraction: float) -> float:
 class Daemon:
     """`wq daemon` as a subprocess with a private cache (for its local token)."""
 
-    def __init__(self, url: str, root: Path, workers: int | None) -> None:
+    def __init__(self, url: str, root: Path, server: dict[str, int]) -> None:
         self.root = root
         self.port = free_port()
         config = root / "config.yml"
-        config.write_text(yaml.safe_dump(daemon_config(url)), encoding="utf-8")
+        config.write_text(yaml.safe_dump(daemon_config(url, server)), encoding="utf-8")
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("WQ_", "WORKQUEUE_"))},
             "XDG_CACHE_HOME": str(root / "cache"),
@@ -213,13 +215,14 @@ async def measure(replicas: list[Replica], args: argparse.Namespace) -> None:
     )
     for replica in replicas:
         replica.pool.close()
-    header = ("endpoint", "rate/s", "sent", "p50 ms", "p99 ms", "max ms", "errors")
+    header = ("endpoint", "rate/s", "sent", "p50 ms", "p99 ms", "max ms", "503", "errors")
     print(f"{header[0]:<26}" + "".join(f"{title:>9}" for title in header[1:]))
-    for name, (latencies, errors, count) in zip(names, results, strict=True):
+    for name, outcome in zip(names, results, strict=True):
+        latencies = outcome.latencies
         print(
-            f"{name:<26}{loops[name][0]:>9g}{count:>9}{percentile(latencies, 0.5):>9.1f}"
+            f"{name:<26}{loops[name][0]:>9g}{outcome.sent:>9}{percentile(latencies, 0.5):>9.1f}"
             f"{percentile(latencies, 0.99):>9.1f}{(latencies[-1] if latencies else math.nan):>9.1f}"
-            f"{errors:>9}"
+            f"{outcome.shed:>9}{outcome.errors:>9}"
         )
     print(f"connections opened: {sum(replica.pool.opened for replica in replicas)}")
 
@@ -277,7 +280,7 @@ def measure_floor(args: argparse.Namespace, document: bytes, root: Path) -> floa
         target = f"/api/work-items/{uuid.uuid4()}"
         request = encode_request("GET", target, f"127.0.0.1:{port}", token)
 
-        async def load() -> tuple[list[float], int, int]:
+        async def load() -> Outcome:
             try:
                 return await open_loop(
                     args.item_rate, args.seconds, lambda: (pool, request), args.timeout
@@ -286,14 +289,14 @@ def measure_floor(args: argparse.Namespace, document: bytes, root: Path) -> floa
                 pool.close()
 
         start = cpu_seconds(proc.pid)
-        latencies, errors, count = asyncio.run(load())
+        outcome = asyncio.run(load())
         end = cpu_seconds(proc.pid)
         print(
-            f"floor (bare FastAPI endpoint, the same document): {count} GET at "
-            f"{args.item_rate:g}/s, p50 {percentile(latencies, 0.5):.1f} ms, p99 "
-            f"{percentile(latencies, 0.99):.1f} ms, {errors} errors"
+            f"floor (bare FastAPI endpoint, the same document): {outcome.sent} GET at "
+            f"{args.item_rate:g}/s, p50 {percentile(outcome.latencies, 0.5):.1f} ms, p99 "
+            f"{percentile(outcome.latencies, 0.99):.1f} ms, {outcome.errors} errors"
         )
-        return (sum(end) - sum(start)) * 1000 / count
+        return (sum(end) - sum(start)) * 1000 / outcome.sent
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -321,6 +324,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submit-rate", type=float, default=200.0)
     parser.add_argument("--health-rate", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=5.0, help="per request (s)")
+    server_defaults = ServerConfig()
+    parser.add_argument(
+        "--request-threads",
+        type=int,
+        default=server_defaults.request_threads,
+        help="the daemons' server.request_threads",
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=server_defaults.max_waiting_requests,
+        help="the daemons' server.max_waiting_requests",
+    )
     parser.add_argument(
         "--admin-url", default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL)
     )
@@ -338,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         "FILE gets collapsed stacks (`-f raw`) of the thread holding the GIL",
     )
     args = parser.parse_args(argv)
+    server = {"request_threads": args.request_threads, "max_waiting_requests": args.max_waiting}
     with bench_database(args.database_url, args.admin_url, False, prefix="wq_bench_api") as url:
         engine = make_engine(url, pool_size=1)
         schema.upgrade(engine)
@@ -348,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                 for number in range(args.replicas):
                     root = Path(tmp) / f"replica-{number}"
                     root.mkdir()
-                    daemons.append(Daemon(url, root, None))
+                    daemons.append(Daemon(url, root, server))
                 tokens = [daemon.wait_ready() for daemon in daemons]
                 ids = []
                 with httpx.Client(
@@ -366,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{args.replicas} wq daemon(s) on PostgreSQL, {args.items} MR items with "
                     f"{args.dimensions} dimensions each, open loop for "
-                    f"{args.seconds:g} s (load average {os.getloadavg()[0]:.2f})"
+                    f"{args.seconds:g} s, {args.request_threads} request threads, shedding "
+                    f"past {args.max_waiting} waiting (load average {os.getloadavg()[0]:.2f})"
                 )
                 first = daemons[0].proc.pid
                 sampler = spy(first, args.py_spy, args.seconds) if args.py_spy else None

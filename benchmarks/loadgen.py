@@ -92,6 +92,16 @@ class _Connection(asyncio.Protocol):
 
 
 @dataclass
+class Outcome:
+    """What an open loop got back."""
+
+    latencies: list[float]  # ms from due to answer, of the 2xx answers, sorted
+    errors: int  # other than 2xx and 503, no answer within the timeout, a broken connection
+    shed: int  # 503: refused by an overloaded server (or during a database outage)
+    sent: int
+
+
+@dataclass
 class Pool:
     """Keep-alive connections to one server; a new one whenever none is idle."""
 
@@ -133,25 +143,27 @@ async def open_loop(
     next_request: Callable[[], tuple[Pool, bytes]],
     timeout: float,
     phase: float = 0.0,
-) -> tuple[list[float], int, int]:
+) -> Outcome:
     """Send `next_request()` (a request and the server's pool to send it to) at `rate`
-    per second for `seconds`: sorted latencies (ms), errors (non-2xx, no answer
-    within `timeout`, a broken connection) and requests sent.
+    per second for `seconds`: what came back (`Outcome`).
 
     `phase` (a fraction of one interval) delays every start, so that loops running
     side by side do not send their requests at the same instants.
     """
     latencies: list[float] = []
-    errors = 0
+    errors = shed = 0
     loop = asyncio.get_running_loop()
     start = loop.time()
 
     async def one(due: float, pool: Pool, data: bytes) -> None:
-        nonlocal errors
+        nonlocal errors, shed
         try:
             status = await asyncio.wait_for(pool.request(data), timeout)
         except (TimeoutError, OSError):
             errors += 1
+            return
+        if status == 503:
+            shed += 1
             return
         if not 200 <= status < 300:
             errors += 1
@@ -167,4 +179,4 @@ async def open_loop(
             await asyncio.sleep(delay)
         tasks.append(asyncio.ensure_future(one(due, *next_request())))
     await asyncio.gather(*tasks)
-    return sorted(latencies), errors, count
+    return Outcome(sorted(latencies), errors, shed, count)

@@ -22,6 +22,7 @@ from wq.daemon.routers import (
     work_items,
 )
 from wq.daemon.runtime import Runtime
+from wq.daemon.shedding import Backlog, LoadShedding
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -52,6 +53,14 @@ def create_app(runtime: Runtime) -> FastAPI:
     ]
     for router in routers:
         app.include_router(router)
+    # Before any other layer spends CPU on a request it would answer too late.
+    server = runtime.config.server
+    app.add_middleware(
+        LoadShedding,
+        threads=server.request_threads,
+        max_waiting=server.max_waiting_requests,
+        backlog=Backlog(),
+    )
     # Outermost: every answer is counted, refusals of the layers above included. The
     # routers' own routes carry the full templates the route label is taken from.
     routes = [*app.routes, *(route for router in routers for route in router.routes)]

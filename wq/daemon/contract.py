@@ -39,7 +39,8 @@ DESCRIPTIONS: dict[int, str] = {
     422: "invalid input: `problems` names each parameter or field and why",
     429: "not enqueued: the project's limit of queued autonomous items is reached",
     431: "the request headers are over 256 KiB",
-    503: "the database (or the token's issuer) cannot be reached now; retry after Retry-After",
+    503: "the database (or the token's issuer) cannot be reached now, or the daemon is "
+    "overloaded; retry after Retry-After",
 }
 
 RETRY_AFTER_HEADER: dict[str, Any] = {

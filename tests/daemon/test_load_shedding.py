@@ -1,0 +1,124 @@
+"""Load shedding: a request that would queue behind too many others is answered 503 at once.
+
+The daemon's one request thread is held by a caller whose token takes an identity
+provider (a slow fake) to verify, a second request waits for that thread, and the
+third is refused at once with `Retry-After`, while the probes and GitLab's webhook
+are still answered. On SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from anyio import to_thread
+from fastapi.testclient import TestClient
+
+from tests.conftest import Store, make_config
+from tests.daemon.auth.conftest import AUD
+from tests.fakes.oidc import FakeOidcIssuer, rsa_key
+from tests.support.chain import Behaviour, chain_registry
+from tests.support.waiting import wait_for
+from wq.daemon.app import create_app
+from wq.daemon.runtime import build_runtime
+
+IDP_DELAY = 1.0  # seconds the fake identity provider takes per answer
+
+
+@pytest.fixture
+def idp() -> Iterator[FakeOidcIssuer]:
+    """An identity provider whose answers are slowed down by the test (`delay`)."""
+    with FakeOidcIssuer() as issuer:
+        assert isinstance(issuer, FakeOidcIssuer)
+        issuer.add_key(rsa_key("rsa-1"))
+        yield issuer
+
+
+@pytest.fixture
+def client(
+    store: Store, idp: FakeOidcIssuer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[TestClient]:
+    monkeypatch.setenv("WQ_TEST_SHEDDING_SECRET", "the-webhook-secret")
+    authorization = {
+        "rules": [{"issuer": idp.issuer, "claims": {"aud": AUD}, "permissions": ["read"]}]
+    }
+    config = make_config(
+        store.url,
+        authorization=authorization,
+        server={"request_threads": 1, "max_waiting_requests": 1},
+        events={"webhook_secret_env": "WQ_TEST_SHEDDING_SECRET"},
+    )
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as test_client:
+        yield test_client
+    runtime.authenticator.close()
+    runtime.engine.dispose()
+
+
+def limiter_state(client: TestClient) -> tuple[int, int]:
+    """Requests on a thread and waiting for one, as the daemon's event loop sees them."""
+
+    def read() -> tuple[int, int]:
+        statistics = to_thread.current_default_thread_limiter().statistics()
+        return int(statistics.borrowed_tokens), statistics.tasks_waiting
+
+    return client.portal.call(read)  # type: ignore[union-attr]
+
+
+def in_background(
+    client: TestClient, method: str, path: str, headers: dict[str, str]
+) -> tuple[threading.Thread, list[Any]]:
+    """A request sent from another thread; its answer lands in the list."""
+    answers: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(client.request(method, path, headers=headers, json={}))
+    )
+    thread.start()
+    return thread, answers
+
+
+def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
+    client: TestClient, idp: FakeOidcIssuer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="wq.daemon")
+    token = idp.token(sub="reader", aud=AUD)
+    bearer = {"Authorization": f"Bearer {token}"}
+    idp.delay = IDP_DELAY
+    # The first caller holds the only thread while its token is checked.
+    first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
+    wait_for(lambda: limiter_state(client) == (1, 0), message="the first request on the thread")
+    # The second waits for that thread.
+    second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
+    wait_for(lambda: limiter_state(client) == (1, 1), message="the second request waiting")
+
+    started = time.monotonic()
+    refused = client.get("/api/work-items", headers=bearer)
+    assert refused.status_code == 503
+    assert refused.headers["Retry-After"] == "1"
+    assert "overloaded" in refused.json()["detail"]
+    # At once: neither behind the identity provider nor behind the other requests.
+    assert time.monotonic() - started < IDP_DELAY
+    # The probes are answered meanwhile; GitLab's webhook is never refused for load.
+    assert client.get("/healthz").status_code == 200
+    webhook, webhook_answer = in_background(
+        client, "POST", "/api/webhooks/gitlab", {"X-Gitlab-Token": "not-the-secret"}
+    )
+    first.join(timeout=30)
+    second.join(timeout=30)
+    webhook.join(timeout=30)
+    assert first_answer[0].status_code == 200, first_answer[0].text
+    assert second_answer[0].status_code == 200, second_answer[0].text
+    assert webhook_answer[0].status_code == 401  # its secret is checked: it was let in
+
+    # The backlog is gone: requests are let in again, and the episode is logged once.
+    idp.delay = 0
+    assert client.get("/api/work-items", headers=bearer).is_success
+    messages = [r.getMessage() for r in caplog.records if r.name == "wq.daemon"]
+    assert sum("overloaded: 1 requests wait for a thread" in m for m in messages) == 1
+    assert any("no longer overloaded" in m and "1 requests answered 503" in m for m in messages)
+    metrics = client.get("/metrics").text
+    assert 'http_requests_total{method="GET",route="/api/work-items",status="503"} 1.0' in metrics

@@ -1,0 +1,119 @@
+"""Load shedding: past a backlog of requests waiting for a thread, answer 503 at once.
+
+The API's handlers run in anyio's thread pool (`server.request_threads` threads). A
+load beyond what the daemon can answer queues for those threads, and an open-loop
+load (independent clients) lets the queue grow without bound: every request is then
+answered seconds late, after its client gave up, and the work done for it is wasted.
+So a request that arrives while `server.max_waiting_requests` already wait for a
+thread is answered 503 with `Retry-After` on the event loop, before its body is read
+or its caller authenticated: cheap, and at once. The clients that are answered are
+answered in time, and the others know to come back.
+
+Not shed: the probes and the scrape (`/healthz` answers on the event loop; `/readyz`
+and `/metrics` must tell the platform what is going on), and GitLab's webhooks
+(GitLab does not deliver a refused event again). A backlog is logged once when
+shedding starts, once a minute while it lasts, and once when it ends, with a count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from anyio import to_thread
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+log = logging.getLogger("wq.daemon")
+
+RETRY_AFTER_SECONDS = 1
+# Paths that are never shed (exact paths, and prefixes).
+NEVER_SHED = frozenset({"/healthz", "/readyz", "/metrics"})
+NEVER_SHED_PREFIXES = ("/api/webhooks/",)
+REPEAT_SECONDS = 60.0
+
+
+class Backlog:
+    """Shedding episodes, logged at their start, once a minute, and at their end."""
+
+    def __init__(self, repeat_seconds: float = REPEAT_SECONDS) -> None:
+        self._lock = threading.Lock()
+        self._repeat = repeat_seconds
+        self._since: float | None = None
+        self._last_line = 0.0
+        self.shed = 0
+
+    @property
+    def active(self) -> bool:
+        """True between the first refusal of an episode and the next request let in."""
+        return self._since is not None
+
+    def refused(self, waiting: int) -> None:
+        """Note one request answered 503 while `waiting` requests wait for a thread."""
+        now = time.monotonic()
+        with self._lock:
+            self.shed += 1
+            if self._since is None:
+                self._since, self._last_line, self.shed = now, now, 1
+                log.warning("overloaded: %d requests wait for a thread; answering 503", waiting)
+            elif now - self._last_line >= self._repeat:
+                self._last_line = now
+                log.warning(
+                    "still overloaded after %.0fs: %d requests answered 503",
+                    now - self._since,
+                    self.shed,
+                )
+
+    def let_in(self) -> None:
+        """Note a request let in; ends an episode."""
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            log.info(
+                "no longer overloaded after %.0fs; %d requests answered 503",
+                time.monotonic() - self._since,
+                self.shed,
+            )
+            self._since = None
+
+
+_BODY = json.dumps(
+    {"detail": f"the daemon is overloaded; retry after {RETRY_AFTER_SECONDS} s"}
+).encode()
+_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"content-length", str(len(_BODY)).encode()),
+    (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
+]
+
+
+class LoadShedding:
+    """ASGI middleware: 503 for a request that would wait behind `max_waiting` others
+    for one of `threads` threads (it sizes the event loop's thread pool to that)."""
+
+    def __init__(self, app: ASGIApp, *, threads: int, max_waiting: int, backlog: Backlog) -> None:
+        self.app = app
+        self.threads = threads
+        self.max_waiting = max_waiting
+        self.backlog = backlog
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            # anyio's default limiter: the pool FastAPI runs sync handlers in, one per loop.
+            limiter = to_thread.current_default_thread_limiter()
+            if limiter.total_tokens != self.threads:
+                limiter.total_tokens = self.threads
+            path = scope["path"]
+            if path not in NEVER_SHED and not path.startswith(NEVER_SHED_PREFIXES):
+                waiting = limiter.statistics().tasks_waiting
+                if waiting >= self.max_waiting:
+                    self.backlog.refused(waiting)
+                    await send({"type": "http.response.start", "status": 503, "headers": _HEADERS})
+                    await send({"type": "http.response.body", "body": _BODY})
+                    return
+                if self.backlog.active:
+                    self.backlog.let_in()
+        await self.app(scope, receive, send)
