@@ -3,7 +3,8 @@
 The daemon's one request thread is held by a caller whose token takes an identity
 provider (a slow fake) to verify, a second request waits for that thread, and the
 third is refused at once with `Retry-After`, while the probes and GitLab's webhook
-are still answered. On SQLite and PostgreSQL.
+are still answered; the client sends such a GET again after the wait it is told. On
+SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from anyio import to_thread
 from fastapi.testclient import TestClient
@@ -23,6 +25,9 @@ from tests.daemon.auth.conftest import AUD
 from tests.fakes.oidc import FakeOidcIssuer, rsa_key
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
+from wq.client.api import ApiClient
+from wq.client.credentials import Credentials
+from wq.client.errors import ServerError
 from wq.daemon.app import create_app
 from wq.daemon.runtime import build_runtime
 
@@ -122,3 +127,41 @@ def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
     assert any("no longer overloaded" in m and "1 requests answered 503" in m for m in messages)
     metrics = client.get("/metrics").text
     assert 'http_requests_total{method="GET",route="/api/work-items",status="503"} 1.0' in metrics
+
+
+def through(client: TestClient) -> httpx.MockTransport:
+    """An httpx transport handing each request to the app under test."""
+
+    def send(request: httpx.Request) -> httpx.Response:
+        answer = client.request(
+            request.method, str(request.url), headers=request.headers, content=request.content
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+    return httpx.MockTransport(send)
+
+
+def test_the_client_sends_a_refused_get_again_and_never_a_refused_post(
+    client: TestClient, idp: FakeOidcIssuer
+) -> None:
+    token = idp.token(sub="reader", aud=AUD)
+    bearer = {"Authorization": f"Bearer {token}"}
+    credentials = Credentials(str(client.base_url), environ={"WQ_TOKEN": token}, login=None)
+    api = ApiClient(str(client.base_url), credentials=credentials, transport=through(client))
+    idp.delay = IDP_DELAY / 2
+    first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
+    wait_for(lambda: limiter_state(client) == (1, 0), message="the first request on the thread")
+    second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
+    wait_for(lambda: limiter_state(client) == (1, 1), message="the second request waiting")
+
+    # A POST is refused at once and not sent again: it might be done twice.
+    with pytest.raises(ServerError, match="overloaded") as refused:
+        api.request("POST", "/api/work-items/chain", json={"name": "x"})
+    assert refused.value.hint == "try again in 1s"
+    # A GET waits as told (Retry-After: 1) and is answered once the backlog is gone.
+    started = time.monotonic()
+    assert api.request("GET", "/api/work-items") == {"items": [], "next_cursor": None}
+    assert time.monotonic() - started >= 1
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert first_answer[0].status_code == second_answer[0].status_code == 200

@@ -13,6 +13,7 @@ one instance between its worker threads (`@work(thread=True)`); httpx's client a
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -35,11 +36,27 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 5.0
+# A GET answered 503 with a Retry-After this short (an overloaded daemon shedding load,
+# see wq.daemon.shedding) is sent again, up to this many times; a longer one (a
+# database outage) is reported at once.
+BUSY_RETRY_AFTER_SECONDS = 2
+BUSY_RETRIES = 3
 MAX_PAGE = 500  # the API's largest page
 MAX_QUEUE = 1000  # the API's largest queue listing
 SUBMIT_PATH = re.compile(r"^/api/work-items/([a-z][a-z0-9_-]*)$")
 
 Json = Any
+
+
+def _busy_wait(response: httpx.Response) -> int | None:
+    """Seconds to wait before sending a request again that a busy server refused (503
+    with a short `Retry-After`), or None: not refused so, or not worth waiting for."""
+    if response.status_code != 503:
+        return None
+    value = response.headers.get("Retry-After", "")
+    if not (value.isascii() and value.isdigit()) or int(value) > BUSY_RETRY_AFTER_SECONDS:
+        return None
+    return int(value)
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -97,11 +114,19 @@ class ApiClient:
         With `shape`, a successful answer must validate as that model (`wq.client.schemas`),
         else `ServerError`; the document returned is still the server's own.
         A 401 to a cached token is retried once with its replacement (see `Credentials`);
-        the server authenticates before it reads a body, so a retried POST is safe.
+        the server authenticates before it reads a body, so a retried POST is safe. A
+        GET refused by a busy server is sent again after the wait it asks for (a few
+        times, for a short wait only); other requests are not, lest one be done twice.
         """
         params = {key: value for key, value in (params or {}).items() if value is not None}
         token = self.credentials.current() if auth else None
         response = self._send(method, path, params, json, token)
+        for _ in range(BUSY_RETRIES if method == "GET" else 0):
+            wait = _busy_wait(response)
+            if wait is None:
+                break
+            time.sleep(wait)
+            response = self._send(method, path, params, json, token)
         if response.status_code == 401 and token is not None:
             replacement = self.credentials.rejected(token)
             if replacement is not None:
