@@ -22,7 +22,7 @@ from wq.daemon.routers import (
     work_items,
 )
 from wq.daemon.runtime import Runtime
-from wq.daemon.shedding import Backlog, LoadShedding
+from wq.daemon.shedding import LoadShedding, backlog
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -59,7 +59,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         LoadShedding,
         threads=server.request_threads,
         max_waiting=server.max_waiting_requests,
-        backlog=Backlog(),
+        backlog=backlog(),
     )
     # Outermost: every answer is counted, refusals of the layers above included. The
     # routers' own routes carry the full templates the route label is taken from.

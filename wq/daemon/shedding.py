@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 
 from anyio import to_thread
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from wq.engine.outage import Episode
 
 log = logging.getLogger("wq.daemon")
 
@@ -31,53 +31,16 @@ RETRY_AFTER_SECONDS = 1
 # Paths that are never shed (exact paths, and prefixes).
 NEVER_SHED = frozenset({"/healthz", "/readyz", "/metrics"})
 NEVER_SHED_PREFIXES = ("/api/webhooks/",)
-REPEAT_SECONDS = 60.0
 
 
-class Backlog:
-    """Shedding episodes, logged at their start, once a minute, and at their end."""
-
-    def __init__(self, repeat_seconds: float = REPEAT_SECONDS) -> None:
-        self._lock = threading.Lock()
-        self._repeat = repeat_seconds
-        self._since: float | None = None
-        self._last_line = 0.0
-        self.shed = 0
-
-    @property
-    def active(self) -> bool:
-        """True between the first refusal of an episode and the next request let in."""
-        return self._since is not None
-
-    def refused(self, waiting: int) -> None:
-        """Note one request answered 503 while `waiting` requests wait for a thread."""
-        now = time.monotonic()
-        with self._lock:
-            self.shed += 1
-            if self._since is None:
-                self._since, self._last_line, self.shed = now, now, 1
-                log.warning("overloaded: %d requests wait for a thread; answering 503", waiting)
-            elif now - self._last_line >= self._repeat:
-                self._last_line = now
-                log.warning(
-                    "still overloaded after %.0fs: %d requests answered 503",
-                    now - self._since,
-                    self.shed,
-                )
-
-    def let_in(self) -> None:
-        """Note a request let in; ends an episode."""
-        if self._since is None:
-            return
-        with self._lock:
-            if self._since is None:
-                return
-            log.info(
-                "no longer overloaded after %.0fs; %d requests answered 503",
-                time.monotonic() - self._since,
-                self.shed,
-            )
-            self._since = None
+def backlog() -> Episode:
+    """Shedding episodes: logged when they start, once a minute, and when they end."""
+    return Episode(
+        log,
+        began="overloaded: {detail}; answering 503",
+        lasting="still overloaded after {seconds:.0f}s: {count} requests answered 503",
+        ended="no longer overloaded after {seconds:.0f}s; {count} requests answered 503",
+    )
 
 
 _BODY = json.dumps(
@@ -94,7 +57,7 @@ class LoadShedding:
     """ASGI middleware: 503 for a request that would wait behind `max_waiting` others
     for one of `threads` threads (it sizes the event loop's thread pool to that)."""
 
-    def __init__(self, app: ASGIApp, *, threads: int, max_waiting: int, backlog: Backlog) -> None:
+    def __init__(self, app: ASGIApp, *, threads: int, max_waiting: int, backlog: Episode) -> None:
         self.app = app
         self.threads = threads
         self.max_waiting = max_waiting
@@ -110,10 +73,10 @@ class LoadShedding:
             if path not in NEVER_SHED and not path.startswith(NEVER_SHED_PREFIXES):
                 waiting = limiter.statistics().tasks_waiting
                 if waiting >= self.max_waiting:
-                    self.backlog.refused(waiting)
+                    self.backlog.occurred(f"{waiting} requests wait for a thread")
                     await send({"type": "http.response.start", "status": 503, "headers": _HEADERS})
                     await send({"type": "http.response.body", "body": _BODY})
                     return
                 if self.backlog.active:
-                    self.backlog.let_in()
+                    self.backlog.ended()
         await self.app(scope, receive, send)

@@ -37,7 +37,65 @@ def describe(err: BaseException) -> str:
     return f"{type(cause).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-class Outage:
+class Episode:
+    """A trouble that begins, lasts and ends (an outage, an overload), logged as three
+    kinds of line: when it begins, once every `repeat_seconds` while it lasts, and when
+    it ends, with the count of what it cost.
+
+    The lines are templates: `began` takes `{detail}`, `lasting` `{seconds}`, `{count}`
+    and `{detail}`, `ended` `{seconds}` and `{count}`.
+    """
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        *,
+        began: str,
+        lasting: str,
+        ended: str,
+        repeat_seconds: float = REPEAT_SECONDS,
+    ) -> None:
+        self.log = log
+        self._began, self._lasting, self._ended = began, lasting, ended
+        self._repeat = repeat_seconds
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._last_line = 0.0
+        self._count = 0
+
+    @property
+    def active(self) -> bool:
+        """True between the first occurrence and the next `ended`."""
+        return self._since is not None
+
+    def occurred(self, detail: str) -> None:
+        """Count one occurrence (a failure, a refusal); `detail` says what happened."""
+        now = time.monotonic()
+        with self._lock:
+            self._count += 1
+            if self._since is None:
+                self._since, self._last_line = now, now
+                self.log.warning(self._began.format(detail=detail))
+            elif now - self._last_line >= self._repeat:
+                self._last_line = now
+                seconds = now - self._since
+                self.log.warning(
+                    self._lasting.format(seconds=seconds, count=self._count, detail=detail)
+                )
+
+    def ended(self) -> None:
+        """The trouble is over (a success, a request let in); nothing if there was none."""
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            seconds = time.monotonic() - self._since
+            self.log.info(self._ended.format(seconds=seconds, count=self._count))
+            self._since, self._count = None, 0
+
+
+class Outage(Episode):
     """One database outage at a time: a line when it begins, one a minute, one when it ends.
 
     `during` says what happens meanwhile ("answering 503 until it is back"); `counted`
@@ -52,52 +110,23 @@ class Outage:
         counted: str,
         repeat_seconds: float = REPEAT_SECONDS,
     ) -> None:
-        self.log = log
-        self._during = during
-        self._counted = counted
-        self._repeat = repeat_seconds
-        self._lock = threading.Lock()
-        self._since: float | None = None
-        self._last_line = 0.0
-        self._failures = 0
-
-    @property
-    def active(self) -> bool:
-        """True between the first failure and the next success."""
-        return self._since is not None
+        super().__init__(
+            log,
+            began=f"database unavailable ({{detail}}); {during}",
+            lasting="database still unavailable after {seconds:.0f}s, {count} "
+            + counted
+            + " ({detail})",
+            ended="database answering again after {seconds:.0f}s; {count} " + counted,
+            repeat_seconds=repeat_seconds,
+        )
 
     def failed(self, err: BaseException) -> None:
         """Note one failure because the database is unavailable."""
-        now = time.monotonic()
-        with self._lock:
-            self._failures += 1
-            if self._since is None:
-                self._since, self._last_line = now, now
-                self.log.warning("database unavailable (%s); %s", describe(err), self._during)
-            elif now - self._last_line >= self._repeat:
-                self._last_line = now
-                self.log.warning(
-                    "database still unavailable after %.0fs, %d %s (%s)",
-                    now - self._since,
-                    self._failures,
-                    self._counted,
-                    describe(err),
-                )
+        self.occurred(describe(err))
 
     def succeeded(self) -> None:
         """Note a success that used the database; ends an outage."""
-        if self._since is None:
-            return
-        with self._lock:
-            if self._since is None:
-                return
-            self.log.info(
-                "database answering again after %.0fs; %d %s",
-                time.monotonic() - self._since,
-                self._failures,
-                self._counted,
-            )
-            self._since, self._failures = None, 0
+        self.ended()
 
 
 class EngineFailures:
