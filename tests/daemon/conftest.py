@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import Store
+from tests.fakes.oidc import fake_oidc  # noqa: F401 - fixture
 from tests.support.chain import Behaviour, chain_registry
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import Store, make_config
 from tests.daemon.auth.conftest import AUD
-from tests.fakes.oidc import FakeOidcIssuer, rsa_key
+from tests.fakes.oidc import FakeOidcIssuer
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.client.api import ApiClient
@@ -35,21 +35,12 @@ IDP_DELAY = 1.0  # seconds the fake identity provider takes per answer
 
 
 @pytest.fixture
-def idp() -> Iterator[FakeOidcIssuer]:
-    """An identity provider whose answers are slowed down by the test (`delay`)."""
-    with FakeOidcIssuer() as issuer:
-        assert isinstance(issuer, FakeOidcIssuer)
-        issuer.add_key(rsa_key("rsa-1"))
-        yield issuer
-
-
-@pytest.fixture
 def client(
-    store: Store, idp: FakeOidcIssuer, monkeypatch: pytest.MonkeyPatch
+    store: Store, fake_oidc: FakeOidcIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[TestClient]:
     monkeypatch.setenv("WQ_TEST_SHEDDING_SECRET", "the-webhook-secret")
     authorization = {
-        "rules": [{"issuer": idp.issuer, "claims": {"aud": AUD}, "permissions": ["read"]}]
+        "rules": [{"issuer": fake_oidc.issuer, "claims": {"aud": AUD}, "permissions": ["read"]}]
     }
     config = make_config(
         store.url,
@@ -87,12 +78,12 @@ def in_background(
 
 
 def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
-    client: TestClient, idp: FakeOidcIssuer, caplog: pytest.LogCaptureFixture
+    client: TestClient, fake_oidc: FakeOidcIssuer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="wq.daemon")
-    token = idp.token(sub="reader", aud=AUD)
+    token = fake_oidc.token(sub="reader", aud=AUD)
     bearer = {"Authorization": f"Bearer {token}"}
-    idp.delay = IDP_DELAY
+    fake_oidc.delay = IDP_DELAY
     # The first caller holds the only thread while its token is checked.
     first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
     wait_for(lambda: limiter_state(client) == (1, 0), message="the first request on the thread")
@@ -120,7 +111,7 @@ def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
     assert webhook_answer[0].status_code == 401  # its secret is checked: it was let in
 
     # The backlog is gone: requests are let in again, and the episode is logged once.
-    idp.delay = 0
+    fake_oidc.delay = 0
     assert client.get("/api/work-items", headers=bearer).is_success
     messages = [r.getMessage() for r in caplog.records if r.name == "wq.daemon"]
     assert sum("overloaded: 1 requests wait for a thread" in m for m in messages) == 1
@@ -142,13 +133,13 @@ def through(client: TestClient) -> httpx.MockTransport:
 
 
 def test_the_client_sends_a_refused_get_again_and_never_a_refused_post(
-    client: TestClient, idp: FakeOidcIssuer
+    client: TestClient, fake_oidc: FakeOidcIssuer
 ) -> None:
-    token = idp.token(sub="reader", aud=AUD)
+    token = fake_oidc.token(sub="reader", aud=AUD)
     bearer = {"Authorization": f"Bearer {token}"}
     credentials = Credentials(str(client.base_url), environ={"WQ_TOKEN": token}, login=None)
     api = ApiClient(str(client.base_url), credentials=credentials, transport=through(client))
-    idp.delay = IDP_DELAY / 2
+    fake_oidc.delay = IDP_DELAY / 2
     first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
     wait_for(lambda: limiter_state(client) == (1, 0), message="the first request on the thread")
     second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
