@@ -2,7 +2,8 @@
 
 While PostgreSQL is down or hung every loop of the engine (scheduler, heartbeat, sweep,
 periodic work, workers) fails the same way, several times a second; a traceback each
-time would drown the log. A bug still gets its traceback.
+time would drown the log. A bug still gets its traceback. `Episode` is the logging of
+any such trouble (the API's overloads use it too, see `wq.daemon.shedding`).
 """
 
 from __future__ import annotations
