@@ -117,6 +117,7 @@ def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
     assert sum("overloaded: 1 requests wait for a thread" in m for m in messages) == 1
     assert any("no longer overloaded" in m and "1 requests answered 503" in m for m in messages)
     metrics = client.get("/metrics").text
+    assert "http_requests_shed_total 1.0" in metrics
     assert 'http_requests_total{method="GET",route="/api/work-items",status="503"} 1.0' in metrics
 
 

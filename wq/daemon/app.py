@@ -60,6 +60,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         threads=server.request_threads,
         max_waiting=server.max_waiting_requests,
         backlog=backlog(),
+        shed=runtime.metrics.http_shed,
     )
     # Outermost: every answer is counted, refusals of the layers above included. The
     # routers' own routes carry the full templates the route label is taken from.

@@ -21,6 +21,7 @@ import json
 import logging
 
 from anyio import to_thread
+from prometheus_client import Counter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wq.engine.outage import Episode
@@ -57,11 +58,14 @@ class LoadShedding:
     """ASGI middleware: 503 for a request that would wait behind `max_waiting` others
     for one of `threads` threads (it sizes the event loop's thread pool to that)."""
 
-    def __init__(self, app: ASGIApp, *, threads: int, max_waiting: int, backlog: Episode) -> None:
+    def __init__(
+        self, app: ASGIApp, *, threads: int, max_waiting: int, backlog: Episode, shed: Counter
+    ) -> None:
         self.app = app
         self.threads = threads
         self.max_waiting = max_waiting
         self.backlog = backlog
+        self.shed = shed  # the count of requests refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -74,6 +78,7 @@ class LoadShedding:
                 waiting = limiter.statistics().tasks_waiting
                 if waiting >= self.max_waiting:
                     self.backlog.occurred(f"{waiting} requests wait for a thread")
+                    self.shed.inc()
                     await send({"type": "http.response.start", "status": 503, "headers": _HEADERS})
                     await send({"type": "http.response.body", "body": _BODY})
                     return

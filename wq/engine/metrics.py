@@ -124,6 +124,11 @@ class Metrics:
             ["method", "route"],
             registry=r,
         )
+        self.http_shed = Counter(
+            f"{g}http_requests_shed_total",
+            "HTTP requests answered 503 at once: too many waited for a handler thread.",
+            registry=r,
+        )
 
         # ---- intake and admission
         self.submissions = Counter(
