@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 from prometheus_client import Counter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -66,13 +66,16 @@ class LoadShedding:
         self.max_waiting = max_waiting
         self.backlog = backlog
         self.shed = shed  # the count of requests refused
+        self._sized: CapacityLimiter | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            # anyio's default limiter: the pool FastAPI runs sync handlers in, one per loop.
+            # anyio's default limiter: the pool FastAPI runs sync handlers in, one per
+            # loop. Sized once, at the first request its loop serves.
             limiter = to_thread.current_default_thread_limiter()
-            if limiter.total_tokens != self.threads:
+            if limiter is not self._sized:
                 limiter.total_tokens = self.threads
+                self._sized = limiter
             path = scope["path"]
             if path not in NEVER_SHED and not path.startswith(NEVER_SHED_PREFIXES):
                 waiting = limiter.statistics().tasks_waiting
