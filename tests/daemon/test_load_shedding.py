@@ -28,8 +28,10 @@ from tests.support.waiting import wait_for
 from wq.client.api import ApiClient
 from wq.client.credentials import Credentials
 from wq.client.errors import ServerError
+from wq.daemon import shedding
 from wq.daemon.app import create_app
 from wq.daemon.runtime import build_runtime
+from wq.engine.outage import Episode
 
 IDP_DELAY = 1.0  # seconds the fake identity provider takes per answer
 
@@ -39,6 +41,8 @@ def client(
     store: Store, fake_oidc: FakeOidcIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[TestClient]:
     monkeypatch.setenv("WQ_TEST_SHEDDING_SECRET", "the-webhook-secret")
+    # An episode ends at the first request let in (see test_an_overload_is_one_episode).
+    monkeypatch.setattr(shedding, "QUIET_SECONDS", 0.0)
     authorization = {
         "rules": [{"issuer": fake_oidc.issuer, "claims": {"aud": AUD}, "permissions": ["read"]}]
     }
@@ -159,3 +163,26 @@ def test_the_client_sends_a_refused_get_again_and_never_a_refused_post(
     first.join(timeout=30)
     second.join(timeout=30)
     assert first_answer[0].status_code == second_answer[0].status_code == 200
+
+
+def test_an_overload_is_one_episode_while_requests_are_let_in_between_refusals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Under a sustained overload most requests are let in between refusals; the log
+    says it began and ended once, not once per request let in."""
+    caplog.set_level(logging.INFO, logger="wq.test")
+    overload = Episode(
+        logging.getLogger("wq.test"),
+        began="began: {detail}",
+        lasting="lasting {count}",
+        ended="ended: {count}",
+        quiet_seconds=0.5,
+    )
+    for _ in range(3):
+        overload.occurred("busy")
+        overload.ended()  # a request let in right after a refusal
+    assert overload.active
+    time.sleep(0.6)
+    overload.ended()
+    assert not overload.active
+    assert [r.getMessage() for r in caplog.records] == ["began: busy", "ended: 3"]

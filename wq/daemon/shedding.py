@@ -12,7 +12,8 @@ answered in time, and the others know to come back.
 Not shed: the probes and the scrape (`/healthz` answers on the event loop; `/readyz`
 and `/metrics` must tell the platform what is going on), and GitLab's webhooks
 (GitLab does not deliver a refused event again). A backlog is logged once when
-shedding starts, once a minute while it lasts, and once when it ends, with a count.
+shedding starts, once a minute while it lasts, and once when it ends (a request let in
+`QUIET_SECONDS` after the last refusal), with a count.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ RETRY_AFTER_SECONDS = 1
 # Paths that are never shed (exact paths, and prefixes).
 NEVER_SHED = frozenset({"/healthz", "/readyz", "/metrics"})
 NEVER_SHED_PREFIXES = ("/api/webhooks/",)
+# An overload ends this long after its last refusal: under a sustained one, requests
+# are let in between refusals, and each would otherwise end and begin an episode.
+QUIET_SECONDS = 10.0
 
 
 def backlog() -> Episode:
@@ -41,6 +45,7 @@ def backlog() -> Episode:
         began="overloaded: {detail}; answering 503",
         lasting="still overloaded after {seconds:.0f}s: {count} requests answered 503",
         ended="no longer overloaded after {seconds:.0f}s; {count} requests answered 503",
+        quiet_seconds=QUIET_SECONDS,
     )
 
 

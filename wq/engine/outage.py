@@ -44,7 +44,10 @@ class Episode:
     it ends, with the count of what it cost.
 
     The lines are templates: `began` takes `{detail}`, `lasting` `{seconds}`, `{count}`
-    and `{detail}`, `ended` `{seconds}` and `{count}`.
+    and `{detail}`, `ended` `{seconds}` and `{count}`. With `quiet_seconds`, `ended`
+    ends an episode only that long after its last occurrence: a trouble whose
+    occurrences come between successes (an overload) is one episode, not a pair of
+    lines each time.
     """
 
     def __init__(
@@ -55,10 +58,13 @@ class Episode:
         lasting: str,
         ended: str,
         repeat_seconds: float = REPEAT_SECONDS,
+        quiet_seconds: float = 0.0,
     ) -> None:
         self.log = log
         self._began, self._lasting, self._ended = began, lasting, ended
         self._repeat = repeat_seconds
+        self._quiet = quiet_seconds
+        self._last_occurrence = 0.0
         self._lock = threading.Lock()
         self._since: float | None = None
         self._last_line = 0.0
@@ -74,6 +80,7 @@ class Episode:
         now = time.monotonic()
         with self._lock:
             self._count += 1
+            self._last_occurrence = now
             if self._since is None:
                 self._since, self._last_line = now, now
                 self.log.warning(self._began.format(detail=detail))
@@ -85,13 +92,15 @@ class Episode:
                 )
 
     def ended(self) -> None:
-        """The trouble is over (a success, a request let in); nothing if there was none."""
+        """The trouble is over (a success, a request let in); nothing if there was none
+        or its last occurrence is more recent than `quiet_seconds`."""
         if self._since is None:
             return
+        now = time.monotonic()
         with self._lock:
-            if self._since is None:
+            if self._since is None or now - self._last_occurrence < self._quiet:
                 return
-            seconds = time.monotonic() - self._since
+            seconds = now - self._since
             self.log.info(self._ended.format(seconds=seconds, count=self._count))
             self._since, self._count = None, 0
 
