@@ -9,7 +9,8 @@ their polymorphic `selectin` load was two thirds of a page's CPU, and a query of
 details by 50 ids cost more than the join. A type that names no
 `api_details_columns` (or keeps its columns in `work_items`) has its items on a
 page loaded as objects, as before. GET item's statement, and the list's for each
-combination of filters, are built once and run with bound values.
+combination of filters, are built once and run with bound values, on PostgreSQL
+straight through the driver (`wq.daemon.driver_reads`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Integer, Row, Select, bindparam, inspect, select, tuple_
+from sqlalchemy import ColumnElement, Integer, Select, any_, bindparam, inspect, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, defer, lazyload
 
+from wq.daemon.driver_reads import fetch_all
 from wq.daemon.schemas import WorkItemPublic, dimension_document, item_document
 from wq.engine.models import WorkItem, WorkItemStatus
 
@@ -53,17 +56,15 @@ _DIMENSION_COLUMNS = (
     STATUSES.c.pending_until,
     STATUSES.c.updated_at,
 )
-# Built once (their cache keys too), Core: one item's dimensions, and a page's.
-_DIMENSIONS_OF_ONE = (
-    select(*_DIMENSION_COLUMNS)
-    .where(STATUSES.c.work_item_id == bindparam("id"))
-    .order_by(STATUSES.c.dimension, STATUSES.c.variant)
-)
-_DIMENSIONS_OF_MANY = (
-    select(*_DIMENSION_COLUMNS)
-    .where(STATUSES.c.work_item_id.in_(bindparam("ids", expanding=True)))
-    .order_by(STATUSES.c.dimension, STATUSES.c.variant)
-)
+
+
+def _one_of(column: ColumnElement[Any], name: str, *, postgres: bool) -> ColumnElement[bool]:
+    """`column` equal to one of the list bound as `name`: `= ANY` of one array on
+    PostgreSQL (read through the driver, which binds a list as an array), an
+    expanding `IN` elsewhere."""
+    if postgres:
+        return column == any_(bindparam(name, type_=ARRAY(column.type)))
+    return column.in_(bindparam(name, expanding=True))
 
 
 def dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
@@ -74,14 +75,27 @@ def dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[d
     """
     if not ids:
         return {}
-    if len(ids) == 1:
-        found = session.execute(_DIMENSIONS_OF_ONE, {"id": ids[0]})
-    else:
-        found = session.execute(_DIMENSIONS_OF_MANY, {"ids": ids})
     by_item: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    if len(ids) == 1:
+        found = fetch_all(session, _dimensions_statement(session, one=True), {"id": ids[0]})
+    else:
+        found = fetch_all(session, _dimensions_statement(session, one=False), {"ids": ids})
     for row in found:
         by_item.setdefault(row.work_item_id, []).append(dimension_document(row))
     return by_item
+
+
+def _dimensions_statement(session: Session, *, one: bool) -> Select[Any]:
+    def build() -> Select[Any]:
+        query = select(*_DIMENSION_COLUMNS)
+        if one:
+            query = query.where(STATUSES.c.work_item_id == bindparam("id"))
+        else:
+            query = query.where(_one_of(STATUSES.c.work_item_id, "ids", postgres=postgres))
+        return query.order_by(STATUSES.c.dimension, STATUSES.c.variant)
+
+    postgres = _on_postgres(session)
+    return _built(("dimensions", one, postgres), build, layout=False)
 
 
 # The list's order, newest first; `page_select` keeps it.
@@ -154,30 +168,42 @@ LIST_FILTERS = ("type", "phase", "project", "admission")
 _statements: dict[tuple[Any, ...], Select[Any]] = {}
 
 
-def _built(key: tuple[Any, ...], build: Callable[[], Select[Any]]) -> Select[Any]:
-    """A statement built once per shape and layout: building one (its page subquery,
-    its cache key) cost more CPU than running it. Values are bound at execution."""
-    key = (_current_layout().key, *key)
+def _on_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _built(
+    key: tuple[Any, ...], build: Callable[[], Select[Any]], *, layout: bool = True
+) -> Select[Any]:
+    """A statement built once per shape (and layout, for a page): building one (its
+    page subquery, its cache key) cost more CPU than running it. Values are bound at
+    execution."""
+    if layout:
+        key = (_current_layout().key, *key)
     statement = _statements.get(key)
     if statement is None:
         statement = _statements[key] = build()
     return statement
 
 
-def item_statement() -> Select[Any]:
-    """`page_select` of one item, by the bound `id`."""
-    return _built(
+def item_rows(session: Session, item_id: uuid.UUID) -> Sequence[Any]:
+    """The `page_select` row of one item (none if there is no such item)."""
+    statement = _built(
         ("item",), lambda: page_select(select(*ITEM_COLUMNS).where(ITEMS.c.id == bindparam("id")))
     )
+    return fetch_all(session, statement, {"id": item_id})
 
 
-def list_statement(filters: frozenset[str], *, after: bool, restricted: bool) -> Select[Any]:
-    """`page_select` of a page of the list, newest first, of this shape.
+def list_rows(session: Session, values: dict[str, Any], *, after: bool) -> Sequence[Any]:
+    """A page of the list: `page_select` rows, newest first.
 
-    Bound at execution: each of `filters` (names of `LIST_FILTERS`) by its name; with
-    `after`, `after_created` and `after_id` (the page starts after that item); with
-    `restricted`, `readable` (the types the caller may read); always `limit`.
+    `values` binds each filter of `LIST_FILTERS` it names (by that name), `limit`,
+    and, if given, `readable` (the types the caller may read); with `after`,
+    `after_created` and `after_id` (the page starts after that item).
     """
+    filters = frozenset(values) & frozenset(LIST_FILTERS)
+    restricted = "readable" in values
+    postgres = _on_postgres(session)
 
     def build() -> Select[Any]:
         query = select(*ITEM_COLUMNS)
@@ -192,14 +218,15 @@ def list_statement(filters: frozenset[str], *, after: bool, restricted: bool) ->
             )
             query = query.where(tuple_(ITEMS.c.created_at, ITEMS.c.id) < position)
         if restricted:  # in SQL, so that pages stay full and cursors exact
-            query = query.where(ITEMS.c.type.in_(bindparam("readable", expanding=True)))
+            query = query.where(_one_of(ITEMS.c.type, "readable", postgres=postgres))
         limit = bindparam("limit", type_=Integer)
         return page_select(query.order_by(*NEWEST_FIRST).limit(limit))
 
-    return _built(("list", tuple(sorted(filters)), after, restricted), build)
+    key = ("list", tuple(sorted(filters)), after, restricted, postgres)
+    return fetch_all(session, _built(key, build), values)
 
 
-def page_documents(session: Session, rows: Sequence[Row[Any]]) -> list[dict[str, Any]]:
+def page_documents(session: Session, rows: Sequence[Any]) -> list[dict[str, Any]]:
     """The documents (`WorkItemPublic`'s fields) of the rows of a `page_select`.
 
     In the rows' order. An item whose details are loaded separately (its type names

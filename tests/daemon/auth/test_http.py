@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from tests.conftest import Store, make_config
 from tests.daemon.auth.conftest import AUD
+from tests.daemon.test_item_pages import add_items
 from tests.fakes.oidc import FakeOidcIssuer, forge_unsigned
 from tests.fakes.openshift import FakeOpenShift
 from tests.support.chain import Behaviour, chain_registry
@@ -166,6 +167,15 @@ def test_no_matching_rule_is_403_naming_permission_and_type(setup: Setup) -> Non
     assert response.status_code == 403
     assert response.json() == {"error": "dev-user lacks the 'submit' permission on type 'chain'"}
     assert setup.get("/api/work-items", setup.dev).status_code == 200
+
+
+def test_a_list_shows_only_the_types_the_caller_may_read(setup: Setup) -> None:
+    ids = add_items(setup.store, setup.runtime)  # one of them a chain item
+    shown = setup.get("/api/work-items?limit=1", setup.dev).json()
+    assert [item["id"] for item in shown["items"]] == [str(ids[1])]
+    assert shown["next_cursor"] is None  # the page holds what the caller may read
+    everything = setup.get("/api/work-items", setup.admin).json()["items"]
+    assert [item["id"] for item in everything] == [str(i) for i in reversed(ids)]
 
 
 def test_submit_and_retry_follow_the_rules(setup: Setup) -> None:

@@ -8,19 +8,12 @@ from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
-from wq.daemon.reads import (
-    LIST_FILTERS,
-    item_statement,
-    list_statement,
-    page_documents,
-    shown_only,
-)
+from wq.daemon.reads import LIST_FILTERS, item_rows, list_rows, page_documents, shown_only
 from wq.daemon.schemas import (
     Admission,
     AuditEntryPublic,
@@ -56,7 +49,7 @@ ITEMS_CURSOR_TEXT = (
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _encode_cursor(item: Row[Any]) -> str:
+def _encode_cursor(item: Any) -> str:
     created = item.created_at
     if created.tzinfo is None:  # SQLite hands back naive UTC
         created = created.replace(tzinfo=UTC)
@@ -111,12 +104,7 @@ def read_items(
     readable = principal.types_with("read")
     if readable is not None:
         values["readable"] = sorted(readable)
-    statement = list_statement(
-        frozenset(values) & frozenset(LIST_FILTERS),
-        after=cursor is not None,
-        restricted=readable is not None,
-    )
-    rows = session.execute(statement, values).all()
+    rows = list_rows(session, values, after=cursor is not None)
     page = rows[:limit]
     more = len(rows) > limit
     document = {
@@ -159,7 +147,7 @@ def read_item(
     """One work item with its details and dimensions (404 for a type the caller may not read)."""
     authorize_lookup(principal, "read")
     # Read as the list reads a page (`wq.daemon.reads`): its row with its details.
-    rows = session.execute(item_statement(), {"id": item_id}).all()
+    rows = item_rows(session, item_id)
     if not rows:
         raise item_service.ItemNotFound(str(item_id))
     authorize_item(request, principal, "read", rows[0].id, rows[0].type)
