@@ -1,4 +1,4 @@
-"""The API's hot reads through the driver (wq.daemon.driver_reads) on PostgreSQL.
+"""The API's hot reads through the driver (wq.engine.driver_reads) on PostgreSQL.
 
 What they show is checked against the loaded items in test_item_pages.py, and a list
 restricted to the caller's types (bound as one array) in auth/test_http.py, on both

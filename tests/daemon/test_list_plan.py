@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 from tests.conftest import make_config, throwaway_pg_database
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.plans import Sent, capture, explain, scans, seq_scans
-from wq.daemon import driver_reads, reads
+from wq.daemon import reads
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
-from wq.engine import schema
+from wq.engine import driver_reads, schema
 from wq.engine.db import make_engine
 
 pytestmark = pytest.mark.postgres

@@ -10,7 +10,7 @@ details by 50 ids cost more than the join. A type that names no
 `api_details_columns` (or keeps its columns in `work_items`) has its items on a
 page loaded as objects, as before. GET item's statement, and the list's for each
 combination of filters, are built once and run with bound values, on PostgreSQL
-straight through the driver (`wq.daemon.driver_reads`).
+straight through the driver (`wq.engine.driver_reads`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from sqlalchemy import ColumnElement, Integer, Select, any_, bindparam, inspect,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, defer, lazyload
 
-from wq.daemon.driver_reads import fetch_all
 from wq.daemon.schemas import WorkItemPublic, dimension_document, item_document
+from wq.engine.driver_reads import fetch_all
 from wq.engine.models import WorkItem, WorkItemStatus
 
 ITEMS = WorkItem.__table__

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from wq.engine import items
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.dimensions import set_dimension
+from wq.engine.driver_reads import fetch_all
 from wq.engine.items import ItemConflict
 from wq.engine.models import ACTIVE, FAILED, WorkItem
 from wq.engine.registry import SubmissionRejected, SubmitContext, SubmitResult
@@ -52,9 +53,10 @@ def submit_mr(
         )
     digest = content_hash([action.gitlab() for action in payload.file_actions])
     for attempt in range(RACE_RETRIES):
-        latest = session.execute(
-            _LATEST, {"project": payload.project, "source_branch": payload.source_branch}
-        ).first()
+        found = fetch_all(
+            session, _LATEST, {"project": payload.project, "source_branch": payload.source_branch}
+        )
+        latest = found[0] if found else None
         if (
             latest is not None
             and latest.phase == ACTIVE
@@ -121,7 +123,7 @@ def _refresh(item: MrItem, payload: MrCreate, digest: str) -> None:
 
 
 def _upsert(
-    session: Session, payload: MrCreate, ctx: SubmitContext, digest: str, latest: Row[Any] | None
+    session: Session, payload: MrCreate, ctx: SubmitContext, digest: str, latest: Any
 ) -> SubmitResult:
     """A new generation after `latest` (none, or terminal); else `latest`, changed or
     failed, updated (or retried)."""

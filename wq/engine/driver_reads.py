@@ -1,19 +1,20 @@
-"""The API's hot reads straight through the driver on PostgreSQL.
+"""Hot reads straight through the driver on PostgreSQL.
 
 SQLAlchemy's execution of a cached Core select costs about 0.1 ms of CPU per statement
 beyond psycopg's own (an execution context, events, a result and its row processing):
 a third of GET item's CPU, and a page's rows read slower through SQLAlchemy's `Row`
-than through a tuple. The statements of `wq.daemon.reads` select only columns that
-psycopg returns as SQLAlchemy would on PostgreSQL (UUIDs, aware timestamps, JSONB,
-text, integers, booleans), so there each is compiled once and run on the session's own
-connection with psycopg's cursor, its rows named tuples. A driver error is raised as
-SQLAlchemy would raise it (`DBAPIError`), after discarding the pooled connections if
-the connection broke, so outages are answered 503 like any other. SQLite goes through
-SQLAlchemy: its UUIDs, timestamps and JSON need their types' processing.
-"""
+than through a tuple. For a select whose columns psycopg returns as SQLAlchemy would
+on PostgreSQL (UUIDs, aware timestamps, JSONB, text, integers, booleans: the API's
+pages and GET item, an MR submission's look at its branch), `fetch_all` compiles it
+once and runs it on the session's own connection with psycopg's cursor, its rows
+named tuples. A driver error is raised as SQLAlchemy would raise it (`DBAPIError`),
+after discarding the pooled connections if the connection broke, so outages are
+answered 503 like any other. SQLite goes through SQLAlchemy: its UUIDs, timestamps
+and JSON need their types' processing."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,20 +25,28 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
-# Each statement's SQL for the PostgreSQL dialect, by statement: `reads` builds each
-# shape once, so this holds one entry per shape.
-_compiled: dict[Select[Any], str] = {}
+# Each statement's SQL for the PostgreSQL dialect and the values of the parameters it
+# binds itself (a `limit(1)`'s), by statement. Callers build their statements once;
+# one built per call would be compiled per call, and its entry go with it.
+_compiled: weakref.WeakKeyDictionary[Select[Any], tuple[str, dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def sql_of(statement: Select[Any], dialect: Dialect) -> str:
-    """The SQL the driver is sent for `statement` (compiled once)."""
-    sql = _compiled.get(statement)
-    if sql is None:
+def _compile(statement: Select[Any], dialect: Dialect) -> tuple[str, dict[str, Any]]:
+    found = _compiled.get(statement)
+    if found is None:
         compiled = statement.compile(dialect=dialect)
         if compiled.literal_execute_params or compiled.post_compile_params:
             raise ValueError("a statement read through the driver cannot expand parameters")
-        sql = _compiled[statement] = str(compiled)
-    return sql
+        own = {name: value for name, value in compiled.params.items() if value is not None}
+        found = _compiled[statement] = (str(compiled), own)
+    return found
+
+
+def sql_of(statement: Select[Any], dialect: Dialect) -> str:
+    """The SQL the driver is sent for `statement`."""
+    return _compile(statement, dialect)[0]
 
 
 def fetch_all(session: Session, statement: Select[Any], params: Mapping[str, Any]) -> Sequence[Any]:
@@ -47,7 +56,9 @@ def fetch_all(session: Session, statement: Select[Any], params: Mapping[str, Any
     dialect = connection.dialect
     if dialect.name != "postgresql":
         return session.execute(statement, params).all()
-    sql = sql_of(statement, dialect)
+    sql, own = _compile(statement, dialect)
+    if own:
+        params = {**own, **params}
     driver: psycopg.Connection[Any] = connection.connection.driver_connection  # type: ignore[assignment]
     try:
         with driver.cursor(row_factory=namedtuple_row) as cursor:
