@@ -1,22 +1,39 @@
-"""The API's hot reads through the driver (wq.engine.driver_reads) on PostgreSQL.
+"""Hot reads straight through psycopg on PostgreSQL: on the event loop
+(wq.daemon.loop_reads: GET item, the list) and in a thread (wq.engine.driver_reads:
+an unchanged submission).
 
 What they show is checked against the loaded items in test_item_pages.py, and a list
 restricted to the caller's types (bound as one array) in auth/test_http.py, on both
-databases. Here: a connection that broke under a read is answered 503, discarded,
-and the next read works.
+databases. Here: after the server dropped every connection, one read fails (503) and
+the pooled connections are replaced, not one failure per connection.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
 from tests.conftest import Store
 from tests.daemon.test_item_pages import add_items
+from wq.daemon.reads import item_statement
 from wq.daemon.runtime import Runtime
+from wq.engine.driver_reads import fetch_all
+
+
+def kill_connections(store: Store) -> None:
+    """The server ends every session of the test's database but the one asking."""
+    with store.engine.connect() as admin:
+        admin.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -26,17 +43,18 @@ def test_after_the_server_dropped_every_connection_one_read_is_refused(
     # As SQLAlchemy does on a disconnect: the connection that failed is discarded,
     # and so is every other pooled connection that dates from before the failure.
     ids = add_items(store, runtime)
-    held = [runtime.engine.connect() for _ in range(3)]
-    for connection in held:
-        connection.close()  # three connections wait in the pool
+    reads = client.app.state.loop_reads  # type: ignore[attr-defined]
+    assert reads is not None  # GET item reads on the event loop
+
+    async def fill_the_pool() -> None:
+        pool = reads.pool
+        async with pool.connection(), pool.connection(), pool.connection():
+            pass  # three connections wait in the pool
+
+    assert client.portal is not None
+    client.portal.call(fill_the_pool)
     assert client.get(f"/api/work-items/{ids[0]}").status_code == 200
-    with store.engine.connect() as admin:
-        admin.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        )
+    kill_connections(store)
 
     caplog.set_level(logging.WARNING)
     answers = [client.get(f"/api/work-items/{ids[0]}") for _ in range(5)]
@@ -46,3 +64,20 @@ def test_after_the_server_dropped_every_connection_one_read_is_refused(
     assert "unavailable" in answers[0].json()["error"]
     # No traceback of a pool that found a dead connection when it took it back.
     assert not [record for record in caplog.records if record.exc_info]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_read_in_a_thread_that_finds_its_connection_dropped_replaces_the_pool(
+    store: Store,
+) -> None:
+    held = [store.engine.connect() for _ in range(3)]
+    for connection in held:
+        connection.close()
+    kill_connections(store)
+    absent = {"id": uuid.uuid4()}
+
+    with store.sessions() as session, pytest.raises(sa_exc.OperationalError):
+        fetch_all(session, item_statement(), absent)
+    for _ in range(3):
+        with store.sessions() as session:
+            assert fetch_all(session, item_statement(), absent) == []

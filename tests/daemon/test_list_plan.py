@@ -8,19 +8,18 @@ plans. PostgreSQL only (the plan is PostgreSQL's).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Select, text
-from sqlalchemy.orm import Session
 
 from tests.conftest import make_config, throwaway_pg_database
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.plans import Sent, capture, explain, scans, seq_scans
-from wq.daemon import reads
 from wq.daemon.app import create_app
+from wq.daemon.loop_reads import LoopReads
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine import driver_reads, schema
 from wq.engine.db import make_engine
@@ -61,14 +60,17 @@ def test_a_page_and_the_next_read_their_rows_not_every_item(
 ) -> None:
     assert runtime.local_tier is not None
     headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
-    through_driver: list[Sent] = []  # the list's own reads skip SQLAlchemy's events
+    # The list's reads skip SQLAlchemy's events: on the event loop (`LoopReads`).
+    through_driver: list[Sent] = []
+    awaited = LoopReads.fetch_all
 
-    def recorded(session: Session, statement: Select[Any], params: Mapping[str, Any]) -> Any:
-        sql = driver_reads.sql_of(statement, session.get_bind().dialect)
-        through_driver.append(Sent(sql, dict(params)))
-        return driver_reads.fetch_all(session, statement, params)
+    async def recorded(
+        reads: LoopReads, statement: Select[Any], params: Mapping[str, Any]
+    ) -> Sequence[Any]:
+        through_driver.append(Sent(driver_reads.sql_of(statement, reads.dialect), dict(params)))
+        return await awaited(reads, statement, params)
 
-    monkeypatch.setattr(reads, "fetch_all", recorded)
+    monkeypatch.setattr(LoopReads, "fetch_all", recorded)
     with TestClient(create_app(runtime)) as client, capture(runtime.engine) as sent:
         first = client.get(f"/api/work-items?limit={LIMIT}", headers=headers)
         assert first.status_code == 200, first.text

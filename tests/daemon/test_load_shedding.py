@@ -19,6 +19,7 @@ import httpx
 import pytest
 from anyio import to_thread
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from tests.conftest import Store, make_config
 from tests.daemon.auth.conftest import AUD
@@ -118,7 +119,10 @@ def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
     fake_oidc.delay = 0
     assert client.get("/api/work-items", headers=bearer).is_success
     messages = [r.getMessage() for r in caplog.records if r.name == "wq.daemon"]
-    assert sum("overloaded: 1 requests wait for a thread" in m for m in messages) == 1
+    assert (
+        sum("overloaded: 2 requests in progress, 1 waiting for a thread" in m for m in messages)
+        == 1
+    )
     assert any("no longer overloaded" in m and "1 requests answered 503" in m for m in messages)
     metrics = client.get("/metrics").text
     assert "http_requests_shed_total 1.0" in metrics
@@ -135,6 +139,52 @@ def through(client: TestClient) -> httpx.MockTransport:
         return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
 
     return httpx.MockTransport(send)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_reads_awaited_on_the_event_loop_count_toward_the_bound(
+    client: TestClient, store: Store
+) -> None:
+    # GET list awaits PostgreSQL on the event loop: no thread is held or waited for,
+    # yet 1 + 1 requests in progress are the bound (request_threads, max_waiting).
+    local = client.app.state.runtime.local_tier  # type: ignore[attr-defined]
+    bearer = {"Authorization": f"Bearer {local.token}"}
+    with store.engine.connect() as locker:
+        locker.execute(text("LOCK TABLE work_items IN ACCESS EXCLUSIVE MODE"))
+        first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
+        second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
+        # One holds the one connection of the reads' pool (as many as request threads),
+        # waiting for the lock; the other waits for that connection.
+        wait_for(lambda: blocked_reads(store) == 1, message="a read waiting for the lock")
+        wait_for(lambda: waiting_for_a_connection(client) == 1, message="a read waiting")
+        assert limiter_state(client) == (0, 0)
+
+        refused = client.get("/api/work-items", headers=bearer)
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+        locker.rollback()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert [first_answer[0].status_code, second_answer[0].status_code] == [200, 200]
+    assert client.get("/api/work-items", headers=bearer).status_code == 200
+
+
+def waiting_for_a_connection(client: TestClient) -> int:
+    """Reads on the event loop waiting for a connection of their pool."""
+    pool = client.app.state.loop_reads.pool  # type: ignore[attr-defined]
+    return int(client.portal.call(pool.get_stats).get("requests_waiting", 0))  # type: ignore[union-attr]
+
+
+def blocked_reads(store: Store) -> int:
+    """Statements of the test's database waiting for a lock."""
+    with store.engine.connect() as connection:
+        return int(
+            connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )
 
 
 def test_the_client_sends_a_refused_get_again_and_never_a_refused_post(

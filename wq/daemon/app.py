@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -11,6 +13,7 @@ from wq.daemon.auth import install_auth_handling
 from wq.daemon.body import BodyGuard
 from wq.daemon.errors import install_error_handlers
 from wq.daemon.http_metrics import HttpMetrics
+from wq.daemon.loop_reads import loop_reads
 from wq.daemon.outage import OutageLog
 from wq.daemon.routers import (
     health,
@@ -25,6 +28,19 @@ from wq.daemon.runtime import Runtime
 from wq.daemon.shedding import LoadShedding, backlog
 
 
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The app's own resources: the hot reads' async connections (`wq.daemon.loop_reads`)."""
+    runtime: Runtime = app.state.runtime
+    size = runtime.config.server.request_threads
+    async with loop_reads(runtime.engine, runtime.timeouts, size=size) as reads:
+        app.state.loop_reads = reads
+        try:
+            yield
+        finally:
+            app.state.loop_reads = None
+
+
 def create_app(runtime: Runtime) -> FastAPI:
     """Build the API around a runtime (the engine threads are started elsewhere)."""
     app = FastAPI(
@@ -33,6 +49,8 @@ def create_app(runtime: Runtime) -> FastAPI:
         description="The wq work-queue engine: work items, admission pools, processing.",
     )
     app.state.runtime = runtime
+    app.state.loop_reads = None  # until the lifespan opens them
+    app.router.lifespan_context = _lifespan
     app.state.outage = OutageLog()
     install_error_handlers(app, app.state.outage)
     # Runs before any route reads a body (inside the auth layer's header filter).

@@ -67,9 +67,15 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[Session]:
         yield session
 
 
-async def get_read_session(runtime: RuntimeDep) -> AsyncIterator[Session]:
-    """A session for reads (autocommit on PostgreSQL; never waits for a writer on SQLite)."""
-    async with _session(runtime.api_read_sessions or runtime.read_sessions) as session:
+def read_sessions(request: Request) -> sessionmaker[Session]:
+    """Sessions for reads (autocommit on PostgreSQL; never waiting for a writer on SQLite)."""
+    runtime: Runtime = request.app.state.runtime
+    return runtime.api_read_sessions or runtime.read_sessions
+
+
+async def get_read_session(request: Request) -> AsyncIterator[Session]:
+    """A session for reads (`read_sessions`)."""
+    async with _session(read_sessions(request)) as session:
         yield session
 
 

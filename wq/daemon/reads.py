@@ -23,8 +23,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Integer, Select, any_, bindparam, inspect, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.orm import Session, defer, lazyload
+from sqlalchemy.orm import Session, defer, lazyload, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
+from wq.daemon.loop_reads import LoopReads
 from wq.daemon.schemas import WorkItemPublic, dimension_document, item_document
 from wq.engine.driver_reads import fetch_all
 from wq.engine.models import WorkItem, WorkItemStatus
@@ -67,25 +69,11 @@ def _one_of(column: ColumnElement[Any], name: str, *, postgres: bool) -> ColumnE
     return column.in_(bindparam(name, expanding=True))
 
 
-def dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    """The dimensions of these items, in the API's order, as plain rows.
+def dimensions_statement(*, one: bool, postgres: bool) -> Select[Any]:
+    """The dimensions of one item (bound `id`) or of several (bound `ids`), in the
+    API's order: one query like the relationship's `selectin` load, without an ORM
+    object per row (a page of 50 items has a few hundred)."""
 
-    One query like the relationship's `selectin` load, without an ORM object per
-    row (a page of 50 items has a few hundred).
-    """
-    if not ids:
-        return {}
-    by_item: dict[uuid.UUID, list[dict[str, Any]]] = {}
-    if len(ids) == 1:
-        found = fetch_all(session, _dimensions_statement(session, one=True), {"id": ids[0]})
-    else:
-        found = fetch_all(session, _dimensions_statement(session, one=False), {"ids": ids})
-    for row in found:
-        by_item.setdefault(row.work_item_id, []).append(dimension_document(row))
-    return by_item
-
-
-def _dimensions_statement(session: Session, *, one: bool) -> Select[Any]:
     def build() -> Select[Any]:
         query = select(*_DIMENSION_COLUMNS)
         if one:
@@ -94,8 +82,28 @@ def _dimensions_statement(session: Session, *, one: bool) -> Select[Any]:
             query = query.where(_one_of(STATUSES.c.work_item_id, "ids", postgres=postgres))
         return query.order_by(STATUSES.c.dimension, STATUSES.c.variant)
 
-    postgres = _on_postgres(session)
     return _built(("dimensions", one, postgres), build, layout=False)
+
+
+def _dimensions_of(ids: list[uuid.UUID], *, postgres: bool) -> tuple[Select[Any], dict[str, Any]]:
+    if len(ids) == 1:
+        return dimensions_statement(one=True, postgres=postgres), {"id": ids[0]}
+    return dimensions_statement(one=False, postgres=postgres), {"ids": ids}
+
+
+def _by_item(found: Sequence[Any]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    by_item: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for row in found:
+        by_item.setdefault(row.work_item_id, []).append(dimension_document(row))
+    return by_item
+
+
+def dimensions(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """The dimensions of these items as documents, by item (`dimensions_statement`)."""
+    if not ids:
+        return {}
+    statement, params = _dimensions_of(ids, postgres=_on_postgres(session))
+    return _by_item(fetch_all(session, statement, params))
 
 
 # The list's order, newest first; `page_select` keeps it.
@@ -186,16 +194,15 @@ def _built(
     return statement
 
 
-def item_rows(session: Session, item_id: uuid.UUID) -> Sequence[Any]:
-    """The `page_select` row of one item (none if there is no such item)."""
-    statement = _built(
+def item_statement() -> Select[Any]:
+    """`page_select` of one item, by the bound `id`."""
+    return _built(
         ("item",), lambda: page_select(select(*ITEM_COLUMNS).where(ITEMS.c.id == bindparam("id")))
     )
-    return fetch_all(session, statement, {"id": item_id})
 
 
-def list_rows(session: Session, values: dict[str, Any], *, after: bool) -> Sequence[Any]:
-    """A page of the list: `page_select` rows, newest first.
+def list_statement(values: dict[str, Any], *, after: bool, postgres: bool) -> Select[Any]:
+    """`page_select` of a page of the list, newest first, for these bound values.
 
     `values` binds each filter of `LIST_FILTERS` it names (by that name), `limit`,
     and, if given, `readable` (the types the caller may read); with `after`,
@@ -203,7 +210,6 @@ def list_rows(session: Session, values: dict[str, Any], *, after: bool) -> Seque
     """
     filters = frozenset(values) & frozenset(LIST_FILTERS)
     restricted = "readable" in values
-    postgres = _on_postgres(session)
 
     def build() -> Select[Any]:
         query = select(*ITEM_COLUMNS)
@@ -222,17 +228,23 @@ def list_rows(session: Session, values: dict[str, Any], *, after: bool) -> Seque
         limit = bindparam("limit", type_=Integer)
         return page_select(query.order_by(*NEWEST_FIRST).limit(limit))
 
-    key = ("list", tuple(sorted(filters)), after, restricted, postgres)
-    return fetch_all(session, _built(key, build), values)
+    return _built(("list", tuple(sorted(filters)), after, restricted, postgres), build)
 
 
-def page_documents(session: Session, rows: Sequence[Any]) -> list[dict[str, Any]]:
-    """The documents (`WorkItemPublic`'s fields) of the rows of a `page_select`.
+def item_rows(session: Session, item_id: uuid.UUID) -> Sequence[Any]:
+    """The `page_select` row of one item (none if there is no such item)."""
+    return fetch_all(session, item_statement(), {"id": item_id})
 
-    In the rows' order. An item whose details are loaded separately (its type names
-    no `api_details_columns`) and that was deleted after its row was read (reads on
-    PostgreSQL take a snapshot per statement) is left out.
-    """
+
+def list_rows(session: Session, values: dict[str, Any], *, after: bool) -> Sequence[Any]:
+    """A page of the list (`list_statement`)."""
+    statement = list_statement(values, after=after, postgres=_on_postgres(session))
+    return fetch_all(session, statement, values)
+
+
+def _joined_details(rows: Sequence[Any]) -> tuple[dict[uuid.UUID, Any], list[uuid.UUID]]:
+    """The `details` the rows carry, by id, and the ids of the items whose type names
+    no `api_details_columns` (their details are loaded)."""
     joined = _current_layout().joined
     details: dict[uuid.UUID, dict[str, Any]] = {}
     loaded: list[uuid.UUID] = []
@@ -243,14 +255,52 @@ def page_documents(session: Session, rows: Sequence[Any]) -> list[dict[str, Any]
             continue
         end = found.start + len(found.columns._fields)
         details[row.id] = found.kind.details_of(found.columns._make(row[found.start : end]))
-    if loaded:
-        details.update(_loaded_details(session, loaded))
-    shown = dimensions(session, [row.id for row in rows])
+    return details, loaded
+
+
+def _documents(
+    rows: Sequence[Any],
+    details: dict[uuid.UUID, Any],
+    shown: dict[uuid.UUID, list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
     return [
         item_document(row, shown.get(row.id, []), details=details[row.id])
         for row in rows
         if row.id in details
     ]
+
+
+def page_documents(session: Session, rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """The documents (`WorkItemPublic`'s fields) of the rows of a `page_select`.
+
+    In the rows' order. An item whose details are loaded separately (its type names
+    no `api_details_columns`) and that was deleted after its row was read (reads on
+    PostgreSQL take a snapshot per statement) is left out.
+    """
+    details, loaded = _joined_details(rows)
+    if loaded:
+        details.update(_loaded_details(session, loaded))
+    return _documents(rows, details, dimensions(session, [row.id for row in rows]))
+
+
+async def page_documents_on_loop(
+    reads: LoopReads, sessions: sessionmaker[Session], rows: Sequence[Any]
+) -> list[dict[str, Any]]:
+    """`page_documents` with the dimensions awaited on the event loop (`reads`); the
+    details of items loaded as objects are loaded in the thread pool (`sessions`)."""
+    details, loaded = _joined_details(rows)
+    if loaded:
+        details.update(await run_in_threadpool(_load_details, sessions, loaded))
+    shown: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    if rows:
+        statement, params = _dimensions_of([row.id for row in rows], postgres=True)
+        shown = _by_item(await reads.fetch_all(statement, params))
+    return _documents(rows, details, shown)
+
+
+def _load_details(sessions: sessionmaker[Session], ids: list[uuid.UUID]) -> dict[uuid.UUID, Any]:
+    with sessions() as session:
+        return _loaded_details(session, ids)
 
 
 def _loaded_details(session: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, Any]:

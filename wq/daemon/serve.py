@@ -150,6 +150,9 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
 
     cache = TokenCache()
 
+    app = create_app(runtime)
+    app_lifespan = app.router.lifespan_context  # the app's own resources, inside
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         manager = runtime.start_processing()
@@ -174,7 +177,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
         # Last: everything start-up made is alive by now (see `wq.daemon.heap`).
         log.info("heap: %d objects frozen, skipped by the cyclic collector", freeze_startup_heap())
         try:
-            yield
+            async with app_lifespan(app):
+                yield
         finally:
             log.info("shutting down: no new claims, waiting for running actions")
             if consumer is not None:
@@ -191,7 +195,6 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             runtime.engine.dispose()
             log.info("stopped")
 
-    app = create_app(runtime)
     app.router.lifespan_context = lifespan
     server = _Server(
         runtime,

@@ -1,13 +1,16 @@
-"""Load shedding: past a backlog of requests waiting for a thread, answer 503 at once.
+"""Load shedding: past a backlog of requests in progress, answer 503 at once.
 
-The API's handlers run in anyio's thread pool (`server.request_threads` threads). A
-load beyond what the daemon can answer queues for those threads, and an open-loop
-load (independent clients) lets the queue grow without bound: every request is then
-answered seconds late, after its client gave up, and the work done for it is wasted.
-So a request that arrives while `server.max_waiting_requests` already wait for a
-thread is answered 503 with `Retry-After` on the event loop, before its body is read
-or its caller authenticated: cheap, and at once. The clients that are answered are
-answered in time, and the others know to come back.
+Most of the API's handlers run in anyio's thread pool (`server.request_threads`
+threads); the hot reads await the database on the event loop (`wq.daemon.loop_reads`).
+A load beyond what the daemon can answer queues (for those threads, for the event
+loop, for database connections), and an open-loop load (independent clients) lets the
+queue grow without bound: every request is then answered seconds late, after its
+client gave up, and the work done for it is wasted. So a request that arrives while
+`server.max_waiting_requests` already wait for a thread, or while
+`server.request_threads` + `server.max_waiting_requests` requests are in progress, is
+answered 503 with `Retry-After` on the event loop, before its body is read or its
+caller authenticated: cheap, and at once. The clients that are answered are answered
+in time, and the others know to come back.
 
 Not shed: the probes and the scrape (`/healthz` answers on the event loop; `/readyz`
 and `/metrics` must tell the platform what is going on), and GitLab's webhooks
@@ -61,7 +64,8 @@ _HEADERS = [
 
 class LoadShedding:
     """ASGI middleware: 503 for a request that would wait behind `max_waiting` others
-    for one of `threads` threads (it sizes the event loop's thread pool to that)."""
+    for one of `threads` threads (it sizes the event loop's thread pool to that), or
+    that would make more than `threads + max_waiting` requests in progress."""
 
     def __init__(
         self, app: ASGIApp, *, threads: int, max_waiting: int, backlog: Episode, shed: Counter
@@ -72,6 +76,7 @@ class LoadShedding:
         self.backlog = backlog
         self.shed = shed  # the count of requests refused
         self._sized: CapacityLimiter | None = None
+        self.in_progress = 0  # requests that may be shed, let in and not answered yet
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -83,13 +88,26 @@ class LoadShedding:
                 self._sized = limiter
             path = scope["path"]
             if path not in NEVER_SHED and not path.startswith(NEVER_SHED_PREFIXES):
-                waiting = limiter.statistics().tasks_waiting
-                if waiting >= self.max_waiting:
-                    self.backlog.occurred(f"{waiting} requests wait for a thread")
-                    self.shed.inc()
-                    await send({"type": "http.response.start", "status": 503, "headers": _HEADERS})
-                    await send({"type": "http.response.body", "body": _BODY})
-                    return
-                if self.backlog.active:
-                    self.backlog.ended()
+                await self._shed_or_serve(limiter, scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    async def _shed_or_serve(
+        self, limiter: CapacityLimiter, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        waiting = limiter.statistics().tasks_waiting
+        if waiting >= self.max_waiting or self.in_progress >= self.threads + self.max_waiting:
+            self.backlog.occurred(
+                f"{self.in_progress} requests in progress, {waiting} waiting for a thread"
+            )
+            self.shed.inc()
+            await send({"type": "http.response.start", "status": 503, "headers": _HEADERS})
+            await send({"type": "http.response.body", "body": _BODY})
+            return
+        if self.backlog.active:
+            self.backlog.ended()
+        self.in_progress += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_progress -= 1

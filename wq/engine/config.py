@@ -46,12 +46,13 @@ class ServerConfig(_Section):
     port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
     # Request bodies on /api/ beyond this are refused (413) while they are read.
     max_body_bytes: PositiveInt = 16 * 1024 * 1024
-    # Threads the API's handlers run in. The daemon's Python runs on one core: more
+    # Threads the API's handlers run in (and, on PostgreSQL, connections of the pool the
+    # hot reads await on the event loop). The daemon's Python runs on one core: more
     # threads only help while handlers wait on other services (an identity provider),
     # and each one more takes a share of the GIL from the event loop (wq.daemon.shedding).
     request_threads: PositiveInt = 8
-    # A request arriving while this many wait for one of those threads is answered
-    # 503 at once.
+    # A request arriving while this many wait for one of those threads, or while
+    # request_threads + this many are in progress, is answered 503 at once.
     max_waiting_requests: PositiveInt = 32
 
 

@@ -98,6 +98,28 @@ class TimedConnection(psycopg.Connection[Any]):
             ) from None
 
 
+class TimedAsyncConnection(psycopg.AsyncConnection[Any]):
+    """`TimedConnection` for asyncio: a server that does not answer in time gets its
+    connection closed, not a cancel request (psycopg's reaction to an interrupted
+    wait, which waits up to 10 s more for a hung server)."""
+
+    answer_timeout: float | None = None
+
+    async def wait(
+        self, gen: PQGen[RV], interval: float = _POLL_INTERVAL, timeout: float | None = None
+    ) -> RV:
+        """Drive `gen`, bounded by `answer_timeout` unless the caller gave a timeout."""
+        if timeout is not None or self.answer_timeout is None:
+            return await super().wait(gen, interval, timeout)
+        try:
+            return await super().wait(gen, interval, self.answer_timeout)
+        except psycopg.errors._WaitTimeout:
+            await self.close()
+            raise DatabaseNotAnswering(
+                f"the database did not answer within {self.answer_timeout:g}s"
+            ) from None
+
+
 def connect_postgres(dsn: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, **kwargs: Any) -> Any:
     """A psycopg connection with the connect, statement and answer timeouts."""
     params = {**timeouts.connect_args(), **kwargs}

@@ -33,20 +33,22 @@ _compiled: weakref.WeakKeyDictionary[Select[Any], tuple[str, dict[str, Any]]] = 
 )
 
 
-def _compile(statement: Select[Any], dialect: Dialect) -> tuple[str, dict[str, Any]]:
+def compiled(statement: Select[Any], dialect: Dialect) -> tuple[str, dict[str, Any]]:
+    """`statement`'s SQL for `dialect` and the values of the parameters it binds itself
+    (compiled once per statement)."""
     found = _compiled.get(statement)
     if found is None:
-        compiled = statement.compile(dialect=dialect)
-        if compiled.literal_execute_params or compiled.post_compile_params:
+        sql = statement.compile(dialect=dialect)
+        if sql.literal_execute_params or sql.post_compile_params:
             raise ValueError("a statement read through the driver cannot expand parameters")
-        own = {name: value for name, value in compiled.params.items() if value is not None}
-        found = _compiled[statement] = (str(compiled), own)
+        own = {name: value for name, value in sql.params.items() if value is not None}
+        found = _compiled[statement] = (str(sql), own)
     return found
 
 
 def sql_of(statement: Select[Any], dialect: Dialect) -> str:
     """The SQL the driver is sent for `statement`."""
-    return _compile(statement, dialect)[0]
+    return compiled(statement, dialect)[0]
 
 
 def fetch_all(session: Session, statement: Select[Any], params: Mapping[str, Any]) -> Sequence[Any]:
@@ -56,7 +58,7 @@ def fetch_all(session: Session, statement: Select[Any], params: Mapping[str, Any
     dialect = connection.dialect
     if dialect.name != "postgresql":
         return session.execute(statement, params).all()
-    sql, own = _compile(statement, dialect)
+    sql, own = compiled(statement, dialect)
     if own:
         params = {**own, **params}
     driver: psycopg.Connection[Any] = connection.connection.driver_connection  # type: ignore[assignment]

@@ -3,17 +3,36 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
-from wq.daemon.deps import NO_NUL, PrincipalDep, ReadSessionDep, RuntimeDep, SessionDep
-from wq.daemon.reads import LIST_FILTERS, item_rows, list_rows, page_documents, shown_only
+from wq.daemon.deps import (
+    NO_NUL,
+    PrincipalDep,
+    ReadSessionDep,
+    RuntimeDep,
+    SessionDep,
+    read_sessions,
+)
+from wq.daemon.loop_reads import LoopReads
+from wq.daemon.reads import (
+    LIST_FILTERS,
+    item_rows,
+    item_statement,
+    list_rows,
+    list_statement,
+    page_documents,
+    page_documents_on_loop,
+    shown_only,
+)
 from wq.daemon.schemas import (
     Admission,
     AuditEntryPublic,
@@ -80,9 +99,8 @@ class WorkItemRef(BaseModel):
 
 
 @router.get("", response_model=WorkItemPage, responses=api_responses())
-def read_items(
+async def read_items(
     request: Request,
-    session: ReadSessionDep,
     principal: PrincipalDep,
     type: Annotated[str | None, Query(pattern=NO_NUL, description="only this type")] = None,
     phase: Phase | None = None,
@@ -104,15 +122,31 @@ def read_items(
     readable = principal.types_with("read")
     if readable is not None:
         values["readable"] = sorted(readable)
-    rows = list_rows(session, values, after=cursor is not None)
-    page = rows[:limit]
-    more = len(rows) > limit
-    document = {
-        "items": page_documents(session, page),
-        "next_cursor": _encode_cursor(page[-1]) if more and page else None,
-    }
-    session.close()  # in this thread: the connection goes back before the answer is sent
+    after = cursor is not None
+    reads: LoopReads | None = request.app.state.loop_reads
+    if reads is None:
+        document = await run_in_threadpool(_page_in_thread, request, values, after, limit)
+    else:
+        statement = list_statement(values, after=after, postgres=True)
+        rows = await reads.fetch_all(statement, values)
+        page = rows[:limit]
+        documents = await page_documents_on_loop(reads, read_sessions(request), page)
+        document = _page(documents, rows, limit)
     return answer(WorkItemPage, document)
+
+
+def _page_in_thread(
+    request: Request, values: dict[str, Any], after: bool, limit: int
+) -> dict[str, Any]:
+    with read_sessions(request)() as session:
+        rows = list_rows(session, values, after=after)
+        return _page(page_documents(session, rows[:limit]), rows, limit)
+
+
+def _page(documents: list[dict[str, Any]], rows: Sequence[Any], limit: int) -> dict[str, Any]:
+    """A `WorkItemPage` of these documents; `rows` holds one more when there is more."""
+    more = len(rows) > limit
+    return {"items": documents, "next_cursor": _encode_cursor(rows[limit - 1]) if more else None}
 
 
 # The paging parameters of an item's history and pending events.
@@ -141,21 +175,38 @@ def _readable_item(
 
 
 @router.get("/{item_id}", response_model=WorkItemPublic, responses=api_responses(404))
-def read_item(
-    request: Request, item_id: uuid.UUID, session: ReadSessionDep, principal: PrincipalDep
-) -> Response:
+async def read_item(request: Request, item_id: uuid.UUID, principal: PrincipalDep) -> Response:
     """One work item with its details and dimensions (404 for a type the caller may not read)."""
     authorize_lookup(principal, "read")
     # Read as the list reads a page (`wq.daemon.reads`): its row with its details.
-    rows = item_rows(session, item_id)
-    if not rows:
-        raise item_service.ItemNotFound(str(item_id))
-    authorize_item(request, principal, "read", rows[0].id, rows[0].type)
-    documents = page_documents(session, rows)
-    session.close()
+    reads: LoopReads | None = request.app.state.loop_reads
+    if reads is None:
+        documents = await run_in_threadpool(_item_in_thread, request, item_id, principal)
+    else:
+        rows = await reads.fetch_all(item_statement(), {"id": item_id})
+        _authorize_read(request, principal, item_id, rows)
+        documents = await page_documents_on_loop(reads, read_sessions(request), rows)
     if not documents:  # deleted since its row was read
         raise item_service.ItemNotFound(str(item_id))
     return answer(WorkItemPublic, documents[0])
+
+
+def _item_in_thread(
+    request: Request, item_id: uuid.UUID, principal: Principal
+) -> list[dict[str, Any]]:
+    with read_sessions(request)() as session:
+        rows = item_rows(session, item_id)
+        _authorize_read(request, principal, item_id, rows)
+        return page_documents(session, rows)
+
+
+def _authorize_read(
+    request: Request, principal: Principal, item_id: uuid.UUID, rows: Sequence[Any]
+) -> None:
+    """404 for no row; else the caller's `read` on the item's type."""
+    if not rows:
+        raise item_service.ItemNotFound(str(item_id))
+    authorize_item(request, principal, "read", rows[0].id, rows[0].type)
 
 
 @router.get("/{item_id}/history", response_model=HistoryPage, responses=api_responses(404))
