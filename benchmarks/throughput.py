@@ -58,7 +58,7 @@ from databases import bench_database, libpq_url
 from sqlalchemy import Engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import schema
+from wq.engine import audit, schema
 from wq.engine.config import Config, parse_config
 from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.dimensions import first_actionable, set_dimension
@@ -340,27 +340,40 @@ class StatementCounter:
             return bool(ping(dbapi_connection))
 
         engine.dialect.do_ping = counted_ping  # type: ignore[method-assign]
-        # The audit rows go in with COPY on the driver's connection, which SQLAlchemy's
-        # events do not see: count it too, on this engine's connections (PostgreSQL's:
-        # sqlite3 connections cannot be weakly referenced, and SQLite has no COPY).
+        # The audit rows go in with COPY or an INSERT on the driver's connection, which
+        # SQLAlchemy's events do not see: count them too, on this engine's connections
+        # (PostgreSQL's: sqlite3 connections cannot be weakly referenced, and SQLite's
+        # audit rows go through SQLAlchemy).
         if engine.dialect.name != "postgresql":
             return
         mine: weakref.WeakSet[Any] = weakref.WeakSet()
         event.listen(
             engine, "connect", lambda dbapi_connection, _record: mine.add(dbapi_connection)
         )
+
+        def count_driver_statement(cursor: Any, key: str) -> None:
+            driver = cursor.connection
+            idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            if idle and not driver.autocommit:
+                self._add("BEGIN")  # psycopg sends it ahead of the statement
+            self._add(key)
+
         copy = psycopg.Cursor.copy
+        executemany = psycopg.Cursor.executemany
 
         def counted_copy(cursor: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
             if cursor.connection in mine:
-                driver = cursor.connection
-                idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-                if idle and not driver.autocommit:
-                    self._add("BEGIN")  # psycopg sends it ahead of the COPY
-                self._add(" ".join(str(statement).split()[:2]))
+                count_driver_statement(cursor, "COPY audit_log")
             return copy(cursor, statement, *args, **kwargs)
 
+        def counted_executemany(cursor: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            # SQLAlchemy's own executemany calls are counted by its events.
+            if cursor.connection in mine and statement == audit._INSERT_AUDIT:
+                count_driver_statement(cursor, "INSERT INTO audit_log")
+            return executemany(cursor, statement, *args, **kwargs)
+
         psycopg.Cursor.copy = counted_copy  # type: ignore[method-assign]
+        psycopg.Cursor.executemany = counted_executemany  # type: ignore[method-assign]
 
     def _add(self, key: str) -> None:
         with self._lock:
