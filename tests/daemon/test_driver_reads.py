@@ -5,12 +5,16 @@ an unchanged submission).
 What they show is checked against the loaded items in test_item_pages.py, and a list
 restricted to the caller's types (bound as one array) in auth/test_http.py, on both
 databases. Here: after the server dropped every connection, one read fails (503) and
-the pooled connections are replaced, not one failure per connection.
+the pooled connections are replaced, not one failure per connection; with the server
+refusing connections, a read fails at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import time
 import uuid
 
 import pytest
@@ -20,8 +24,10 @@ from sqlalchemy import text
 
 from tests.conftest import Store
 from tests.daemon.test_item_pages import add_items
+from wq.daemon.loop_reads import loop_reads
 from wq.daemon.reads import item_statement
 from wq.daemon.runtime import Runtime
+from wq.engine.db import Timeouts, make_engine
 from wq.engine.driver_reads import fetch_all
 
 
@@ -47,9 +53,9 @@ def test_after_the_server_dropped_every_connection_one_read_is_refused(
     assert reads is not None  # GET item reads on the event loop
 
     async def fill_the_pool() -> None:
-        pool = reads.pool
-        async with pool.connection(), pool.connection(), pool.connection():
-            pass  # three connections wait in the pool
+        slots = reads.connections
+        async with slots.connection(), slots.connection(), slots.connection():
+            pass  # three connections are kept idle
 
     assert client.portal is not None
     client.portal.call(fill_the_pool)
@@ -81,3 +87,33 @@ def test_a_read_in_a_thread_that_finds_its_connection_dropped_replaces_the_pool(
     for _ in range(3):
         with store.sessions() as session:
             assert fetch_all(session, item_statement(), absent) == []
+
+
+def test_a_read_on_the_loop_fails_at_once_when_the_server_refuses_connections(
+    unused_port: int,
+) -> None:
+    # The sync engine's pool connects when it has no idle connection, so a stopped
+    # server is a 503 at once; so are the loop's reads (not after a pool's timeout).
+    engine = make_engine(f"postgresql://postgres@127.0.0.1:{unused_port}/wq")
+    timeouts = Timeouts(connect_seconds=5, statement_seconds=5)
+
+    async def read() -> float:
+        async with loop_reads(engine, timeouts, size=2) as reads:
+            assert reads is not None
+            started = time.monotonic()
+            with pytest.raises(sa_exc.OperationalError, match="refused"):
+                await reads.fetch_all(item_statement(), {"id": uuid.uuid4()})
+            return time.monotonic() - started
+
+    try:
+        assert asyncio.run(read()) < 1.0
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

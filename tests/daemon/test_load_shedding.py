@@ -153,7 +153,7 @@ def test_reads_awaited_on_the_event_loop_count_toward_the_bound(
         locker.execute(text("LOCK TABLE work_items IN ACCESS EXCLUSIVE MODE"))
         first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
         second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
-        # One holds the one connection of the reads' pool (as many as request threads),
+        # One holds the reads' one connection (as many as request threads),
         # waiting for the lock; the other waits for that connection.
         wait_for(lambda: blocked_reads(store) == 1, message="a read waiting for the lock")
         wait_for(lambda: waiting_for_a_connection(client) == 1, message="a read waiting")
@@ -169,9 +169,8 @@ def test_reads_awaited_on_the_event_loop_count_toward_the_bound(
 
 
 def waiting_for_a_connection(client: TestClient) -> int:
-    """Reads on the event loop waiting for a connection of their pool."""
-    pool = client.app.state.loop_reads.pool  # type: ignore[attr-defined]
-    return int(client.portal.call(pool.get_stats).get("requests_waiting", 0))  # type: ignore[union-attr]
+    """Reads on the event loop waiting for one of their connections."""
+    return int(client.app.state.loop_reads.connections.waiting)  # type: ignore[attr-defined]
 
 
 def blocked_reads(store: Store) -> int:

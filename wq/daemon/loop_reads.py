@@ -3,27 +3,29 @@
 A sync handler costs a hand-off to the thread pool and back and, under load, a contest
 for the GIL between the event loop and the request threads. With GET item's work down
 to two short statements (`wq.engine.driver_reads`), that was a third of its CPU. So
-GET item and the list await their statements on the event loop instead, on an async
-pool of connections (psycopg_pool) the app opens at start-up. On SQLite, and in an app
+GET item and the list await their statements on the event loop instead, on async
+connections the app's lifespan keeps (`ConnectionSlots`). On SQLite, and in an app
 whose lifespan did not run, they run in the thread pool like the other handlers.
 
-The bounds are the sync engine's: a connection is waited for, and a statement's answer
-too, at most the answer timeout (a connection that did not answer is closed,
-`TimedAsyncConnection`); `statement_timeout` is set on every connection. Errors are
-raised as SQLAlchemy's (`DBAPIError`), so an outage is answered 503 and logged once
-like any other, and a broken connection makes the pool check the others (a server
-restart drops them all).
+The bounds are the sync engine's: a statement's answer is waited for at most the
+answer timeout (a connection that did not answer is closed, `TimedAsyncConnection`),
+a new connection at most the connect timeout, a free connection at most the answer
+timeout; `statement_timeout` is set on every connection. Errors are raised as
+SQLAlchemy's (`DBAPIError`), so an outage is answered 503 and logged once like any
+other, and a broken connection discards the idle ones (a server restart drops them
+all).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
-from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
@@ -31,12 +33,63 @@ from sqlalchemy.engine import Dialect, Engine
 from wq.engine.db import DatabaseNotAnswering, TimedAsyncConnection, Timeouts
 from wq.engine.driver_reads import compiled
 
+Connect = Callable[[], Coroutine[Any, Any, TimedAsyncConnection]]
+
+
+class ConnectionSlots:
+    """At most `size` async connections in use at once; idle ones kept for the next read.
+
+    A read that finds none idle connects at once rather than waiting for a pool to do
+    it in the background (psycopg_pool's way): with the server down, the connection is
+    refused at once and the read answered 503 at once, as the sync engine's are,
+    instead of after the pool's timeout; and nothing retries, and logs, meanwhile.
+    """
+
+    def __init__(self, connect: Connect, size: int, wait_seconds: float | None) -> None:
+        self._connect = connect
+        self._slots = asyncio.Semaphore(size)
+        self._wait_seconds = wait_seconds
+        self._idle: list[TimedAsyncConnection] = []
+        self.waiting = 0  # reads waiting for a slot
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[TimedAsyncConnection]:
+        """A connection for one read; kept for the next if it is still sound."""
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(self._wait_seconds):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise psycopg.OperationalError(
+                f"no connection free for a read within {self._wait_seconds:g}s"
+            ) from None
+        finally:
+            self.waiting -= 1
+        try:
+            connection = self._idle.pop() if self._idle else await self._connect()
+            try:
+                yield connection
+            finally:
+                sound = not connection.closed and not connection.broken
+                if sound and connection.info.transaction_status == TransactionStatus.IDLE:
+                    self._idle.append(connection)
+                else:  # failed, or left in the middle of a statement
+                    await connection.close()
+        finally:
+            self._slots.release()
+
+    async def discard_idle(self) -> None:
+        """Close the idle connections (after a disconnect: they may be gone too)."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.close()
+
 
 class LoopReads:
-    """Selects awaited on the event loop, on a pool of async connections."""
+    """Selects awaited on the event loop, on connections of `ConnectionSlots`."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], dialect: Dialect) -> None:
-        self.pool = pool
+    def __init__(self, connections: ConnectionSlots, dialect: Dialect) -> None:
+        self.connections = connections
         self.dialect = dialect
 
     async def fetch_all(self, statement: Select[Any], params: Mapping[str, Any]) -> Sequence[Any]:
@@ -44,7 +97,7 @@ class LoopReads:
         sql, own = compiled(statement, self.dialect)
         bound = {**own, **params} if own else params
         try:
-            async with self.pool.connection() as connection:
+            async with self.connections.connection() as connection:
                 try:
                     cursor = connection.cursor(row_factory=namedtuple_row)
                     await cursor.execute(sql, bound)
@@ -53,15 +106,10 @@ class LoopReads:
                 except psycopg.OperationalError as err:
                     if connection.broken and not isinstance(err, DatabaseNotAnswering):
                         # As SQLAlchemy does on a disconnect: the others may be gone too.
-                        # (Not on a hung server: each check would wait for it.)
-                        await self.pool.check()
+                        await self.connections.discard_idle()
                     raise
         except psycopg.Error as err:
             raise sa_exc.DBAPIError.instance(sql, dict(bound), err, psycopg.Error) from err
-
-    async def close(self) -> None:
-        """Close every connection of the pool."""
-        await self.pool.close()
 
 
 @contextlib.asynccontextmanager
@@ -69,31 +117,21 @@ async def loop_reads(
     engine: Engine, timeouts: Timeouts, *, size: int
 ) -> AsyncIterator[LoopReads | None]:
     """`LoopReads` on `engine`'s database, if PostgreSQL, for the app's lifespan
-    (None on SQLite). The pool holds up to `size` connections, opened as needed."""
+    (None on SQLite), with up to `size` connections, opened as reads need them."""
     if engine.dialect.name != "postgresql":
         yield None
         return
     conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
-    async def bounded(connection: TimedAsyncConnection) -> None:
+    async def connect() -> TimedAsyncConnection:
+        connection = await TimedAsyncConnection.connect(
+            conninfo, autocommit=True, **timeouts.connect_args()
+        )
         connection.answer_timeout = timeouts.answer_seconds
+        return connection
 
-    pool = AsyncConnectionPool(
-        conninfo,
-        connection_class=TimedAsyncConnection,
-        configure=bounded,
-        min_size=1,
-        max_size=size,
-        open=False,
-        timeout=timeouts.answer_seconds or 30.0,
-        kwargs={"autocommit": True, **timeouts.connect_args()},
-        name="wq-api-reads",
-    )
-    # Not waiting: the daemon checked the database at start-up, and a read that comes
-    # before a connection does waits for it (or gives up, 503).
-    await pool.open(wait=False)
-    reads = LoopReads(pool, engine.dialect)
+    connections = ConnectionSlots(connect, size, timeouts.answer_seconds)
     try:
-        yield reads
+        yield LoopReads(connections, engine.dialect)
     finally:
-        await reads.close()
+        await connections.discard_idle()
