@@ -751,7 +751,8 @@ def test_retry_leaves_other_items_alone(client: TestClient, store: Store, runtim
     assert not [row for row in audit_rows(store, bystander) if row.event_type == "retried"]
 
 
-def _locks_waited_on(store: Store) -> int:
+def locks_waited_on(store: Store) -> int:
+    """Statements of the test's database waiting for a lock."""
     with store.engine.connect() as conn:
         return int(
             conn.execute(
@@ -788,7 +789,7 @@ def test_concurrent_retries_retry_once(runtime: Runtime, store: Store, token: st
                 thread.start()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
-                if _locks_waited_on(store) >= 2 or not any(t.is_alive() for t in threads):
+                if locks_waited_on(store) >= 2 or not any(t.is_alive() for t in threads):
                     break
                 time.sleep(0.01)
             blocker.rollback()

@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from tests.conftest import Store, make_config
 from tests.daemon.auth.conftest import AUD
+from tests.daemon.test_api import locks_waited_on
 from tests.fakes.oidc import FakeOidcIssuer
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
@@ -155,7 +156,7 @@ def test_reads_awaited_on_the_event_loop_count_toward_the_bound(
         second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
         # One holds the reads' one connection (as many as request threads),
         # waiting for the lock; the other waits for that connection.
-        wait_for(lambda: blocked_reads(store) == 1, message="a read waiting for the lock")
+        wait_for(lambda: locks_waited_on(store) == 1, message="a read waiting for the lock")
         wait_for(lambda: waiting_for_a_connection(client) == 1, message="a read waiting")
         assert limiter_state(client) == (0, 0)
 
@@ -171,19 +172,6 @@ def test_reads_awaited_on_the_event_loop_count_toward_the_bound(
 def waiting_for_a_connection(client: TestClient) -> int:
     """Reads on the event loop waiting for one of their connections."""
     return int(client.app.state.loop_reads.connections.waiting)  # type: ignore[attr-defined]
-
-
-def blocked_reads(store: Store) -> int:
-    """Statements of the test's database waiting for a lock."""
-    with store.engine.connect() as connection:
-        return int(
-            connection.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
 
 
 def test_the_client_sends_a_refused_get_again_and_never_a_refused_post(

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-import psycopg
-from sqlalchemy import Table, delete, exc, func, insert, select
+from sqlalchemy import Table, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from wq.engine import jsontext, on_commit
+from wq.engine.driver_reads import as_sqlalchemy_errors
 from wq.engine.models import AuditEntry, utcnow
 
 log = logging.getLogger("wq.audit")
@@ -168,23 +168,13 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
     values = [_column_values(row) for row in rows]
     driver = connection.connection.driver_connection
     statement = _INSERT_AUDIT if len(rows) <= _INSERT_AT_MOST else _COPY_AUDIT
-    try:
-        with cast(Any, driver).cursor() as cursor:
-            if statement is _INSERT_AUDIT:
-                cursor.executemany(_INSERT_AUDIT, values)
-            else:
-                with cursor.copy(_COPY_AUDIT) as copy:
-                    for each in values:
-                        copy.write_row(each)
-    except psycopg.Error as err:
-        # As SQLAlchemy reports a failed statement, so callers tell an outage from a bug.
-        dialect = connection.dialect
-        lost = dialect.is_disconnect(cast(Any, err), driver, None)
-        if lost:
-            connection.invalidate(err)
-        raise exc.DBAPIError.instance(
-            statement, None, err, psycopg.Error, connection_invalidated=lost, dialect=dialect
-        ) from err
+    with as_sqlalchemy_errors(connection, statement), cast(Any, driver).cursor() as cursor:
+        if statement is _INSERT_AUDIT:
+            cursor.executemany(_INSERT_AUDIT, values)
+        else:
+            with cursor.copy(_COPY_AUDIT) as copy:
+                for each in values:
+                    copy.write_row(each)
 
 
 def _column_values(row: dict[str, Any]) -> tuple[Any, ...]:

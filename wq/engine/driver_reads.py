@@ -14,15 +14,16 @@ and JSON need their types' processing."""
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Select
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session
 
 # Each statement's SQL for the PostgreSQL dialect and the values of the parameters it
@@ -51,6 +52,35 @@ def sql_of(statement: Select[Any], dialect: Dialect) -> str:
     return compiled(statement, dialect)[0]
 
 
+@contextlib.contextmanager
+def as_sqlalchemy_errors(
+    connection: Connection, statement: str, params: Mapping[str, Any] | None = None
+) -> Iterator[None]:
+    """Driver errors of `statement`, run on `connection`'s own psycopg connection, raised
+    as SQLAlchemy raises them (`DBAPIError`), so callers tell an outage from a bug.
+
+    As SQLAlchemy does on a disconnect, a broken connection is discarded, and so are the
+    pooled ones: the server may have dropped them all (a restart), and each would
+    otherwise fail one more request.
+    """
+    driver = connection.connection.driver_connection
+    try:
+        yield
+    except psycopg.Error as err:
+        broken = bool(driver.closed or driver.broken)  # type: ignore[union-attr]
+        if broken:
+            connection.invalidate(err)
+            connection.engine.dispose()
+        raise sa_exc.DBAPIError.instance(
+            statement,
+            None if params is None else dict(params),
+            err,
+            psycopg.Error,
+            connection_invalidated=broken,
+            dialect=connection.dialect,
+        ) from err
+
+
 def fetch_all(session: Session, statement: Select[Any], params: Mapping[str, Any]) -> Sequence[Any]:
     """All rows of `statement` with `params` bound, as named tuples on PostgreSQL
     (SQLAlchemy rows elsewhere); both give the columns by name and by position."""
@@ -62,17 +92,7 @@ def fetch_all(session: Session, statement: Select[Any], params: Mapping[str, Any
     if own:
         params = {**own, **params}
     driver: psycopg.Connection[Any] = connection.connection.driver_connection  # type: ignore[assignment]
-    try:
-        with driver.cursor(row_factory=namedtuple_row) as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
-    except psycopg.Error as err:
-        broken = driver.closed or driver.broken
-        if broken:
-            # As SQLAlchemy does on a disconnect: the server may have dropped every
-            # connection (a restart), so the pooled ones go too, not one per request.
-            connection.invalidate(err)
-            connection.engine.dispose()
-        raise sa_exc.DBAPIError.instance(
-            sql, dict(params), err, psycopg.Error, connection_invalidated=broken
-        ) from err
+    cursor = driver.cursor(row_factory=namedtuple_row)
+    with as_sqlalchemy_errors(connection, sql, params), cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
