@@ -361,8 +361,8 @@ class StatementCounter:
         copy = psycopg.Cursor.copy
         executemany = psycopg.Cursor.executemany
         # Absent from a checkout measured from before it (its audit INSERT went through
-        # SQLAlchemy, whose events count it).
-        driver_insert = getattr(audit, "_INSERT_AUDIT", None)
+        # SQLAlchemy, whose events count it); private in a few.
+        driver_insert = getattr(audit, "INSERT_AUDIT", getattr(audit, "_INSERT_AUDIT", None))
 
         def counted_copy(cursor: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
             if cursor.connection in mine:

@@ -7,9 +7,11 @@ manager is not started, so what the tests set up stays as they set it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -182,26 +184,33 @@ def test_probes_answer_without_auth(anon: TestClient, store: Store) -> None:
 def test_liveness_answers_while_every_request_thread_is_busy(anon: TestClient) -> None:
     """An overloaded daemon queues requests for its threadpool; the liveness probe must
     not queue behind them, or the kubelet restarts a daemon that is only busy."""
-    portal = anon.portal
+    with every_request_thread_busy(anon):
+        answers: list[int] = []
+        probe = threading.Thread(target=lambda: answers.append(anon.get("/healthz").status_code))
+        probe.start()
+        probe.join(timeout=5)
+        assert answers == [200], "/healthz waited for a request thread"
+    probe.join(timeout=5)
+
+
+@contextlib.contextmanager
+def every_request_thread_busy(client: TestClient) -> Iterator[None]:
+    """The app's request threads shrunk to one, held busy for the block."""
+    portal = client.portal
     assert portal is not None
     # A first request sizes the pool (server.request_threads); then it shrinks to one.
-    assert anon.get("/healthz").status_code == 200
+    assert client.get("/healthz").status_code == 200
     limiter = portal.call(_default_thread_limiter)
     tokens = limiter.total_tokens
     release = threading.Event()
     portal.call(setattr, limiter, "total_tokens", 1)
     busy = portal.start_task_soon(anyio.to_thread.run_sync, release.wait)
-    answers: list[int] = []
-    probe = threading.Thread(target=lambda: answers.append(anon.get("/healthz").status_code))
     try:
-        probe.start()
-        probe.join(timeout=5)
-        assert answers == [200], "/healthz waited for a request thread"
+        yield
     finally:
         release.set()
         busy.result(timeout=5)
         portal.call(setattr, limiter, "total_tokens", tokens)
-        probe.join(timeout=5)
 
 
 async def _default_thread_limiter() -> anyio.CapacityLimiter:

@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import (
     Principal,
+    allowed_record,
     audit_allowed,
     authenticate_request,
     authenticated_at_once,
@@ -31,6 +32,7 @@ from wq.daemon.auth import (
 )
 from wq.daemon.auth.audit import SAFE_METHODS
 from wq.daemon.runtime import Runtime
+from wq.engine.audit import AuditRecord
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
 
@@ -123,6 +125,10 @@ class Permit:
         audit_allowed(
             self.request, self.principal, self.permission, self.item_type, session=session
         )
+
+    def record(self) -> AuditRecord | None:
+        """The allow's audit entry, for a handler that writes it without a session."""
+        return allowed_record(self.request, self.principal, self.permission, self.item_type)
 
 
 def require(permission: str, item_type: str | None = None) -> Callable[..., Awaitable[Permit]]:

@@ -94,22 +94,37 @@ class LoopReads:
 
     async def fetch_all(self, statement: Select[Any], params: Mapping[str, Any]) -> Sequence[Any]:
         """All rows of `statement` with `params` bound, as named tuples."""
+        sql, bound = self.bound(statement, params)
+        async with self.connection(sql, bound) as connection:
+            cursor = connection.cursor(row_factory=namedtuple_row)
+            await cursor.execute(sql, bound)
+            rows: list[Any] = await cursor.fetchall()
+            return rows
+
+    def bound(
+        self, statement: Select[Any], params: Mapping[str, Any]
+    ) -> tuple[str, Mapping[str, Any]]:
+        """`statement`'s SQL for the driver and its parameters: its own and `params`."""
         sql, own = compiled(statement, self.dialect)
-        bound = {**own, **params} if own else params
+        return sql, ({**own, **params} if own else params)
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, sql: str, params: Mapping[str, Any]
+    ) -> AsyncIterator[TimedAsyncConnection]:
+        """A connection of the slots; a driver error in the block is raised as
+        SQLAlchemy's, naming `sql` and `params` (the statement the block is about)."""
         try:
             async with self.connections.connection() as connection:
                 try:
-                    cursor = connection.cursor(row_factory=namedtuple_row)
-                    await cursor.execute(sql, bound)
-                    rows: list[Any] = await cursor.fetchall()
-                    return rows
+                    yield connection
                 except psycopg.OperationalError as err:
                     if connection.broken and not isinstance(err, DatabaseNotAnswering):
                         # As SQLAlchemy does on a disconnect: the others may be gone too.
                         await self.connections.discard_idle()
                     raise
         except psycopg.Error as err:
-            raise sa_exc.DBAPIError.instance(sql, dict(bound), err, psycopg.Error) from err
+            raise sa_exc.DBAPIError.instance(sql, dict(params), err, psycopg.Error) from err
 
 
 @contextlib.asynccontextmanager

@@ -146,7 +146,8 @@ def json_column_text(value: Any) -> str:
     return jsontext.dumps(without_nul(value)) if "\\u0000" in text else text
 
 
-_INSERT_AUDIT = (
+# One entry's row through the driver (PostgreSQL), `column_values` bound in order.
+INSERT_AUDIT = (
     "INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state, "
     '"trigger", metadata) VALUES (%s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb)'
 )
@@ -165,20 +166,20 @@ def _write(session: Session, rows: list[dict[str, Any]]) -> None:
     # the client CPU of an executemany, which costs a pipelined statement (and four
     # JSON binds) per row; an INSERT of its text half of SQLAlchemy's for one row.
     session.flush()  # the rows may describe changes still pending in the session
-    values = [_column_values(row) for row in rows]
+    values = [column_values(row) for row in rows]
     driver = connection.connection.driver_connection
-    statement = _INSERT_AUDIT if len(rows) <= _INSERT_AT_MOST else _COPY_AUDIT
+    statement = INSERT_AUDIT if len(rows) <= _INSERT_AT_MOST else _COPY_AUDIT
     with as_sqlalchemy_errors(connection, statement), cast(Any, driver).cursor() as cursor:
-        if statement is _INSERT_AUDIT:
-            cursor.executemany(_INSERT_AUDIT, values)
+        if statement is INSERT_AUDIT:
+            cursor.executemany(INSERT_AUDIT, values)
         else:
             with cursor.copy(_COPY_AUDIT) as copy:
                 for each in values:
                     copy.write_row(each)
 
 
-def _column_values(row: dict[str, Any]) -> tuple[Any, ...]:
-    """An audit row's values in `_INSERT_AUDIT`'s (and `_COPY_AUDIT`'s) order, its JSON
+def column_values(row: dict[str, Any]) -> tuple[Any, ...]:
+    """An audit row's values in `INSERT_AUDIT`'s (and `_COPY_AUDIT`'s) order, its JSON
     columns as text."""
     if row["at"].tzinfo is None:
         raise ValueError("naive datetime given to a UTC column")
@@ -197,6 +198,12 @@ def _column_values(row: dict[str, Any]) -> tuple[Any, ...]:
 @on_commit.handler("audit")
 def log_committed(_: Session, rows: list[dict[str, Any]]) -> None:
     """Log committed audit rows and wake the archiver (rows written by any statement)."""
+    announce_committed(rows)
+
+
+def announce_committed(rows: list[dict[str, Any]]) -> None:
+    """What follows the commit of audit rows written without a session (`row()`s of
+    `AuditRecord`s): log them, wake the archiver."""
     if log.isEnabledFor(logging.INFO):
         for row in rows:
             entry = document(row)

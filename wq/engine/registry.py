@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from pydantic import BaseModel
+from sqlalchemy import Select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.config import Config, PoolConfig
@@ -134,12 +135,31 @@ class SubmitResult:
 
 
 @dataclass(frozen=True)
+class UnchangedCheck:
+    """How a type tells, from one row, that a submission leaves its item as it is.
+
+    Callers send their desired state again and again, so most submissions change
+    nothing; a type that can tell so from one statement lets the API answer them
+    without a session (on PostgreSQL, on the event loop). `statement` reads the
+    existing item, locked, as a `SubmitResult.row`, with the parameters
+    `params(payload)` (which raises `SubmissionRejected` as `handle` would);
+    `holds(row, payload)` says whether `handle` would answer "unchanged" for that row
+    (None when there is none). When it does not hold, `handle` runs as usual.
+    """
+
+    statement: Select[Any]
+    params: Callable[[Any], dict[str, Any]]
+    holds: Callable[[Any, Any], bool]
+
+
+@dataclass(frozen=True)
 class Submission:
     """A type's submission API: its validated payload schema and the handler."""
 
     schema: type[BaseModel]
     project_of: Callable[[Any], str]
     handle: Callable[[Session, Any, SubmitContext], SubmitResult]
+    unchanged: UnchangedCheck | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ An unchanged resubmission is decided on one locked row and the item is not loade
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from tests.conftest import Store, make_config
+from tests.daemon.test_api import every_request_thread_busy
 from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_settings, payload
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
@@ -169,3 +171,33 @@ def test_a_resubmission_waits_for_the_items_lock_and_answers_what_its_holder_com
     # Its dimensions are read after the lock: what the holder committed.
     assert [d["dimension"] for d in answers[0].json()["item"]["dimensions"]] == ["needs_mr"]
     assert answers[0].json()["item"] == client.get(f"/api/work-items/{item_id}").json()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_on_postgresql_an_unchanged_resubmission_needs_no_request_thread(
+    api: tuple[Runtime, TestClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    # It is answered on the event loop (`wq.daemon.loop_submit`); a change is not.
+    _, client = api
+    caplog.set_level(logging.INFO, logger="wq.audit")
+    item_id = _created(client)["id"]
+    actions = [{"action": "update", "file_path": "sources", "content": "v9\n"}]
+    answers: list[Any] = []
+    with every_request_thread_busy(client):
+        caplog.clear()
+        again = payload()
+        unchanged = threading.Thread(target=lambda: answers.append(client.post(URL, json=again)))
+        unchanged.start()
+        unchanged.join(timeout=5)
+        assert [a.json()["action"] for a in answers] == ["unchanged"], "it waited for a thread"
+        # Its allow was logged once committed, as a session's audit rows are.
+        logged = [r.getMessage() for r in caplog.records if r.name == "wq.audit"]
+        assert len(logged) == 1 and '"event_type":"auth_allowed"' in logged[0]
+        change = payload(file_actions=actions)
+        update = threading.Thread(target=lambda: answers.append(client.post(URL, json=change)))
+        update.start()
+        update.join(timeout=0.5)
+        assert update.is_alive(), "a change did not wait for the busy thread"
+    update.join(timeout=10)
+    assert answers[1].json()["action"] == "updated"
+    assert answers[1].json()["item"]["id"] == item_id

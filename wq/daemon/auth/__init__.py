@@ -13,6 +13,7 @@ answers refusals. Code outside this package imports from here.
 from wq.daemon.auth.audit import (
     Refusal,
     allowed,
+    allowed_record,
     answer_refusal,
     audit_allowed,
     denied,
@@ -51,6 +52,7 @@ __all__ = [
     "Principal",
     "Refusal",
     "allowed",
+    "allowed_record",
     "answer_refusal",
     "audit_allowed",
     "authenticate_request",

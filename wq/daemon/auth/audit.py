@@ -175,18 +175,29 @@ def audit_allowed(
 ) -> None:
     """The audit row of an allowed state-changing call, in `session`'s transaction (so it
     commits with the change it allowed); nothing for a safe method (GET)."""
+    record = allowed_record(request, principal, permission, item_type, item_id)
+    if record is not None:
+        audit(session, record)
+
+
+def allowed_record(
+    request: Request,
+    principal: Principal,
+    permission: str | None,
+    item_type: str | None = None,
+    item_id: uuid.UUID | None = None,
+) -> AuditRecord | None:
+    """The audit entry of an allowed state-changing call (None for a safe method), for
+    a caller that writes it itself (`audit_allowed` otherwise)."""
     if request.method in SAFE_METHODS:
-        return
+        return None
     details = _allow_details(principal, permission, item_type, item_id)
-    audit(
-        session,
-        AuditRecord(
-            AUTH_ALLOWED,
-            principal.actor,
-            item_id,
-            trigger={"source": "api"},
-            metadata={"method": request.method, "route": route_of(request), **details},
-        ),
+    return AuditRecord(
+        AUTH_ALLOWED,
+        principal.actor,
+        item_id,
+        trigger={"source": "api"},
+        metadata={"method": request.method, "route": route_of(request), **details},
     )
 
 

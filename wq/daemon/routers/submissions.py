@@ -1,7 +1,9 @@
 """`POST /api/work-items/{type}`: one submission endpoint per type that accepts them.
 
 Types stay free of HTTP: each declares a payload schema and a handler; this module
-turns them into routes with the `submit` permission on that type.
+turns them into routes with the `submit` permission on that type. The handler runs in
+the thread pool; a submission that changes nothing may be answered on the event loop
+instead (`wq.daemon.loop_submit`).
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the payload annotation,
@@ -11,9 +13,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Response
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import Permit, PrincipalDep, require
+from wq.daemon.loop_reads import LoopReads
+from wq.daemon.loop_submit import unchanged_on_loop
 from wq.daemon.reads import dimensions
 from wq.daemon.schemas import WorkItemPublic, answer, item_document
 from wq.engine.models import utcnow
@@ -34,9 +39,19 @@ def _endpoint(item_type: ItemType) -> Any:
     submission = item_type.submission
     details_of = item_type.model.details_of
 
-    def create_item(
+    async def create_item(
         payload: Any, permit: Annotated[Permit, Depends(require("submit", item_type.name))]
     ) -> Response:
+        reads: LoopReads | None = permit.request.app.state.loop_reads
+        if reads is not None and submission.unchanged is not None:
+            found = await unchanged_on_loop(reads, submission.unchanged, payload, permit.record())
+            if found is not None:
+                permit.runtime.metrics.submissions.labels(item_type.name, "unchanged").inc()
+                shown = item_document(found.row, found.dimensions, details=details_of(found.row))
+                return answer(SubmissionPublic, {"action": "unchanged", "item": shown})
+        return await run_in_threadpool(submit_in_thread, payload, permit)
+
+    def submit_in_thread(payload: Any, permit: Permit) -> Response:
         runtime = permit.runtime
         project = submission.project_of(payload)
         context = SubmitContext(

@@ -15,7 +15,7 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
     from wq.types.mr.models import MrItem
     from wq.types.mr.schemas import submission_schema
     from wq.types.mr.settings import parse_settings
-    from wq.types.mr.upsert import retry_veto, submit_mr
+    from wq.types.mr.upsert import retry_veto, submit_mr, unchanged_check
 
     parsed = parse_settings(settings, source=source)
     registry.register_type(
@@ -31,6 +31,7 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
                 schema=submission_schema(parsed),
                 project_of=lambda payload: payload.project,
                 handle=lambda session, payload, ctx: submit_mr(session, payload, ctx, parsed),
+                unchanged=unchanged_check(parsed),
             ),
             settings=parsed,
             retry_veto=retry_veto,

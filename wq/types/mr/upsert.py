@@ -23,7 +23,7 @@ from wq.engine.dimensions import set_dimension
 from wq.engine.driver_reads import fetch_all
 from wq.engine.items import ItemConflict
 from wq.engine.models import ACTIVE, FAILED, WorkItem
-from wq.engine.registry import SubmissionRejected, SubmitContext, SubmitResult
+from wq.engine.registry import SubmissionRejected, SubmitContext, SubmitResult, UnchangedCheck
 from wq.types.mr.models import MrItem
 from wq.types.mr.schemas import MrCreate, content_hash
 from wq.types.mr.settings import MrSettings
@@ -46,23 +46,12 @@ def submit_mr(
     item is not loaded (`SubmitResult.row`). Only a change loads it, in a savepoint
     that a racing submission's insert can roll back.
     """
-    if settings.entry_for(payload.project) is None:
-        raise SubmissionRejected(
-            f"project {payload.project} matches no entry of handled_types.mr.projects, "
-            "so wq has no GitLab token for it"
-        )
-    digest = content_hash([action.gitlab() for action in payload.file_actions])
+    params = _latest_params(payload, settings)
+    digest = _digest(payload)
     for attempt in range(RACE_RETRIES):
-        found = fetch_all(
-            session, _LATEST, {"project": payload.project, "source_branch": payload.source_branch}
-        )
+        found = fetch_all(session, _LATEST, params)
         latest = found[0] if found else None
-        if (
-            latest is not None
-            and latest.phase == ACTIVE
-            and latest.content_hash == digest
-            and latest.target_branch == payload.target_branch
-        ):
+        if _leaves_unchanged(latest, payload, digest):
             return SubmitResult("unchanged", None, row=latest)
         try:
             with session.begin_nested():
@@ -95,6 +84,39 @@ _LATEST = (
     # dimensions are read after it (`wq.daemon`), so they are as new as the lock.
     .with_for_update()
 )
+
+
+def unchanged_check(settings: MrSettings) -> UnchangedCheck:
+    """`submit_mr`'s "unchanged" answer as the API can decide it without a session."""
+    return UnchangedCheck(
+        statement=_LATEST,
+        params=lambda payload: _latest_params(payload, settings),
+        holds=lambda row, payload: _leaves_unchanged(row, payload, _digest(payload)),
+    )
+
+
+def _latest_params(payload: MrCreate, settings: MrSettings) -> dict[str, Any]:
+    """`_LATEST`'s parameters for the payload's branch, if its project is handled."""
+    if settings.entry_for(payload.project) is None:
+        raise SubmissionRejected(
+            f"project {payload.project} matches no entry of handled_types.mr.projects, "
+            "so wq has no GitLab token for it"
+        )
+    return {"project": payload.project, "source_branch": payload.source_branch}
+
+
+def _digest(payload: MrCreate) -> str:
+    return content_hash([action.gitlab() for action in payload.file_actions])
+
+
+def _leaves_unchanged(latest: Any, payload: MrCreate, digest: str) -> bool:
+    """An active item with the payload's content and target: nothing to do."""
+    return (
+        latest is not None
+        and latest.phase == ACTIVE
+        and latest.content_hash == digest
+        and latest.target_branch == payload.target_branch
+    )
 
 
 def _latest(session: Session, project: str, source_branch: str) -> MrItem | None:
