@@ -101,6 +101,21 @@ class LoopReads:
             rows: list[Any] = await cursor.fetchall()
             return rows
 
+    async def fetch_each(
+        self, *reads: tuple[Select[Any], Mapping[str, Any]]
+    ) -> list[Sequence[Any]]:
+        """The rows of each statement with its parameters, in one round trip (psycopg's
+        pipeline mode): statements that do not depend on each other's answers."""
+        queries = [self.bound(statement, params) for statement, params in reads]
+        async with self.connection(*queries[0]) as connection:
+            async with connection.pipeline():
+                cursors = []
+                for sql, bound in queries:
+                    cursor = connection.cursor(row_factory=namedtuple_row)
+                    await cursor.execute(sql, bound)
+                    cursors.append(cursor)
+            return [await cursor.fetchall() for cursor in cursors]
+
     def bound(
         self, statement: Select[Any], params: Mapping[str, Any]
     ) -> tuple[str, Mapping[str, Any]]:

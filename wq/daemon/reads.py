@@ -91,6 +91,11 @@ def _dimensions_of(ids: list[uuid.UUID], *, postgres: bool) -> tuple[Select[Any]
     return dimensions_statement(one=False, postgres=postgres), {"ids": ids}
 
 
+def dimensions_of_one(item_id: uuid.UUID) -> tuple[Select[Any], dict[str, Any]]:
+    """The statement of one item's dimensions (on PostgreSQL) and its parameters."""
+    return _dimensions_of([item_id], postgres=True)
+
+
 def _by_item(found: Sequence[Any]) -> dict[uuid.UUID, list[dict[str, Any]]]:
     by_item: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for row in found:
@@ -284,18 +289,21 @@ def page_documents(session: Session, rows: Sequence[Any]) -> list[dict[str, Any]
 
 
 async def page_documents_on_loop(
-    reads: LoopReads, sessions: sessionmaker[Session], rows: Sequence[Any]
+    reads: LoopReads,
+    sessions: sessionmaker[Session],
+    rows: Sequence[Any],
+    dimension_rows: Sequence[Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """`page_documents` with the dimensions awaited on the event loop (`reads`); the
-    details of items loaded as objects are loaded in the thread pool (`sessions`)."""
+    """`page_documents` with the dimensions awaited on the event loop (`reads`), unless
+    they were read already (`dimension_rows`); the details of items loaded as objects
+    are loaded in the thread pool (`sessions`)."""
     details, loaded = _joined_details(rows)
     if loaded:
         details.update(await run_in_threadpool(_load_details, sessions, loaded))
-    shown: dict[uuid.UUID, list[dict[str, Any]]] = {}
-    if rows:
+    if dimension_rows is None and rows:
         statement, params = _dimensions_of([row.id for row in rows], postgres=True)
-        shown = _by_item(await reads.fetch_all(statement, params))
-    return _documents(rows, details, shown)
+        dimension_rows = await reads.fetch_all(statement, params)
+    return _documents(rows, details, _by_item(dimension_rows or []))
 
 
 def _load_details(sessions: sessionmaker[Session], ids: list[uuid.UUID]) -> dict[uuid.UUID, Any]:

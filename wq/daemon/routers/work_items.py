@@ -25,6 +25,7 @@ from wq.daemon.deps import (
 from wq.daemon.loop_reads import LoopReads
 from wq.daemon.reads import (
     LIST_FILTERS,
+    dimensions_of_one,
     item_rows,
     item_statement,
     list_rows,
@@ -183,9 +184,11 @@ async def read_item(request: Request, item_id: uuid.UUID, principal: PrincipalDe
     if reads is None:
         documents = await run_in_threadpool(_item_in_thread, request, item_id, principal)
     else:
-        rows = await reads.fetch_all(item_statement(), {"id": item_id})
+        rows, shown = await reads.fetch_each(
+            (item_statement(), {"id": item_id}), dimensions_of_one(item_id)
+        )
         _authorize_read(request, principal, item_id, rows)
-        documents = await page_documents_on_loop(reads, read_sessions(request), rows)
+        documents = await page_documents_on_loop(reads, read_sessions(request), rows, shown)
     if not documents:  # deleted since its row was read
         raise item_service.ItemNotFound(str(item_id))
     return answer(WorkItemPublic, documents[0])
