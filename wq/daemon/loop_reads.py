@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,18 @@ from wq.engine.db import DatabaseNotAnswering, TimedAsyncConnection, Timeouts
 from wq.engine.driver_reads import compiled
 
 Connect = Callable[[], Coroutine[Any, Any, TimedAsyncConnection]]
+
+
+class _RaisedAnyway(logging.Filter):
+    """Drops psycopg's warning that a pipeline could not end while an error was on its
+    way out of it (a lost connection fails both): that error is raised, answered 503
+    and logged once per outage, so the warning would only repeat it per request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("error ignored terminating")
+
+
+logging.getLogger("psycopg").addFilter(_RaisedAnyway())
 
 
 class ConnectionSlots:

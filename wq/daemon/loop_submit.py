@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import namedtuple_row
 
 from wq.daemon.loop_reads import LoopReads
-from wq.daemon.reads import dimensions_statement
+from wq.daemon.reads import dimensions_of_one
 from wq.daemon.schemas import dimension_document
 from wq.engine.audit import INSERT_AUDIT, AuditRecord, announce_committed, column_values
 from wq.engine.registry import UnchangedCheck
@@ -39,7 +39,6 @@ async def unchanged_on_loop(
     """The item, if `check` holds for `payload`, with `allowed` audited; else None and
     nothing written (the caller hands the submission to the type's handler)."""
     sql, params = reads.bound(check.statement, check.params(payload))
-    dimensions_sql, _ = reads.bound(dimensions_statement(one=True, postgres=True), {})
     entry = None if allowed is None else allowed.row()
     holds = False
     # COMMIT is sent as the pipeline ends: the dimensions' rows arrive with its answer.
@@ -56,7 +55,7 @@ async def unchanged_on_loop(
         if not holds:
             raise psycopg.Rollback()
         dimensions = connection.cursor(row_factory=namedtuple_row)
-        await dimensions.execute(dimensions_sql, {"id": row.id})
+        await dimensions.execute(*reads.bound(*dimensions_of_one(row.id)))
         if entry is not None:
             await connection.execute(INSERT_AUDIT, column_values(entry))
     if not holds:

@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from tests.conftest import Store, make_config
 from tests.daemon.test_api import every_request_thread_busy
+from tests.daemon.test_driver_reads import kill_connections
 from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_settings, payload
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
@@ -201,3 +202,26 @@ def test_on_postgresql_an_unchanged_resubmission_needs_no_request_thread(
     update.join(timeout=10)
     assert answers[1].json()["action"] == "updated"
     assert answers[1].json()["item"]["id"] == item_id
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_after_the_server_dropped_its_connections_one_unchanged_resubmission_is_refused(
+    api: tuple[Runtime, TestClient], store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime, client = api
+    _created(client)
+    assert client.post(URL, json=payload()).json()["action"] == "unchanged"  # one kept idle
+    audited = len(_audit(runtime))
+    kill_connections(store)
+
+    caplog.set_level(logging.WARNING)
+    answers = [client.post(URL, json=payload()) for _ in range(3)]
+
+    assert [answer.status_code for answer in answers] == [503, 200, 200]
+    assert answers[0].headers["Retry-After"] == "5"
+    assert [answer.json()["action"] for answer in answers[1:]] == ["unchanged", "unchanged"]
+    # One line for the outage, no more: no warning from psycopg repeating it.
+    assert [r.getMessage()[:20] for r in caplog.records] == ["database unavailable"]
+    runtime.engine.dispose()  # the test's own reads: its pooled connections were dropped too
+    # The refused one wrote nothing; each answered one its allow.
+    assert len(_audit(runtime)) == audited + 2
