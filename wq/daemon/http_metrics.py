@@ -41,22 +41,20 @@ def normalize_template(template: str) -> str:
     return _PARAM.sub(name, template)
 
 
-def route_label(scope: Scope, routes: Sequence[BaseRoute]) -> str:
-    """The normalized template of the route this request matches (`unmatched` if none).
+def route_label(scope: Scope, routes: Sequence[tuple[BaseRoute, str]]) -> str:
+    """The label of the route this request matches (`unmatched` if none), of `routes`
+    given with their labels.
 
     A route that matches the path but not the method (a 405) still names the route.
     """
     partial: str | None = None
-    for route in routes:
+    for route, label in routes:
         match, _ = route.matches(scope)
-        template = getattr(route, "path", None)
-        if not isinstance(template, str):
-            continue
         if match is Match.FULL:
-            return normalize_template(template)
+            return label
         if match is Match.PARTIAL and partial is None:
-            partial = template
-    return UNMATCHED if partial is None else normalize_template(partial)
+            partial = label
+    return UNMATCHED if partial is None else partial
 
 
 class HttpMetrics:
@@ -65,8 +63,12 @@ class HttpMetrics:
     def __init__(self, app: ASGIApp, *, metrics: Metrics, routes: Sequence[BaseRoute]) -> None:
         self.app = app
         self.metrics = metrics
-        # Routes with a template, in the order the app tries them.
-        self.routes = [route for route in routes if isinstance(getattr(route, "path", None), str)]
+        # Routes with a template, in the order the app tries them, with their labels.
+        self.routes = [
+            (route, normalize_template(template))
+            for route in routes
+            if isinstance(template := getattr(route, "path", None), str)
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in EXCLUDED_PATHS:
