@@ -192,6 +192,8 @@ def test_the_client_sends_a_refused_get_again_and_never_a_refused_post(
     with pytest.raises(ServerError, match="overloaded") as refused:
         api.request("POST", "/api/work-items/chain", json={"name": "x"})
     assert time.monotonic() - started < 1  # no wait for a second attempt
+    # The wait is said once, in the hint (from Retry-After), not again in the message.
+    assert str(refused.value) == "service unavailable: the daemon is overloaded"
     assert refused.value.hint == "try again in 1s"
     # A GET waits as told (Retry-After: 1) and is answered once the backlog is gone.
     started = time.monotonic()

@@ -52,9 +52,8 @@ def backlog() -> Episode:
     )
 
 
-_BODY = json.dumps(
-    {"detail": f"the daemon is overloaded; retry after {RETRY_AFTER_SECONDS} s"}
-).encode()
+# When to send it again is the Retry-After header's to say (wq's client says it once).
+_BODY = json.dumps({"detail": "the daemon is overloaded"}).encode()
 _HEADERS = [
     (b"content-type", b"application/json"),
     (b"content-length", str(len(_BODY)).encode()),
