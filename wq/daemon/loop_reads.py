@@ -32,7 +32,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
 
 from wq.engine.db import DatabaseNotAnswering, TimedAsyncConnection, Timeouts
-from wq.engine.driver_reads import compiled
+from wq.engine.driver_reads import bound
 
 Connect = Callable[[], Coroutine[Any, Any, TimedAsyncConnection]]
 
@@ -133,8 +133,7 @@ class LoopReads:
         self, statement: Select[Any], params: Mapping[str, Any]
     ) -> tuple[str, Mapping[str, Any]]:
         """`statement`'s SQL for the driver and its parameters: its own and `params`."""
-        sql, own = compiled(statement, self.dialect)
-        return sql, ({**own, **params} if own else params)
+        return bound(statement, self.dialect, params)
 
     @contextlib.asynccontextmanager
     async def connection(

@@ -47,6 +47,14 @@ def compiled(statement: Select[Any], dialect: Dialect) -> tuple[str, dict[str, A
     return found
 
 
+def bound(
+    statement: Select[Any], dialect: Dialect, params: Mapping[str, Any]
+) -> tuple[str, Mapping[str, Any]]:
+    """`statement`'s SQL for `dialect` and its parameters: its own with `params`."""
+    sql, own = compiled(statement, dialect)
+    return sql, ({**own, **params} if own else params)
+
+
 def sql_of(statement: Select[Any], dialect: Dialect) -> str:
     """The SQL the driver is sent for `statement`."""
     return compiled(statement, dialect)[0]
@@ -88,9 +96,7 @@ def fetch_all(session: Session, statement: Select[Any], params: Mapping[str, Any
     dialect = connection.dialect
     if dialect.name != "postgresql":
         return session.execute(statement, params).all()
-    sql, own = compiled(statement, dialect)
-    if own:
-        params = {**own, **params}
+    sql, params = bound(statement, dialect, params)
     driver: psycopg.Connection[Any] = connection.connection.driver_connection  # type: ignore[assignment]
     cursor = driver.cursor(row_factory=namedtuple_row)
     with as_sqlalchemy_errors(connection, sql, params), cursor:
