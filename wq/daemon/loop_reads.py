@@ -4,8 +4,10 @@ A sync handler costs a hand-off to the thread pool and back and, under load, a c
 for the GIL between the event loop and the request threads. With GET item's work down
 to two short statements (`wq.engine.driver_reads`), that was a third of its CPU. So
 GET item and the list await their statements on the event loop instead, on async
-connections the app's lifespan keeps (`ConnectionSlots`). On SQLite, and in an app
-whose lifespan did not run, they run in the thread pool like the other handlers.
+connections the app's lifespan keeps (`ConnectionSlots`); GET item's two in one round
+trip (`fetch_each`). Unchanged submissions use the same connections for their short
+transaction (`wq.daemon.loop_submit`). On SQLite, and in an app whose lifespan did not
+run, they run in the thread pool like the other handlers.
 
 The bounds are the sync engine's: a statement's answer is waited for at most the
 answer timeout (a connection that did not answer is closed, `TimedAsyncConnection`),
