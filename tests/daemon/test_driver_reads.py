@@ -1,6 +1,6 @@
 """Hot reads straight through psycopg on PostgreSQL: on the event loop
 (wq.daemon.loop_reads: GET item, the list) and in a thread (wq.engine.driver_reads:
-an unchanged submission).
+a submission's look at its branch).
 
 What they show is checked against the loaded items in test_item_pages.py, and a list
 restricted to the caller's types (bound as one array) in auth/test_http.py, on both

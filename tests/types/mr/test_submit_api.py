@@ -2,7 +2,8 @@
 audits, and that a change after it is still seen (SQLite, PostgreSQL).
 
 An unchanged resubmission is decided on one locked row and the item is not loaded
-(`wq.types.mr.upsert`); its answer must still be the item exactly as GET shows it.
+(`wq.types.mr.upsert`; on PostgreSQL on the event loop, `wq.daemon.loop_submit`); its
+answer must still be the item exactly as GET shows it.
 """
 
 from __future__ import annotations
