@@ -13,11 +13,14 @@ clients; a slow server builds a backlog instead of slowing the load down):
 * `GET /healthz` at `--health-rate`.
 
 Each answer's latency is measured from the moment its request was due; an answer
-other than 2xx, or none within `--timeout`, is an error. This is a measurement,
+other than 2xx, or none within `--timeout`, is an error. `--warm-up S` sends the same
+load for S seconds first and leaves it out of the figures (by default the first
+requests meet a daemon and a client that have just started). This is a measurement,
 never a test. See benchmarks/README.md for the figures and the issue's goals.
 
     python benchmarks/api.py                              # 200/s item+submit, 100/s list
     python benchmarks/api.py --item-rate 50 --seconds 20
+    python benchmarks/api.py --warm-up 1                  # the steady state only
     python benchmarks/api.py --list-rate 0 --submit-rate 0 --floor   # GET item / floor
 """
 
@@ -36,7 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -179,8 +182,11 @@ class Replica:
         self.health = encode_request("GET", "/healthz", authority, token)
 
 
-async def measure(replicas: list[Replica], args: argparse.Namespace) -> None:
-    """Run the four open loops at once and print the table.
+async def measure(
+    replicas: list[Replica], args: argparse.Namespace, started: Callable[[], None]
+) -> None:
+    """Run the four open loops at once and print the table; `started` is called when
+    the measured load starts (after `--warm-up`).
 
     The requests are encoded before the load starts (`loadgen`): the client must stay
     cheap beside the daemon it measures on the same two cores. With several replicas,
@@ -204,15 +210,22 @@ async def measure(replicas: list[Replica], args: argparse.Namespace) -> None:
         "/healthz": (args.health_rate, to_next(lambda r: r.health)),
     }
     names = [name for name, (rate, _) in loops.items() if rate > 0]
+
     # Each loop a different fraction of its interval late: with the same phase,
     # loops at the same rate sent their requests in bursts (four at once at 20/s
     # each, every 50 ms), and each waited for the others: a p50 of 17-20 ms.
-    results = await asyncio.gather(
-        *(
-            open_loop(loops[n][0], args.seconds, loops[n][1], args.timeout, i / len(names))
-            for i, n in enumerate(names)
+    def run_loops(seconds: float) -> Awaitable[list[Outcome]]:
+        return asyncio.gather(
+            *(
+                open_loop(loops[n][0], seconds, loops[n][1], args.timeout, i / len(names))
+                for i, n in enumerate(names)
+            )
         )
-    )
+
+    if args.warm_up > 0:
+        await run_loops(args.warm_up)
+    started()
+    results = await run_loops(args.seconds)
     for replica in replicas:
         replica.pool.close()
     header = ("endpoint", "rate/s", "sent", "p50 ms", "p99 ms", "max ms", "503", "errors")
@@ -319,6 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         "load balancer (each has its own local token)",
     )
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--warm-up",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="send the same load this long first, not counted (default 0: the first "
+        "requests meet a daemon and a client that have just started)",
+    )
     parser.add_argument("--item-rate", type=float, default=200.0)
     parser.add_argument("--list-rate", type=float, default=100.0)
     parser.add_argument("--submit-rate", type=float, default=200.0)
@@ -380,17 +401,26 @@ def main(argv: list[str] | None = None) -> int:
                     Replica(daemon.base, token, ids)
                     for daemon, token in zip(daemons, tokens, strict=True)
                 ]
+                warm_up = f" after {args.warm_up:g} s not counted" if args.warm_up > 0 else ""
                 print(
                     f"{args.replicas} wq daemon(s) on PostgreSQL, {args.items} MR items with "
-                    f"{args.dimensions} dimensions each, open loop for "
-                    f"{args.seconds:g} s, {args.request_threads} request threads, shedding "
-                    f"past {args.max_waiting} waiting (load average {os.getloadavg()[0]:.2f})"
+                    f"{args.dimensions} dimensions each, open loop for {args.seconds:g} s"
+                    f"{warm_up}, {args.request_threads} request threads, shedding past "
+                    f"{args.max_waiting} waiting (load average {os.getloadavg()[0]:.2f})"
                 )
-                first = daemons[0].proc.pid
-                sampler = spy(first, args.py_spy, args.seconds) if args.py_spy else None
                 pids = [daemon.proc.pid for daemon in daemons]
-                daemon_start, client_cpu = [cpu_seconds(pid) for pid in pids], time.process_time()
-                asyncio.run(measure(replicas, args))
+                sampler: subprocess.Popen[bytes] | None = None
+                daemon_start: list[tuple[float, float]] = []
+                client_cpu = 0.0
+
+                def started() -> None:
+                    nonlocal sampler, daemon_start, client_cpu
+                    if args.py_spy:
+                        sampler = spy(pids[0], args.py_spy, args.seconds)
+                    daemon_start = [cpu_seconds(pid) for pid in pids]
+                    client_cpu = time.process_time()
+
+                asyncio.run(measure(replicas, args, started))
                 user = system = 0.0
                 for pid, (user_start, system_start) in zip(pids, daemon_start, strict=True):
                     user_end, system_end = cpu_seconds(pid)

@@ -6,7 +6,8 @@ What they show is checked against the loaded items in test_item_pages.py, and a 
 restricted to the caller's types (bound as one array) in auth/test_http.py, on both
 databases. Here: after the server dropped every connection, one read fails (503) and
 the pooled connections are replaced, not one failure per connection; with the server
-refusing connections, a read fails at once.
+refusing connections, a read fails at once. A started app has its connections open
+before its first request; one that cannot open them still starts.
 """
 
 from __future__ import annotations
@@ -89,8 +90,24 @@ def test_a_read_in_a_thread_that_finds_its_connection_dropped_replaces_the_pool(
             assert fetch_all(session, item_statement(), absent) == []
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_started_app_has_its_read_connections_open_before_its_first_request(
+    store: Store, runtime: Runtime, client: TestClient
+) -> None:
+    # A burst of requests right after a daemon started waited for new connections and
+    # for each new backend's first look at the tables; the lifespan opens them ahead.
+    with store.engine.connect() as admin:
+        ready = admin.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND state = 'idle' AND query LIKE 'SELECT 1 FROM % LIMIT 0'"
+            )
+        ).scalar_one()
+    assert ready == runtime.config.server.request_threads
+
+
 def test_a_read_on_the_loop_fails_at_once_when_the_server_refuses_connections(
-    unused_port: int,
+    unused_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The sync engine's pool connects when it has no idle connection, so a stopped
     # server is a 503 at once; so are the loop's reads (not after a pool's timeout).
@@ -105,10 +122,15 @@ def test_a_read_on_the_loop_fails_at_once_when_the_server_refuses_connections(
                 await reads.fetch_all(item_statement(), {"id": uuid.uuid4()})
             return time.monotonic() - started
 
+    caplog.set_level(logging.WARNING, logger="wq.daemon")
     try:
         assert asyncio.run(read()) < 1.0
     finally:
         engine.dispose()
+    # The app started all the same, and said once why its connections are not open.
+    [warning] = [record.getMessage() for record in caplog.records if record.name == "wq.daemon"]
+    assert warning.startswith("2 of the API's 2 database connections could not be opened")
+    assert "refused" in warning
 
 
 @pytest.fixture
