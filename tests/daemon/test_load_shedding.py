@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -71,30 +71,47 @@ def limiter_state(client: TestClient) -> tuple[int, int]:
     return client.portal.call(read)  # type: ignore[union-attr]
 
 
-def in_background(
-    client: TestClient, method: str, path: str, headers: dict[str, str]
-) -> tuple[threading.Thread, list[Any]]:
-    """A request sent from another thread; its answer lands in the list."""
-    answers: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: answers.append(client.request(method, path, headers=headers, json={}))
-    )
-    thread.start()
-    return thread, answers
+Send = Callable[[str, str, dict[str, str]], tuple[threading.Thread, list[Any]]]
+
+
+@pytest.fixture
+def in_background(client: TestClient) -> Iterator[Send]:
+    """Send a request from another thread; its answer lands in the list returned.
+
+    The threads are joined before the app stops, also when a test fails: stopping it
+    while they are in flight hung until pytest's timeout.
+    """
+    threads: list[threading.Thread] = []
+
+    def send(method: str, path: str, headers: dict[str, str]) -> tuple[threading.Thread, list[Any]]:
+        answers: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: answers.append(client.request(method, path, headers=headers, json={}))
+        )
+        thread.start()
+        threads.append(thread)
+        return thread, answers
+
+    yield send
+    for thread in threads:
+        thread.join(timeout=30)
 
 
 def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
-    client: TestClient, fake_oidc: FakeOidcIssuer, caplog: pytest.LogCaptureFixture
+    client: TestClient,
+    in_background: Send,
+    fake_oidc: FakeOidcIssuer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="wq.daemon")
     token = fake_oidc.token(sub="reader", aud=AUD)
     bearer = {"Authorization": f"Bearer {token}"}
     fake_oidc.delay = IDP_DELAY
     # The first caller holds the only thread while its token is checked.
-    first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
+    first, first_answer = in_background("GET", "/api/work-items", bearer)
     wait_for(lambda: limiter_state(client) == (1, 0), message="the first request on the thread")
     # The second waits for that thread.
-    second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
+    second, second_answer = in_background("GET", "/api/work-items", bearer)
     wait_for(lambda: limiter_state(client) == (1, 1), message="the second request waiting")
 
     started = time.monotonic()
@@ -107,7 +124,7 @@ def test_a_request_beyond_the_waiting_bound_is_refused_at_once(
     # The probes are answered meanwhile; GitLab's webhook is never refused for load.
     assert client.get("/healthz").status_code == 200
     webhook, webhook_answer = in_background(
-        client, "POST", "/api/webhooks/gitlab", {"X-Gitlab-Token": "not-the-secret"}
+        "POST", "/api/webhooks/gitlab", {"X-Gitlab-Token": "not-the-secret"}
     )
     first.join(timeout=30)
     second.join(timeout=30)
@@ -144,7 +161,7 @@ def through(client: TestClient) -> httpx.MockTransport:
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_reads_awaited_on_the_event_loop_count_toward_the_bound(
-    client: TestClient, store: Store
+    client: TestClient, in_background: Send, store: Store
 ) -> None:
     # GET list awaits PostgreSQL on the event loop: no thread is held or waited for,
     # yet 1 + 1 requests in progress are the bound (request_threads, max_waiting).
@@ -152,8 +169,8 @@ def test_reads_awaited_on_the_event_loop_count_toward_the_bound(
     bearer = {"Authorization": f"Bearer {local.token}"}
     with store.engine.connect() as locker:
         locker.execute(text("LOCK TABLE work_items IN ACCESS EXCLUSIVE MODE"))
-        first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
-        second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
+        first, first_answer = in_background("GET", "/api/work-items", bearer)
+        second, second_answer = in_background("GET", "/api/work-items", bearer)
         # One holds the reads' one connection (as many as request threads),
         # waiting for the lock; the other waits for that connection.
         wait_for(lambda: locks_waited_on(store) == 1, message="a read waiting for the lock")
@@ -175,16 +192,16 @@ def waiting_for_a_connection(client: TestClient) -> int:
 
 
 def test_the_client_sends_a_refused_get_again_and_never_a_refused_post(
-    client: TestClient, fake_oidc: FakeOidcIssuer
+    client: TestClient, in_background: Send, fake_oidc: FakeOidcIssuer
 ) -> None:
     token = fake_oidc.token(sub="reader", aud=AUD)
     bearer = {"Authorization": f"Bearer {token}"}
     credentials = Credentials(str(client.base_url), environ={"WQ_TOKEN": token}, login=None)
     api = ApiClient(str(client.base_url), credentials=credentials, transport=through(client))
     fake_oidc.delay = IDP_DELAY / 2
-    first, first_answer = in_background(client, "GET", "/api/work-items", bearer)
+    first, first_answer = in_background("GET", "/api/work-items", bearer)
     wait_for(lambda: limiter_state(client) == (1, 0), message="the first request on the thread")
-    second, second_answer = in_background(client, "GET", "/api/work-items", bearer)
+    second, second_answer = in_background("GET", "/api/work-items", bearer)
     wait_for(lambda: limiter_state(client) == (1, 1), message="the second request waiting")
 
     # A POST is refused at once and not sent again: it might be done twice.
