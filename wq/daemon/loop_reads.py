@@ -108,8 +108,9 @@ class ConnectionSlots:
     ) -> None:
         """Open `count` connections at once, each given to `ready`, and keep them idle.
 
-        One that fails is left for a read to open when it needs it; the first failure
-        is logged, without the connection's parameters.
+        One that fails is left for a read to open when it needs it; the first line of
+        the first failure is logged (psycopg's messages name the server, never the
+        password).
         """
 
         async def one() -> TimedAsyncConnection:
@@ -122,19 +123,19 @@ class ConnectionSlots:
             return connection
 
         opened = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
-        failures = [result for result in opened if isinstance(result, Exception)]
+        self._idle.extend(result for result in opened if isinstance(result, TimedAsyncConnection))
         for result in opened:
-            if isinstance(result, TimedAsyncConnection):
-                self._idle.append(result)
-            elif not isinstance(result, Exception):
-                raise result  # cancelled: the app is stopping
+            if not isinstance(result, TimedAsyncConnection | Exception):
+                raise result  # cancelled: the app is stopping (the caller closes the rest)
+        failures = [result for result in opened if isinstance(result, Exception)]
         if failures:
+            lines = str(failures[0]).strip().splitlines()
             log.warning(
                 "%d of the API's %d database connections could not be opened at start "
                 "(they will be when needed): %s",
                 len(failures),
                 count,
-                str(failures[0]).strip(),
+                lines[0] if lines else type(failures[0]).__name__,
             )
 
     async def discard_idle(self) -> None:
@@ -226,8 +227,8 @@ async def loop_reads(
             for sql in looks:
                 await connection.execute(sql)
 
-    await connections.open_ahead(size, look_at_every_table)
     try:
+        await connections.open_ahead(size, look_at_every_table)
         yield LoopReads(connections, engine.dialect)
     finally:
         await connections.discard_idle()
