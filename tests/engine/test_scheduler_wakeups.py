@@ -3,7 +3,8 @@
 At low rates every item used to cost extra passes: its admission woke the scheduler
 that had just claimed it, and its release woke it for an admission pass that admitted
 nothing, each followed by a claim and a batch that found nothing (a quarter of the
-round trips per item at 20 items/s). Work must still never wait for the poll.
+round trips per item at 20 items/s). Work must still never wait for the poll, nor
+must an item put back in the queue until its wait ends.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, load, submit, submit_many
-from tests.support.chain import Behaviour, chain_registry, chain_type, make_executor
+from tests.support.chain import STEPS, Behaviour, chain_registry, chain_type, make_executor
 from tests.support.waiting import wait_for
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
+from wq.engine.models import AuditEntry
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext, TypeRegistry
 from wq.engine.wakeup import ITEMS_ADMITTED, WAKEUP_KEY, Wakeup, quiet, signal
@@ -140,6 +143,34 @@ def test_what_a_failed_batch_leaves_is_taken_again_soon_not_at_the_poll(
     intake = submit(manager.sessions, registry, config, "g/p")
     assert intake.item is not None
     idle_soon(store, intake.item.id, "the item after its first batch failed")
+
+
+@pytest.mark.parametrize("cheap", [False, True], ids=["worker", "batch"])
+def test_a_requeued_item_is_admitted_again_when_its_wait_ends_not_at_the_poll(
+    store: Store, managers: list[Any], cheap: bool
+) -> None:
+    """An action that cannot begin (its runner down) gives the slot back: the item
+    waits in the queue, where admission skips it until its wait ends. The process that
+    requeued it passes over its project then."""
+    behaviour = Behaviour(requeue_times={"step1": 1}, requeue_seconds=0.5)
+    registry = chain_registry(behaviour, cheap=cheap)
+    config = make_config(store.url, processing={**POLL, "backoff_base_seconds": 0.1})
+    manager = started(ProcessingManager(store.sessions, registry, config), managers)
+    intake = submit(manager.sessions, registry, config, "g/p")
+    assert intake.item is not None
+    idle_soon(store, intake.item.id, "the item admitted again after its 0.5 s wait")
+
+    assert behaviour.actions_of(intake.item.id) == ["step1", *STEPS]
+    with store.sessions() as session:
+        trail = session.execute(
+            select(AuditEntry.event_type, AuditEntry.at)
+            .where(AuditEntry.work_item_id == intake.item.id)
+            .order_by(AuditEntry.id)
+        ).all()
+    kinds = [kind for kind, _ in trail]
+    requeued = kinds.index("requeued")
+    assert kinds[requeued + 1] == "admitted"  # queued meanwhile, without a slot
+    assert (trail[requeued + 1].at - trail[requeued].at).total_seconds() >= 0.5
 
 
 def test_a_backoff_a_batch_sees_while_the_scheduler_works_out_its_wait_is_not_missed(

@@ -27,6 +27,7 @@ from wq.engine.registry import (
     ActionContext,
     EventContext,
     ItemType,
+    Requeue,
     Submission,
     SubmitContext,
     SubmitResult,
@@ -51,6 +52,9 @@ class Behaviour:
 
     sleep: dict[str, float] = field(default_factory=dict)
     fail_times: dict[str, int] = field(default_factory=dict)
+    # Times a step cannot even begin (Requeue), and the wait it asks for then.
+    requeue_times: dict[str, int] = field(default_factory=dict)
+    requeue_seconds: float = 0.5
     log_file: Path | None = None
     # Lines "start|end ITEM ACTION PID TIME" for overlap checks across processes.
     trace_file: Path | None = None
@@ -76,11 +80,13 @@ class Behaviour:
             finally:
                 os.close(fd)
 
-    def should_fail(self, action: str) -> bool:
+    def should_fail(self, action: str, times: dict[str, int] | None = None) -> bool:
+        """Whether `action` fails now (`fail_times`, or the given counts), counting down."""
+        counts = self.fail_times if times is None else times
         with self._lock:
-            left = self.fail_times.get(action, 0)
+            left = counts.get(action, 0)
             if left > 0:
-                self.fail_times[action] = left - 1
+                counts[action] = left - 1
                 return True
             return False
 
@@ -106,6 +112,8 @@ def make_executor(step: str, behaviour: Behaviour):  # type: ignore[no-untyped-d
         try:
             if behaviour.sleep.get(step):
                 time.sleep(behaviour.sleep[step])
+            if behaviour.should_fail(step, behaviour.requeue_times):
+                raise Requeue(f"{step} cannot begin", retry_after=behaviour.requeue_seconds)
             if behaviour.should_fail(step):
                 raise RuntimeError(f"{step} failed on purpose")
             set_dimension(ctx.session, ctx.item, f"needs_{step}", False)

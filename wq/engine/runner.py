@@ -41,7 +41,7 @@ from wq.engine.registry import (
     Wait,
 )
 from wq.engine.releases import release_if_unchanged, release_slot, snapshot
-from wq.engine.wakeup import ITEMS_ADMITTED, PROJECT_QUEUED, signal
+from wq.engine.wakeup import ITEMS_ADMITTED, PROJECT_QUEUED, signal, signal_later
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -342,6 +342,10 @@ class ItemRunner:
             record_failure(session, item, action, err, actor, self.settings, now)
 
 
+# How long after a requeued item's run_after its project's admission pass comes.
+DUE_MARGIN_SECONDS = 0.05
+
+
 def record_failure(
     session: Session,
     item: WorkItem,
@@ -385,9 +389,11 @@ def record_failure(
     item.leased_until = None
     if requeue:
         # Back in line at its old place (same seq); its slot is free meanwhile,
-        # and the dispatcher admits it again once run_after has passed.
+        # and the dispatcher admits it again once run_after has passed: this process
+        # passes over its project then (a little after, to be sure it has passed).
         item.admission = QUEUED
         signal(session, PROJECT_QUEUED, item.project)
+        signal_later(session, PROJECT_QUEUED, item.project, delay + DUE_MARGIN_SECONDS)
     audit(
         session,
         AuditRecord(

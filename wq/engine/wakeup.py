@@ -4,11 +4,18 @@ Code that creates work calls `signal(session, ...)` inside its transaction. On
 PostgreSQL that also issues a `NOTIFY`, which the database delivers to every replica
 on commit; in-process, the session's `Wakeup` hub is poked after the commit. Nothing
 is signalled for a transaction that rolls back.
+
+Work that becomes due later (an item put back in the queue until its backoff ends)
+calls `signal_later`: after the commit, the session's own hub delivers the signal when
+the time comes. Other replicas are not told; they find the item at their next poll,
+and so does this one's if the process ends first.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -50,23 +57,35 @@ class Wakeup:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._pending = Pending()
+        self._later: list[tuple[float, str, str]] = []  # a heap of (due, kind, subject)
         self.origin = uuid.uuid4().hex[:12]
 
     def deliver(self, kind: str, subject: str) -> None:
         """Record one signal (from this process or a NOTIFY) and wake the waiter."""
         with self._cond:
-            if kind == PROJECT_QUEUED:
-                self._pending.projects.add(subject)
-            elif kind == EVENT_STORED:
-                try:
-                    self._pending.event_items.add(uuid.UUID(subject))
-                except ValueError:
-                    return
-            elif kind == ITEMS_ADMITTED:
-                self._pending.claim = True
-            else:
-                return
-            self._cond.notify_all()
+            if self._record(kind, subject):
+                self._cond.notify_all()
+
+    def deliver_later(self, kind: str, subject: str, seconds: float) -> None:
+        """Deliver a signal `seconds` from now (the waiter wakes for it then)."""
+        with self._cond:
+            heapq.heappush(self._later, (time.monotonic() + seconds, kind, subject))
+            self._cond.notify_all()  # to wait no longer than until it is due
+
+    def _record(self, kind: str, subject: str) -> bool:
+        """Add a signal to what is pending (the lock held); False if it is not one."""
+        if kind == PROJECT_QUEUED:
+            self._pending.projects.add(subject)
+        elif kind == EVENT_STORED:
+            try:
+                self._pending.event_items.add(uuid.UUID(subject))
+            except ValueError:
+                return False
+        elif kind == ITEMS_ADMITTED:
+            self._pending.claim = True
+        else:
+            return False
+        return True
 
     def deliver_payload(self, payload: str) -> None:
         """Record a `kind:subject` NOTIFY payload."""
@@ -84,10 +103,19 @@ class Wakeup:
             self._cond.notify_all()
 
     def wait(self, timeout: float) -> Pending:
-        """Block until something is signalled or the timeout passes; take what was signalled."""
+        """Block until something is signalled (or a later signal is due) or the timeout
+        passes; take what was signalled."""
+        deadline = time.monotonic() + timeout
         with self._cond:
-            if not self._pending:
-                self._cond.wait(timeout)
+            while True:
+                now = time.monotonic()
+                while self._later and self._later[0][0] <= now:
+                    _, kind, subject = heapq.heappop(self._later)
+                    self._record(kind, subject)
+                if self._pending or now >= deadline:
+                    break
+                due = self._later[0][0] if self._later else deadline
+                self._cond.wait(min(deadline, due) - now)
             taken, self._pending = self._pending, Pending()
             return taken
 
@@ -110,6 +138,20 @@ def signal(session: Session, kind: str, subject: str = "") -> None:
     """Announce work from inside a transaction; delivered only if it commits."""
     if (kind, subject) not in on_commit.pending(session, "signal"):
         on_commit.defer(session, "signal", (kind, subject))
+
+
+def signal_later(session: Session, kind: str, subject: str, seconds: float) -> None:
+    """Announce work that becomes due `seconds` after this transaction commits, to this
+    process's scheduler only (see the module docstring)."""
+    on_commit.defer(session, "signal_later", (kind, subject, seconds))
+
+
+@on_commit.handler("signal_later")
+def _deliver_later(session: Session, signals: list[tuple[str, str, float]]) -> None:
+    hub = session.info.get(WAKEUP_KEY)
+    if isinstance(hub, Wakeup):
+        for kind, subject, seconds in signals:
+            hub.deliver_later(kind, subject, seconds)
 
 
 @on_commit.before("signal")
