@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ import yaml
 
 from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, cli_env, invoke
 from tests.support.waiting import wait_for
+from wq.cli.common import Output
+from wq.cli.items import item_view
+from wq.cli.output import emit
 from wq.client.api import ApiClient
 from wq.client.credentials import Credentials
 
@@ -84,6 +88,34 @@ def test_status_of_one_item_in_every_mode(daemon: RunningDaemon, cache_home: Pat
         assert expected in table.stdout, table
     wide = invoke(["status", "--id", item["id"], "-o", "wide"], env(daemon, cache_home))
     assert "IDEMPOTENCY KEY" in wide.stdout and server["idempotency_key"] in wide.stdout
+
+
+def test_status_of_one_item_says_when_an_item_backing_off_is_taken_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    soon = (datetime.now(UTC) + timedelta(seconds=90)).isoformat().replace("+00:00", "Z")
+    item = {
+        "id": "5b1d0c8e-8c55-4a55-9d43-61e0c5d1c7a1",
+        "type": "task",
+        "project": "demo",
+        "phase": "active",
+        "admission": "admitted",
+        "attempts": 2,
+        "error": "start: the run could not start: the cluster is unreachable",
+        "run_after": soon,
+        "created_at": "2026-12-01T08:00:00Z",
+        "updated_at": "2026-12-01T08:00:00Z",
+        "details": {},
+        "dimensions": [],
+    }
+    emit(item, Output.table, item_view)
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "NOT BEFORE" in line]
+    assert f"{soon} (in 1m)" in line
+    # Not once that moment has passed, nor for an item that is over.
+    an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    for shown in ({**item, "run_after": an_hour_ago}, {**item, "phase": "failed"}):
+        emit(shown, Output.table, item_view)
+        assert "NOT BEFORE" not in capsys.readouterr().out
 
 
 def test_status_shows_the_position_in_the_projects_queue(

@@ -77,6 +77,16 @@ def _position(item: dict[str, Any]) -> str:
     return f"{entry['position']} in the {entry['lane']} lane of {item['project']}"
 
 
+def _not_before(item: dict[str, Any]) -> list[tuple[str, str]]:
+    """When an item backing off (or waiting by its type's decision) is taken again,
+    while that is still to come."""
+    run_after = item.get("run_after")
+    until = age(run_after)
+    if item.get("phase") != "active" or not until.startswith("in "):
+        return []
+    return [("NOT BEFORE", f"{run_after} ({until})")]
+
+
 def item_view(item: dict[str, Any], wide: bool) -> Any:
     """One item: fields, details, dimensions and the last error."""
     from rich.console import Group
@@ -90,6 +100,7 @@ def item_view(item: dict[str, Any], wide: bool) -> Any:
         ("QUEUE POSITION", _position(item)),
         ("ATTEMPTS", item["attempts"]),
         ("LAST ERROR", item.get("error")),
+        *_not_before(item),
         ("CREATED", f"{item['created_at']} ({age(item['created_at'])} ago)"),
         ("UPDATED", f"{item['updated_at']} ({age(item['updated_at'])} ago)"),
     ]
