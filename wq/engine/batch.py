@@ -31,13 +31,13 @@ from wq.engine import leases
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.claims import audit_takeovers
 from wq.engine.config import ProcessingConfig
+from wq.engine.failures import record_failure
 from wq.engine.fence import _IN_EXECUTOR
 from wq.engine.leases import Claim
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import ActionContext, Decision, Requeue, TypeRegistry, Wait
 from wq.engine.releases import Release, release_slots, snapshot
-from wq.engine.runner import record_failure
 
 log = logging.getLogger("wq.engine.processing")
 

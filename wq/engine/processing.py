@@ -36,13 +36,14 @@ from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.events import drain_events
+from wq.engine.failures import backoff_delay
 from wq.engine.handoff import WorkerHandoff, monotonic_due
 from wq.engine.metrics import metrics_of
 from wq.engine.models import utcnow
 from wq.engine.outage import EngineFailures
 from wq.engine.pipelined import pipelined_sessions
 from wq.engine.registry import TickContext, Ticker, TypeRegistry
-from wq.engine.runner import ItemRunner, backoff_delay
+from wq.engine.runner import ItemRunner
 from wq.engine.sweep import sweep_once
 from wq.engine.wakeup import WAKEUP_KEY, Pending, Wakeup
 

@@ -16,32 +16,30 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases
-from wq.engine.audit import NUL_STAND_IN, AuditRecord, audit
+from wq.engine.audit import AuditRecord, audit
 from wq.engine.claims import item_query
 from wq.engine.config import ProcessingConfig
 from wq.engine.db import READ_ONLY_OPTION
+from wq.engine.failures import record_failure
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
-from wq.engine.items import set_phase
 from wq.engine.metrics import metrics_of
-from wq.engine.models import FAILED, QUEUED, TERMINAL_PHASES, WorkItem
+from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
     ActionContext,
     Decision,
-    PermanentFailure,
     Requeue,
-    RetryLater,
     TypeRegistry,
     Wait,
 )
 from wq.engine.releases import release_if_unchanged, release_slot, snapshot
-from wq.engine.wakeup import ITEMS_ADMITTED, PROJECT_QUEUED, signal, signal_later
+from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -57,11 +55,6 @@ class _Done:
     # Its audit row, until it is deferred with the writes (once they are fenced) or
     # written with the release.
     record: AuditRecord | None = None
-
-
-def backoff_delay(attempts: int, base: float, maximum: float) -> float:
-    """Seconds to wait before retrying after the given number of failed attempts."""
-    return float(min(maximum, base * 2 ** max(0, attempts - 1)))
 
 
 class ItemRunner:
@@ -340,68 +333,3 @@ class ItemRunner:
                 return
             item = session.execute(self._reload, {"item_ids": [item_id]}).unique().scalar_one()
             record_failure(session, item, action, err, actor, self.settings, now)
-
-
-# How long after a requeued item's run_after its project's admission pass comes.
-DUE_MARGIN_SECONDS = 0.05
-
-
-def record_failure(
-    session: Session,
-    item: WorkItem,
-    action: str,
-    err: Exception,
-    actor: str,
-    settings: ProcessingConfig,
-    now: datetime,
-) -> None:
-    """Count a failed action: back off (or requeue, or fail the item), let go of the lease.
-
-    The caller holds the item's lease fence in the open transaction.
-    """
-    known = isinstance(err, RetryLater | PermanentFailure | Requeue)
-    message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
-    # Kept as the audit keeps it: PostgreSQL's text refuses NUL (quoted from an answer).
-    message = message.replace("\x00", NUL_STAND_IN)
-    log.warning("work item %s: %s", item.id, message)
-    old = {**snapshot(item), "attempts": item.attempts}
-    if not (item.error or "").startswith(f"{action}: "):
-        item.attempts = 0  # another action failed before: a new run of failures
-    item.attempts += 1
-    item.error = message
-    trigger = {"source": "worker", "action": action, "error": message}
-    requeue = isinstance(err, Requeue)
-    if not requeue and (
-        isinstance(err, PermanentFailure) or item.attempts >= settings.max_attempts
-    ):
-        reason = (
-            "permanent failure" if isinstance(err, PermanentFailure) else "max attempts reached"
-        )
-        set_phase(session, item, FAILED, actor=actor, trigger={**trigger, "reason": reason})
-        return
-    delay = backoff_delay(
-        item.attempts, settings.backoff_base_seconds, settings.backoff_max_seconds
-    )
-    if isinstance(err, RetryLater | Requeue) and err.retry_after:
-        delay = max(delay, err.retry_after)
-    item.run_after = now + timedelta(seconds=delay)
-    item.lease_owner = item.lease_token = None
-    item.leased_until = None
-    if requeue:
-        # Back in line at its old place (same seq); its slot is free meanwhile,
-        # and the dispatcher admits it again once run_after has passed: this process
-        # passes over its project then (a little after, to be sure it has passed).
-        item.admission = QUEUED
-        signal(session, PROJECT_QUEUED, item.project)
-        signal_later(session, PROJECT_QUEUED, item.project, delay + DUE_MARGIN_SECONDS)
-    audit(
-        session,
-        AuditRecord(
-            "requeued" if requeue else "action_failed",
-            actor,
-            item.id,
-            old_state=old,
-            new_state={**snapshot(item), "attempts": item.attempts},
-            trigger={**trigger, "retry_in_seconds": delay},
-        ),
-    )
