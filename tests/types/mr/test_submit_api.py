@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from tests.conftest import Store, make_config
 from tests.daemon.test_api import every_request_thread_busy
@@ -88,6 +88,20 @@ def test_an_unchanged_resubmission_answers_the_item_as_get_shows_it(
         ("needs_mr", ""),
     ]
     assert shown["details"] == created["details"]  # the title was not taken
+
+
+def test_a_project_without_a_token_is_refused_before_anything_is_read_or_written(
+    api: tuple[Runtime, TestClient],
+) -> None:
+    # On PostgreSQL the unchanged check runs first, on the event loop: its refusal must
+    # be the handler's (422 naming the setting), not a 500, with nothing written.
+    runtime, client = api
+    response = client.post(URL, json=payload(project="elsewhere/project"))
+    assert response.status_code == 422, response.text
+    assert "handled_types.mr.projects" in response.json()["error"]
+    with runtime.sessions() as session:
+        assert session.scalar(select(func.count()).select_from(WorkItem)) == 0
+    assert [entry.event_type for entry in _audit(runtime)] == []
 
 
 def test_an_unchanged_resubmission_audits_its_allow_and_changes_nothing(
