@@ -274,6 +274,12 @@ def test_embedded_daemon_serves_and_stops_cleanly_on_sigterm(
     assert "stopped" in daemon.log()
     assert "Traceback" not in daemon.log()
     assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"
+    # INFO is for what an operator acts on: the migration in one line, not Alembic's
+    # steps; no line per request (the auth decisions are DEBUG, refusals are audited).
+    log = daemon.log()
+    assert re.search(r"INFO wq.daemon: database schema migrated from empty to \S+", log), log
+    assert "alembic" not in log, log
+    assert "wq.auth" not in log, log
 
 
 @pytest.mark.usefixtures("no_system_config")
@@ -389,6 +395,7 @@ def test_embedded_daemon_keeps_its_data_across_restarts(
 
     second = start_daemon(daemons, tmp_path, clean_env(tmp_path))
     assert second.wait_healthy()["database"] == "sqlite"
+    assert "schema migrated" not in second.log(), "a start on a current schema said it migrated"
     _, second_token = read_token(tmp_path, second.url)
     assert second_token != first_token
     with httpx.Client(base_url=second.url, timeout=HTTP_TIMEOUT) as client:

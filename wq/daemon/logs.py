@@ -46,5 +46,6 @@ def setup_logging(log_format: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    # Alembic announces each of its plugins at INFO on every start: noise for operators.
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    # Alembic announces its dialect, its plugins and each step at INFO on every start:
+    # noise for operators. The daemon says in one line what a migration changed.
+    logging.getLogger("alembic").setLevel(logging.WARNING)

@@ -73,7 +73,11 @@ def prepare_database(runtime: Runtime) -> None:
     """Check the schema; the embedded default migrates itself, anything else refuses."""
     try:
         if runtime.config.embedded and is_sqlite(runtime.engine):
+            before = schema.current_revision(runtime.engine)
             schema.upgrade(runtime.engine)
+            after = schema.current_revision(runtime.engine)
+            if before != after:
+                log.info("database schema migrated from %s to %s", before or "empty", after)
         schema.check_current(runtime.engine)
     except schema.SchemaOutdated as err:
         raise StartupError(str(err)) from None

@@ -264,7 +264,7 @@ def test_every_decision_is_logged_without_the_token(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
     item = api.item(phase="failed")
-    with caplog.at_level(logging.INFO, logger="wq.auth"):
+    with caplog.at_level(logging.DEBUG, logger="wq.auth"):
         assert api.call("GET", f"/api/work-items/{item}", "admin").status_code == 200
         assert api.call("GET", "/api/work-items", "reader").status_code == 200
         assert api.call("GET", "/api/whoami", "nobody").status_code == 200
@@ -389,7 +389,7 @@ def test_an_allowed_call_that_changes_nothing_leaves_only_its_log_line(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
     item = api.item()  # active: a retry is a conflict
-    with caplog.at_level(logging.INFO, logger="wq.auth"):
+    with caplog.at_level(logging.DEBUG, logger="wq.auth"):
         assert api.call("POST", f"/api/work-items/{item}/retry", "admin").status_code == 409
     assert [line["decision"] for line in decisions(caplog)] == ["allow"]
     assert auth_rows(api.store) == []
@@ -398,7 +398,7 @@ def test_an_allowed_call_that_changes_nothing_leaves_only_its_log_line(
 def test_webhook_refusals_are_audited_without_the_secret(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG, logger="wq.auth"):
         for headers in ({}, {"X-Gitlab-Token": "wrong"}):
             response = api.call("POST", "/api/webhooks/gitlab", None, headers=headers, json={})
             assert response.status_code == 401
