@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.daemon import BLOCKED, RunningDaemon, base_env, cli_env, invoke
+from tests.support.signals import default_sigint
 from tests.support.waiting import wait_for
 
 
@@ -41,6 +42,7 @@ def test_watch_redraws_until_ctrl_c(daemon: RunningDaemon, tmp_path: Path, comma
             env=env,
             stdout=sink,
             stderr=subprocess.PIPE,
+            preexec_fn=default_sigint,
         )
     try:
         wait_for(shows(out, BLOCKED if terminal else first["id"]), timeout=60, message="a frame")

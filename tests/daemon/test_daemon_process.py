@@ -26,6 +26,7 @@ from sqlalchemy import inspect
 
 import wq
 from tests.conftest import throwaway_pg_database
+from tests.support.signals import default_sigint
 from wq.engine.config import SYSTEM_CONFIG_PATHS, PoolConfig
 from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.models import utcnow
@@ -184,6 +185,7 @@ def start_daemon(
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
+            preexec_fn=default_sigint,
         )
     daemon = Daemon(proc, log_path)
     daemons.append(daemon)
