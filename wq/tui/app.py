@@ -193,6 +193,7 @@ class WqApp(App[None]):
         self._confirm("cancel", item, done)
 
     def _confirm(self, action: str, item: dict[str, Any], done: Callable[[], None]) -> None:
+        # The keys stay live without the permission, so that pressing one says why.
         if not self.may_retry(item["type"]):
             reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
             self.notify(f"{action} refused: {reason}", severity="warning", markup=False)

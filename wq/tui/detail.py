@@ -193,11 +193,6 @@ class ItemDetailScreen(PollingScreen):
         self.query_one("#pending-title", Static).update(title)
         table.display = bool(data.pending)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("retry", "cancel"):
-            return self.wq.may_retry()
-        return True
-
     def action_back(self) -> None:
         """Back to the list."""
         self.dismiss()

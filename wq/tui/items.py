@@ -262,11 +262,6 @@ class ItemsScreen(PollingScreen):
 
         self.wq.prompt("/", self.text, apply)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("retry", "cancel"):
-            return self.wq.may_retry()
-        return True
-
     def action_retry(self) -> None:
         """Retry the item under the cursor, after confirmation."""
         item = self.current()

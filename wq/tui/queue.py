@@ -193,11 +193,6 @@ class QueueScreen(PollingScreen):
         if item is not None:
             self.wq.open_item(item["id"])
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "cancel":
-            return self.wq.may_retry()
-        return True
-
     def action_cancel(self) -> None:
         """Cancel the item under the cursor, after confirmation."""
         item = self.current()
