@@ -270,6 +270,24 @@ def test_cursor_stays_on_its_item_across_refreshes(daemon: RunningDaemon) -> Non
     run(daemon, scenario)
 
 
+def test_vi_keys_move_the_cursor_and_ctrl_c_quits(daemon: RunningDaemon) -> None:
+    project = project_of("keys")
+    for _ in range(4):
+        daemon.submit(project=project)
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        table = await open_items(app, pilot, f"items project={project}")
+        await until(pilot, lambda: len(rows(table)) == 4, message="four items")
+        moves = {"j": 1, "k": 0, "G": 3, "g": 0, "end": 3, "home": 0}
+        for key, row in moves.items():
+            await pilot.press(key)
+            assert table.cursor_row == row, key
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: app.return_code is not None, message="the exit")
+
+    run(daemon, scenario)
+
+
 def test_cancel_asks_first_then_cancels(daemon: RunningDaemon) -> None:
     project = project_of("cancel")
     item = daemon.submit(project=project)

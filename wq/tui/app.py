@@ -51,6 +51,8 @@ class WqApp(App[None]):
         Binding("colon", "command", "Command", key_display=":"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
+        # Ctrl-C quits, as in any terminal program (Textual's own binding only says how).
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
     def __init__(

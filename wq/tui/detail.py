@@ -24,7 +24,7 @@ from wq.tui.format import (
 )
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import fill
+from wq.tui.table import RowTable, fill
 
 HISTORY_LIMIT = 100
 PENDING_LIMIT = 50
@@ -85,17 +85,17 @@ class ItemDetailScreen(PollingScreen):
                 with VerticalScroll(id="details-pane"):
                     yield Static("", id="details", markup=False)
             yield Static("Dimensions", classes="section", id="dimensions-title")
-            dimensions: DataTable[str] = DataTable(id="dimensions", cursor_type="row")
+            dimensions: DataTable[str] = RowTable(id="dimensions", cursor_type="row")
             for column in ("dimension", "state", "pending until", "updated", "detail"):
                 dimensions.add_column(column, key=column)
             yield dimensions
             yield Static("Pending events", classes="section", id="pending-title")
-            pending: DataTable[str] = DataTable(id="pending", cursor_type="row")
+            pending: DataTable[str] = RowTable(id="pending", cursor_type="row")
             for column in ("stored", "event", "event at", "payload"):
                 pending.add_column(column, key=column)
             yield pending
             yield Static("History (newest first)", classes="section")
-            history: DataTable[str] = DataTable(id="history", cursor_type="row")
+            history: DataTable[str] = RowTable(id="history", cursor_type="row")
             for column in ("at", "actor", "event", "old → new", "trigger"):
                 history.add_column(column, key=column)
             yield history

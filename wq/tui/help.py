@@ -27,7 +27,11 @@ Actions on the item under the cursor
   y   copy its id
   enter  open its detail (dimensions, pending events, history)
 
-  ?   this help (esc closes)      q  :q   quit
+Moving
+  up/down  j/k          one row      pgup/pgdn     one page
+  home/end  g/G         first/last row
+
+  ?   this help (esc closes)      q  :q  ctrl+c   quit
 
 Views refresh by themselves. When the server fails, the status line says so
 and when the data on screen is from; it retries with back-off.

@@ -21,7 +21,7 @@ from wq.tui.format import dimension_header, dimension_label, dimension_mark, sho
 from wq.tui.itemlist import MAX_PAGE, PAGE, Answer, ItemList, Span, fetch_spans
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import fill, forget, selected_key, visible_keys
+from wq.tui.table import RowTable, fill, forget, selected_key, visible_keys
 
 FIXED = ("id", "type", "project", "phase", "admission", "attempts")
 # From this many loaded items on, the heap is settled when the list doubles.
@@ -84,7 +84,7 @@ class ItemsScreen(PollingScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield DataTable(id="items", cursor_type="row", zebra_stripes=True)
+        yield RowTable(id="items", cursor_type="row", zebra_stripes=True)
         yield StatusLine()
         yield Footer()
 

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Footer, Header
 from wq.tui.format import age, bar, pressure
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import fill, selected_key
+from wq.tui.table import RowTable, fill, selected_key
 
 COLUMNS = ("project", "normal", "alert", "queued normal", "queued alert", "autonomous", "oldest")
 
@@ -26,7 +26,7 @@ class PoolsScreen(PollingScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        table: DataTable[str] = DataTable(id="pools", cursor_type="row", zebra_stripes=True)
+        table: DataTable[str] = RowTable(id="pools", cursor_type="row", zebra_stripes=True)
         for column in COLUMNS:
             table.add_column(column, key=column)
         yield table

@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from wq.tui.format import age, pressure, short_id
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import fill, selected_key
+from wq.tui.table import RowTable, fill, selected_key
 
 PAGE = 100
 ADMITTED_PAGE = 500
@@ -62,7 +62,7 @@ class QueueScreen(PollingScreen):
             with Vertical(id="lanes"):
                 for lane in LANES:
                     yield Static(f"{lane.capitalize()} lane", classes="section", id=f"{lane}-title")
-                    table: DataTable[str] = DataTable(
+                    table: DataTable[str] = RowTable(
                         id=f"queue-{lane}", cursor_type="row", zebra_stripes=True
                     )
                     for column in LANE_COLUMNS:
@@ -70,7 +70,7 @@ class QueueScreen(PollingScreen):
                     yield table
             with Vertical(id="admitted-pane"):
                 yield Static("Admitted", classes="section", id="admitted-title")
-                admitted: DataTable[str] = DataTable(
+                admitted: DataTable[str] = RowTable(
                     id="admitted", cursor_type="row", zebra_stripes=True
                 )
                 for column in ADMITTED_COLUMNS:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from weakref import WeakKeyDictionary
 
 from rich.cells import cell_len
 from rich.markup import escape
+from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
@@ -18,6 +19,19 @@ from wq.cli.common import printable
 # Removing a row renumbers every row after it, so past this many removals at once a
 # rebuild is cheaper than removing them one by one.
 MAX_REMOVALS = 20
+
+
+class RowTable(DataTable[Any]):
+    """A table of rows with the keys terminal users expect besides the arrows: vi's
+    `j`/`k`, and `g`/`G` or Home/End for the first and last row (DataTable's own
+    Home/End scroll sideways)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g,home", "scroll_top", "First", show=False),
+        Binding("G,end", "scroll_bottom", "Last", show=False),
+    ]
 
 
 class KeyedCell(str):
