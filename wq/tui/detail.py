@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import pydoc
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Static
@@ -47,6 +48,41 @@ SUMMARY = (
 )
 
 
+# A details document is shown up to this much; `o` opens the whole of it in $PAGER.
+PREVIEW_LINES = 200
+PREVIEW_CHARS = 20_000
+# Details whose value is a program's output: shown as text under its own title.
+OUTPUT_KEYS = ("log_tail",)
+
+
+@dataclass
+class Details:
+    """An item's details made ready to show (in the worker: a big one takes a while)."""
+
+    text: str  # the whole document, pretty-printed, without the output
+    preview: str  # what the pane shows: the start of `text`, with a note if cut
+    output: str | None  # a task's output tail, as lines of text
+
+    @classmethod
+    def of(cls, details: dict[str, Any]) -> Details:
+        """Pretty-print `details`, set its output apart and cut a preview."""
+        output = next((details[key] for key in OUTPUT_KEYS if details.get(key)), None)
+        shown = {key: value for key, value in details.items() if key not in OUTPUT_KEYS}
+        text = json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True)
+        return cls(text, _preview(text), printable(output) if isinstance(output, str) else None)
+
+
+def _preview(text: str) -> str:
+    """The start of `text`, at most PREVIEW_LINES lines and PREVIEW_CHARS characters."""
+    cut = text[:PREVIEW_CHARS]
+    lines = cut.split("\n")[:PREVIEW_LINES]
+    kept = "\n".join(lines)
+    if len(kept) == len(text):
+        return text
+    left = text.count("\n", len(kept)) + (0 if text.endswith("\n") else 1)
+    return f"{kept}\n… {left:,} more lines ({len(text):,} characters): o opens it in $PAGER"
+
+
 @dataclass
 class DetailData:
     """The item, its next pending events and the newest page of its history."""
@@ -55,6 +91,7 @@ class DetailData:
     history: list[dict[str, Any]]
     pending: list[dict[str, Any]]
     more_pending: bool = False
+    details: Details | None = None
 
 
 def _until(until: str | None, now: datetime) -> str:
@@ -65,17 +102,21 @@ def _until(until: str | None, now: datetime) -> str:
 class ItemDetailScreen(PollingScreen):
     """One item, refreshed live."""
 
+    # Below 120 columns the details go under the summary, with the whole width.
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [  # noqa: RUF012
         Binding("escape", "back", "Back"),
         Binding("r", "retry", "Retry"),
         Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
+        Binding("o", "page", "Open details"),
     ]
 
     def __init__(self, item_id: str) -> None:
         super().__init__()
         self.item_id = item_id
         self.item: dict[str, Any] | None = None
+        self.details: Details | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -84,6 +125,8 @@ class ItemDetailScreen(PollingScreen):
                 yield Static("loading…", id="summary", markup=False)
                 with VerticalScroll(id="details-pane"):
                     yield Static("", id="details", markup=False)
+            yield Static("Output (last lines)", classes="section", id="output-title")
+            yield Static("", id="output", markup=False)
             yield Static("Dimensions", classes="section", id="dimensions-title")
             dimensions: DataTable[str] = RowTable(id="dimensions", cursor_type="row")
             for column in ("dimension", "state", "pending until", "updated", "detail"):
@@ -108,7 +151,11 @@ class ItemDetailScreen(PollingScreen):
         pending = api.pending_events(self.item_id, limit=PENDING_LIMIT)
         history = api.history(self.item_id, limit=HISTORY_LIMIT)
         return DetailData(
-            item, history["entries"], pending["events"], bool(pending.get("next_cursor"))
+            item,
+            history["entries"],
+            pending["events"],
+            bool(pending.get("next_cursor")),
+            Details.of(item.get("details") or {}),
         )
 
     def show(self, data: DetailData) -> None:
@@ -122,9 +169,7 @@ class ItemDetailScreen(PollingScreen):
                 )
             )
         )
-        self.query_one("#details", Static).update(
-            json.dumps(item.get("details") or {}, indent=2, ensure_ascii=False, sort_keys=True)
-        )
+        self._show_details(data.details or Details.of(item.get("details") or {}))
         dimensions = self.query_one("#dimensions", DataTable)
         fill(
             dimensions,
@@ -165,6 +210,30 @@ class ItemDetailScreen(PollingScreen):
             ],
         )
         self.status.note(f"item {self.item_id}: {len(data.history)} history entries")
+
+    def _show_details(self, details: Details) -> None:
+        """The details pane, and a task's output as text below the summary."""
+        if self.details is None or details.text != self.details.text:
+            self.query_one("#details", Static).update(details.preview)
+        output = self.query_one("#output", Static)
+        if self.details is None or details.output != self.details.output:
+            output.update(details.output or "")
+        output.display = bool(details.output)
+        self.query_one("#output-title", Static).display = bool(details.output)
+        self.details = details
+
+    def action_page(self) -> None:
+        """The whole details document in $PAGER (the terminal is handed over meanwhile)."""
+        if self.details is None:
+            return
+        text = self.details.text
+        if self.details.output:
+            text += f"\n\n{OUTPUT_KEYS[0]}:\n{self.details.output}"
+        try:
+            with self.app.suspend():
+                pydoc.pager(text)
+        except SuspendNotSupported:
+            self.notify("cannot hand the terminal to a pager here", severity="warning")
 
     def _show_pending(self, data: DetailData, now: datetime) -> None:
         """Events stored and not applied yet (usually none: they apply within moments)."""

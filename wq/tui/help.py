@@ -26,6 +26,7 @@ Actions on the item under the cursor
   c   cancel it (asks first; same rules as r)
   y   copy its id
   enter  open its detail (dimensions, pending events, history)
+  o   in the detail: the whole details document in $PAGER
 
 Moving
   up/down  j/k          one row      pgup/pgdn     one page
