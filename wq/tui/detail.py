@@ -6,7 +6,7 @@ import json
 import pydoc
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
@@ -103,7 +103,7 @@ class ItemDetailScreen(PollingScreen):
     """One item, refreshed live."""
 
     # Below 120 columns the details go under the summary, with the whole width.
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012
     BINDINGS = [  # noqa: RUF012
         Binding("escape", "back", "Back"),
         Binding("r", "retry", "Retry"),
