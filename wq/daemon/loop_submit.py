@@ -6,8 +6,9 @@ answer then needs that row, the item's dimensions and the allow's audit entry. T
 are one transaction on a `LoopReads` connection, in psycopg's pipeline mode: BEGIN
 with the locked read in one round trip, the dimensions, the audit row and COMMIT in
 another; no thread hop, no session. A connection found dead by the first round trip
-(nothing written yet) is replaced and the transaction run again (`LoopReads.run`). A submission that changes something goes to the
-type's handler in the thread pool, as every submission does on SQLite.
+(nothing written yet) is replaced and the transaction run again (`LoopReads.run`). A
+submission that changes something goes to the type's handler in the thread pool, as
+every submission does on SQLite.
 """
 
 from __future__ import annotations
