@@ -283,7 +283,7 @@ class ProcessingManager:
             # The claim and the batch below take what this admits: no second pass for
             # it. Pipelined BEGIN too: an admission pass follows most releases.
             admitted = dispatch(
-                self._worker_sessions, self.config, projects, now=self.clock(), wake_self=False
+                self._worker_sessions, self.config, projects, clock=self.clock, wake_self=False
             )
             claim = claim or bool(admitted)
         if not (claim or self._handoff.surplus_waiting):
