@@ -29,7 +29,12 @@ LOCK_TIMEOUT = "2s"
 def claim_one_statement(session: Session) -> list[uuid.UUID]:
     now = utcnow()
     claims = leases.claim(
-        session, owner="me", limit=2, types=["chain"], now=now, lease_until=now + timedelta(30)
+        session,
+        owner="me",
+        limit=2,
+        types=["chain"],
+        now=now,
+        lease_until=now + timedelta(seconds=30),
     )
     return [claim.id for claim in claims]
 
