@@ -361,14 +361,14 @@ def run_case(
     try:
         for _ in range(warmup):
             reset(maintenance, vacuum)
-            dispatch(sessions, config, now=utcnow())
+            dispatch(sessions, config, clock=utcnow)
             case.violations += in_flight_violations(maintenance)
         for _ in range(passes):
             reset(maintenance, vacuum)
             before = plan_counts(engine)
             clock.clear()
             started = time.perf_counter()
-            admitted = dispatch(sessions, config, now=utcnow())
+            admitted = dispatch(sessions, config, clock=utcnow)
             elapsed = time.perf_counter() - started
             seconds, calls = dict(clock.seconds), dict(clock.calls)
             after = plan_counts(engine)
@@ -380,7 +380,7 @@ def run_case(
             case.statement_calls = calls
             # The next pass right away: every pool is full (or nothing is left queued).
             started = time.perf_counter()
-            case.next_admitted.append(len(dispatch(sessions, config, now=utcnow())))
+            case.next_admitted.append(len(dispatch(sessions, config, clock=utcnow)))
             case.next_ms.append((time.perf_counter() - started) * 1000)
             for name, (generic, custom) in after.items():
                 old_generic, old_custom = before.get(name, (0, 0))
@@ -407,7 +407,7 @@ def capture_plans(url: str, config: Config) -> list[Plan]:
         reset(engine, vacuum=True)
         clock.clear()
         clock.capture = True
-        dispatch(make_sessionmaker(engine), config, now=utcnow())
+        dispatch(make_sessionmaker(engine), config, clock=utcnow)
         clock.capture = False
         reset(engine, vacuum=True)
     finally:

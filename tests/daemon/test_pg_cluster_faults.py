@@ -215,3 +215,30 @@ def test_a_hung_server_is_503_within_the_timeout_and_recovers(
     wait_until_serving(daemon.client)
     daemon.submit(2)
     assert_each_ran_once_to_the_end(daemon)
+
+
+def test_after_a_restart_no_request_fails_on_a_connection_the_server_ended(
+    cluster: PrivateCluster, daemon: Daemon
+) -> None:
+    # Every connection the API kept idle (the sync pool's and the event loop's) dates
+    # from before the restart; the first request on each used to be a 503, and a
+    # submission answered 503 is lost unless its caller sends it again.
+    daemon.submit(2)
+    item = daemon.accepted[0]
+    requests: list[tuple[str, str, dict[str, str] | None]] = [
+        ("GET", "/api/work-items", None),
+        ("GET", f"/api/work-items/{item}", None),
+        ("POST", "/api/work-items/chain", {"project": "group/app"}),
+        ("GET", "/api/pools", None),
+    ]
+    for method, path, body in requests * 3:  # the idle connections all used once
+        assert daemon.client.request(method, path, json=body).status_code < 300
+
+    cluster.restart()
+
+    for method, path, body in requests * 5:
+        response = daemon.client.request(method, path, json=body)
+        assert response.status_code in (200, 201), (method, path, response.text)
+        if method == "POST":
+            daemon.accepted.append(uuid.UUID(response.json()["item"]["id"]))
+    assert_each_ran_once_to_the_end(daemon)

@@ -48,7 +48,7 @@ def test_pools_show_capacity_usage_and_backlog(pooled: tuple[Runtime, TestClient
     fill(runtime, "team/app", 2, autonomous=True)
     fill(runtime, "team/app", 1, lane="alert")
     fill(runtime, "infra/dns", 3)
-    dispatch(runtime.sessions, runtime.config, now=utcnow())
+    dispatch(runtime.sessions, runtime.config, clock=utcnow)
 
     response = client.get("/api/pools")
     assert response.status_code == 200, response.text
@@ -80,7 +80,7 @@ def test_queue_lists_items_in_admission_order(pooled: tuple[Runtime, TestClient]
     normal = fill(runtime, "team/app", 5)
     alerts = fill(runtime, "team/app", 3, lane="alert")
     fill(runtime, "team/other", 2)
-    dispatch(runtime.sessions, runtime.config, now=utcnow())
+    dispatch(runtime.sessions, runtime.config, clock=utcnow)
 
     response = client.get("/api/queue", params={"project": "team/app"})
     assert response.status_code == 200, response.text

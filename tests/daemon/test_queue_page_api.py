@@ -39,7 +39,7 @@ def test_pages_keep_true_positions_in_fifo_order(pooled: tuple[Runtime, TestClie
     normal = fill(runtime, "team/app", 7)
     alerts = fill(runtime, "team/app", 2, lane="alert")
     fill(runtime, "team/other", 3)
-    dispatch(runtime.sessions, runtime.config, now=utcnow())  # admits normal[:2], alerts[0]
+    dispatch(runtime.sessions, runtime.config, clock=utcnow)  # admits normal[:2], alerts[0]
 
     pages = lane_pages(client, "normal", "team/app", limit=2)
     assert [len(page["entries"]) for page in pages] == [2, 2, 1]
@@ -59,7 +59,7 @@ def test_a_page_after_admissions_counts_from_the_new_head(
 ) -> None:
     runtime, client = pooled
     fill(runtime, "infra/dns", 5)  # capacity 1 in infra/
-    dispatch(runtime.sessions, runtime.config, now=utcnow())
+    dispatch(runtime.sessions, runtime.config, clock=utcnow)
     first = client.get("/api/queue/normal", params={"project": "infra/dns", "limit": 2}).json()
     assert [entry["position"] for entry in first["entries"]] == [1, 2]
     # The head leaves the queue before the next page is read: positions stay true.

@@ -67,23 +67,23 @@ def test_alert_lane_first_and_capacities_never_exceeded(store: Store) -> None:
     config = config_for(store, capacity=2, alert=1)
     normal = [enqueue(store, config) for _ in range(3)]
     alerts = [enqueue(store, config, lane="alert") for _ in range(2)]
-    admitted = dispatch(store.sessions, config, now=utcnow())
+    admitted = dispatch(store.sessions, config, clock=utcnow)
     assert [entry.id for entry in admitted] == [alerts[0], normal[0], normal[1]]
     assert [entry.lane for entry in admitted] == ["alert", "normal", "normal"]
-    assert dispatch(store.sessions, config, now=utcnow()) == []  # full: nothing more
+    assert dispatch(store.sessions, config, clock=utcnow) == []  # full: nothing more
     with store.sessions() as session:
         assert in_flight(session, "g/p") == {"alert": 1, "normal": 2}
 
     finish(store, normal[0])  # a normal slot frees: the normal head, never an alert
-    assert [entry.id for entry in dispatch(store.sessions, config, now=utcnow())] == [normal[2]]
+    assert [entry.id for entry in dispatch(store.sessions, config, clock=utcnow)] == [normal[2]]
     finish(store, alerts[0])
-    assert [entry.id for entry in dispatch(store.sessions, config, now=utcnow())] == [alerts[1]]
+    assert [entry.id for entry in dispatch(store.sessions, config, clock=utcnow)] == [alerts[1]]
 
 
 def test_normal_work_never_takes_the_alert_slot(store: Store) -> None:
     config = config_for(store, capacity=1, alert=1)
     normal = [enqueue(store, config) for _ in range(3)]
-    assert [entry.id for entry in dispatch(store.sessions, config, now=utcnow())] == [normal[0]]
+    assert [entry.id for entry in dispatch(store.sessions, config, clock=utcnow)] == [normal[0]]
     assert admitted_ids(store, lane="alert") == []
 
 
@@ -93,23 +93,23 @@ def test_strict_fifo_and_head_of_line_blocking(store: Store) -> None:
     head = enqueue(store, config, dedup_key="repo-a#1")
     behind = [enqueue(store, config, dedup_key=f"repo-{name}#1") for name in "bcd"]
     for _ in range(3):
-        assert [entry.id for entry in dispatch(store.sessions, config, now=utcnow())] in (
+        assert [entry.id for entry in dispatch(store.sessions, config, clock=utcnow)] in (
             [head],
             [],
         )
     assert admitted_ids(store) == [head]
     for expected in behind:
         finish(store, admitted_ids(store)[0])
-        assert [entry.id for entry in dispatch(store.sessions, config, now=utcnow())] == [expected]
+        assert [entry.id for entry in dispatch(store.sessions, config, clock=utcnow)] == [expected]
 
 
 def test_terminal_item_frees_its_slot(store: Store) -> None:
     config = config_for(store, capacity=1)
     first, second = enqueue(store, config), enqueue(store, config)
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     finish(store, first, phase="completed")
     assert load(store.sessions, first).admission == "done"
-    assert [entry.id for entry in dispatch(store.sessions, config, now=utcnow())] == [second]
+    assert [entry.id for entry in dispatch(store.sessions, config, clock=utcnow)] == [second]
     with store.sessions() as session:
         released = session.execute(
             select(AuditEntry).where(
@@ -124,7 +124,7 @@ def test_idle_to_queued_takes_a_fresh_larger_seq(store: Store) -> None:
     config = config_for(store, capacity=5)
     first = enqueue(store, config)
     later = enqueue(store, config)
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     finish(store, first)
     old_seq = load(store.sessions, first).seq
     with store.sessions.begin() as session:
@@ -140,7 +140,7 @@ def test_idle_to_queued_takes_a_fresh_larger_seq(store: Store) -> None:
 def test_admission_is_audited_with_lane_seq_and_project(store: Store) -> None:
     config = config_for(store)
     item_id = enqueue(store, config, "team/app", lane="alert")
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     with store.sessions() as session:
         row = session.execute(
             select(AuditEntry).where(
@@ -197,7 +197,7 @@ def test_autonomous_cap_applies_only_to_autonomous_intake(store: Store) -> None:
     # Submissions, webhooks and alerts are never capped.
     assert submit(store.sessions, REGISTRY, config).outcome == "created"
     assert submit(store.sessions, REGISTRY, config, lane="alert").outcome == "created"
-    dispatch(store.sessions, config, now=utcnow())  # one autonomous item leaves the queue
+    dispatch(store.sessions, config, clock=utcnow)  # one autonomous item leaves the queue
     assert submit(store.sessions, REGISTRY, config, autonomous=True).outcome == "created"
     assert submit(store.sessions, REGISTRY, config, autonomous=True).outcome == "capped"
     assert (
@@ -224,7 +224,7 @@ def test_a_big_backlog_does_not_delay_another_projects_first_item(
                 trigger={"source": "test"},
             )
     lonely = enqueue(store, config, "small/project")
-    admitted = dispatch(store.sessions, config, now=utcnow())
+    admitted = dispatch(store.sessions, config, clock=utcnow)
     assert lonely in [entry.id for entry in admitted]
     assert sum(entry.project == "big/backlog" for entry in admitted) == 2
 
@@ -328,7 +328,7 @@ def test_two_dispatchers_racing_never_exceed_capacity(store: Store) -> None:
 
         def race(barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
-            dispatch(store.sessions, config, now=utcnow())
+            dispatch(store.sessions, config, clock=utcnow)
 
         threads = [threading.Thread(target=race) for _ in range(2)]
         for thread in threads:
@@ -377,7 +377,7 @@ def test_random_interleavings_keep_the_invariants(store: Store, ops: list[tuple[
             admitted = (
                 _race(store, config)
                 if op == "race"
-                else dispatch(store.sessions, config, now=utcnow())
+                else dispatch(store.sessions, config, clock=utcnow)
             )
             for entry in admitted:  # FIFO: nothing older was left waiting in that lane
                 waiting = [
@@ -417,7 +417,7 @@ def _race(store: Store, config: Config) -> list[Any]:
 
     def pass_(index: int) -> None:
         barrier.wait()
-        results[index] = dispatch(store.sessions, config, now=utcnow())
+        results[index] = dispatch(store.sessions, config, clock=utcnow)
 
     threads = [threading.Thread(target=pass_, args=(index,)) for index in (0, 1)]
     for thread in threads:
@@ -448,7 +448,7 @@ def _assert_work_conserving(store: Store, config: Config) -> None:
 def test_queue_view_lists_admission_order(store: Store, lane: str) -> None:
     config = config_for(store, capacity=1, alert=1)
     ids = [enqueue(store, config, lane=lane) for _ in range(4)]
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     with store.sessions() as session:
         entries = pools.queue(session, "g/p", lane)
         status = pools.pool_statuses(session, config, "g/p")[0]
@@ -467,7 +467,7 @@ def test_a_pass_that_claims_what_it_admits_wakes_only_other_replicas(store: Stor
     store.sessions.configure(info={WAKEUP_KEY: own})
     listening = Listening(store.engine, other) if store.engine.dialect.name != "sqlite" else None
     try:
-        admitted = dispatch(store.sessions, config, ["g/p"], now=utcnow(), wake_self=False)
+        admitted = dispatch(store.sessions, config, ["g/p"], clock=utcnow, wake_self=False)
         assert [entry.id for entry in admitted] == [first, second]
         assert not own.wait(0)
         if listening is not None:  # by NOTIFY (after the listener's resync on start)
@@ -475,7 +475,7 @@ def test_a_pass_that_claims_what_it_admits_wakes_only_other_replicas(store: Stor
         finish(store, first)
         own.wait(0)  # the release's own signal
         enqueue(store, config)
-        assert len(dispatch(store.sessions, config, ["g/p"], now=utcnow())) == 1
+        assert len(dispatch(store.sessions, config, ["g/p"], clock=utcnow)) == 1
         assert own.wait(0).claim  # by default a pass wakes its own scheduler too
     finally:
         if listening is not None:

@@ -115,7 +115,7 @@ def requeue(engine: Engine) -> None:
 def admission_pass(backlog: Backlog) -> tuple[list[tuple[str, str, int]], Sent]:
     """One real admission pass: what it admitted, and its admit UPDATE as sent."""
     with capture(backlog.engine) as sent:
-        admitted = dispatch(make_sessionmaker(backlog.engine), backlog.config, now=utcnow())
+        admitted = dispatch(make_sessionmaker(backlog.engine), backlog.config, clock=utcnow)
     updates = [s for s in sent if s.statement.lstrip().startswith("UPDATE work_items")]
     assert len(updates) == 1, [s.statement for s in sent]
     return [(entry.project, entry.lane, entry.seq) for entry in admitted], updates[0]

@@ -175,7 +175,10 @@ def read_object(s3: Any, bucket: str, key: str) -> tuple[dict[str, Any], dict[st
 def test_each_entry_becomes_one_gzipped_json_object_under_the_date_path(
     store: Store, moto_url: str, s3: Any, bucket: str, archivers: list[AuditArchiver]
 ) -> None:
-    records = write_entries(store, 5)
+    # A time whose fields all differ (year, month, day, hour, minute, second), written
+    # out below: a key with two of them swapped cannot match it.
+    at = datetime(2025, 3, 14, 9, 26, 53, 589793, tzinfo=UTC)
+    records = write_entries(store, 5, at=at)
     start_archiver(store, moto_url, bucket, archivers)
     wait_for(lambda: unarchived(store) == 0, timeout=20, message="entries archived")
 
@@ -186,8 +189,8 @@ def test_each_entry_becomes_one_gzipped_json_object_under_the_date_path(
         match = KEY.match(key)
         assert match, key
         row = rows[int(match["id"])]
-        assert match["path"] == row.at.strftime("%Y/%m/%d/%H/%M")
-        assert match["timestamp"] == row.at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert match["path"] == "2025/03/14/09/26"
+        assert match["timestamp"] == "2025-03-14T09:26:53.589793Z"
         assert match["item"] == (str(row.work_item_id) if row.work_item_id else "none")
         assert match["event"] == row.event_type
         entry, got = read_object(s3, bucket, key)

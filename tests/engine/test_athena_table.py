@@ -71,7 +71,7 @@ def archived(store: Store, moto_url: str, aws_env: None) -> list[tuple[str, dict
     s3.create_bucket(Bucket=bucket)
     registry = chain_registry(Behaviour())
     item_id = submit(store.sessions, registry, store.config).item.id  # type: ignore[union-attr]
-    dispatch(store.sessions, store.config, now=utcnow())
+    dispatch(store.sessions, store.config, clock=utcnow)
     with store.sessions.begin() as session:
         item = session.scalars(select(WorkItem).where(WorkItem.id == item_id)).one()
         set_phase(

@@ -34,7 +34,7 @@ def admitted_batch(
 ) -> list[uuid.UUID]:
     """`count` chain items over a few projects, all admitted."""
     ids = submit_many(store.sessions, registry, config, [f"g/p{n % 3}" for n in range(count)])
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     return ids
 
 
@@ -302,7 +302,7 @@ def test_an_item_finished_in_the_batch_is_done_and_frees_its_slot_for_the_next(
     # One slot in the project: the second item waits in line behind the first.
     config = make_config(store.url, pools={"default": {"capacity": 1, "alert_capacity": 0}})
     first, second = submit_many(store.sessions, registry, config, ["g/p", "g/p"])
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     assert take(store, registry, config, "me", 2).taken == 1  # only the first was admitted
     done = load(store.sessions, first)
     assert (done.phase, done.admission) == ("completed", "done")
@@ -314,7 +314,7 @@ def test_an_item_finished_in_the_batch_is_done_and_frees_its_slot_for_the_next(
     ]
     assert behaviour.actions_of(first) == ["step1", "step2"]  # nothing after the end
     # The freed slot goes to the next in line.
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     assert load(store.sessions, second).admission == "admitted"
 
 

@@ -104,7 +104,7 @@ def submit_models(
 
 
 def admit(store: Store, config: Config) -> None:
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
 
 
 def runner_of(store: Store, registry: TypeRegistry, config: Config) -> BatchRunner:

@@ -115,7 +115,7 @@ def test_a_failed_batch_beside_a_running_one_keeps_the_batch_count(
     """
     config = make_config(store.url, pools=BIG_POOLS)
     (item_id,) = submit_many(store.sessions, cheap_registry(), config, ["g/p"])
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     manager = ProcessingManager(store.sessions, cheap_registry(blocking), config, owner="solo")
     monkeypatch.setattr(manager.failures, "failed", lambda _what, _err: None)
     try:
@@ -152,7 +152,7 @@ def test_an_error_handing_a_batch_to_workers_gives_its_slot_back_once(
     registry.register_type(replace(chain, cheap_actions=frozenset({"step1"})))
     config = make_config(store.url, pools=BIG_POOLS)
     submit_many(store.sessions, registry, config, ["g/p"])
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     reported: list[BaseException] = []
     monkeypatch.setattr(manager.failures, "failed", lambda _what, err: reported.append(err))
@@ -201,7 +201,7 @@ def test_a_batch_thread_that_cannot_start_is_not_counted(
     config = make_config(store.url, pools=BIG_POOLS)
     registry = chain_registry(Behaviour(), cheap=True)
     submit_many(store.sessions, registry, config, ["g/p"])
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     real_start = threading.Thread.start
 

@@ -1,16 +1,18 @@
-"""Readiness dimensions written by `set_dimension`: what a later reader finds."""
+"""Readiness dimensions written by `set_dimension`: what a later reader finds, and when
+a deferred one (`pending_until`) needs action."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from sqlalchemy import select
 
 from tests.conftest import Store
 from tests.engine.helpers import load
 from tests.support.chain import new_chain_item
-from wq.engine.dimensions import set_dimension
-from wq.engine.models import WorkItem, WorkItemStatus
+from wq.engine.dimensions import first_actionable, is_actionable, set_dimension
+from wq.engine.models import WorkItem, WorkItemStatus, utcnow
 
 
 def _rows(store: Store, item_id: uuid.UUID) -> list[tuple[str, str]]:
@@ -71,3 +73,19 @@ def test_a_rolled_back_dimension_is_gone_from_the_item_too(store: Store) -> None
         assert loaded.status("needs_a") is None
         assert loaded.statuses == []
     assert _rows(store, item.id) == []
+
+
+def test_a_deferred_dimension_needs_no_action_until_its_time(store: Store) -> None:
+    now = utcnow()
+    later = now + timedelta(minutes=5)
+    with store.sessions.begin() as session:
+        item = new_chain_item()
+        session.add(item)
+        set_dimension(session, item, "needs_a", True, pending_until=later)
+        set_dimension(session, item, "needs_b", True)
+    loaded = load(store.sessions, item.id)  # as stored: the deferral survives the round trip
+
+    assert not is_actionable(loaded, "needs_a", now)
+    assert first_actionable(loaded, ["needs_a", "needs_b"], now) == "needs_b"
+    assert is_actionable(loaded, "needs_a", later)
+    assert first_actionable(loaded, ["needs_a", "needs_b"], later) == "needs_a"

@@ -34,7 +34,7 @@ def run_batch(store: Store, registry: TypeRegistry, count: int) -> list[uuid.UUI
     """`count` admitted chain items, taken and run as one batch; their ids."""
     config = make_config(store.url, pools=BIG_POOLS)
     ids = submit_many(store.sessions, registry, config, [f"g/p{n % 2}" for n in range(count)])
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     runner = BatchRunner(store.sessions, registry, config.processing, utcnow)
     assert runner.take("me", limit=count) == Taken(count, [])
     return ids

@@ -82,7 +82,7 @@ def test_pools_items_and_pending_events_come_from_the_database(store: Store) -> 
     submit(store.sessions, registry, config, "infra/dns")
     failed = submit(store.sessions, registry, config, "other/x").item
     assert first is not None and failed is not None
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     with store.sessions.begin() as session:
         session.execute(
             update(WorkItem)
@@ -149,7 +149,7 @@ def test_the_age_keeps_growing_between_readings(store: Store) -> None:
     registry = chain_registry(Behaviour())
     submit(store.sessions, registry, config, "team/app", lane="alert")
     submit(store.sessions, registry, config, "team/app", lane="alert")  # waits: 1 alert slot
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     start = utcnow()
     set_queued_at(store, "team/app", start)
     clock = {"now": start + timedelta(seconds=10)}

@@ -386,7 +386,7 @@ def test_claim_skips_leased_and_unadmitted_items(store: Store) -> None:
     manager = ProcessingManager(store.sessions, registry, config)
     from wq.engine.admission import dispatch
 
-    admitted = dispatch(store.sessions, config, now=utcnow())
+    admitted = dispatch(store.sessions, config, clock=utcnow)
     assert sorted(entry.project for entry in admitted) == ["p/a", "p/b"]
     now = utcnow()
     with store.sessions.begin() as session:
@@ -457,7 +457,7 @@ def test_an_expired_lease_is_taken_over_when_it_runs_out_and_audited(
     item_id = submit(store.sessions, registry, config).item.id  # type: ignore[union-attr]
     from wq.engine.admission import dispatch
 
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     # A replica died holding the lease; it runs out in a second.
     expiry = utcnow() + timedelta(seconds=1)
     with store.sessions.begin() as session:

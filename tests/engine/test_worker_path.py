@@ -41,7 +41,7 @@ def test_a_claim_loads_the_items_it_leases_with_their_dimensions(store: Store) -
     with store.sessions.begin() as session:
         found = session.get(WorkItem, item_id)
         set_dimension(session, found, "needs_step1", False)
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     now = utcnow()
     with store.sessions.begin() as session:
         taken = claim_for_workers(
@@ -153,7 +153,7 @@ def leased(store: Store, *, free: int = 1) -> tuple[WorkItem, str]:
     registry = chain_registry(Behaviour())
     config = make_config(store.url)
     submit(store.sessions, registry, config)
-    dispatch(store.sessions, config, now=utcnow())
+    dispatch(store.sessions, config, clock=utcnow)
     now = utcnow()
     with store.sessions.begin() as session:
         (claim,) = claim_for_workers(

@@ -17,6 +17,11 @@ SQLAlchemy's (`DBAPIError`), so an outage is answered 503 and logged once like a
 other, and a broken connection discards the idle ones (a server restart drops them
 all).
 
+A server restart must fail no request on a connection it had already ended: an idle
+connection the server has spoken to is closed instead of reused (`has_input`), and a
+read whose connection, taken idle, turns out dead before the server answered on it is
+run once more on a new connection (`LoopReads.run`).
+
 The connections are opened when the app starts, each having looked once at every
 table: a new PostgreSQL backend reads a table's catalog entries on first use, and a
 burst of requests on a daemon that has just started waited for both (50-100 ms at the
@@ -31,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -40,11 +45,28 @@ from sqlalchemy import Select, Table
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
 
-from wq.engine.db import DatabaseNotAnswering, TimedAsyncConnection, Timeouts
+from wq.engine.db import DatabaseNotAnswering, TimedAsyncConnection, Timeouts, has_input
 from wq.engine.driver_reads import bound
 from wq.engine.models import Base
 
-Connect = Callable[[], Coroutine[Any, Any, TimedAsyncConnection]]
+
+class LoopConnection(TimedAsyncConnection):
+    """A connection of `ConnectionSlots`, with what a read needs to know to retry."""
+
+    # Taken idle, used by an earlier read (a new one cannot be stale).
+    reused: bool = False
+    # The server has answered the current read on it (set by the read): past that
+    # point a failure is the read's own, not a stale connection's.
+    answered: bool = False
+
+
+Connect = Callable[[], Coroutine[Any, Any, LoopConnection]]
+T = TypeVar("T")
+
+
+class _FoundStale(Exception):
+    """A connection taken idle was dead before the server answered anything on it."""
+
 
 log = logging.getLogger("wq.daemon")
 
@@ -74,12 +96,13 @@ class ConnectionSlots:
         self._connect = connect
         self._slots = asyncio.Semaphore(size)
         self._wait_seconds = wait_seconds
-        self._idle: list[TimedAsyncConnection] = []
+        self._idle: list[LoopConnection] = []
         self.waiting = 0  # reads waiting for a slot
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[TimedAsyncConnection]:
-        """A connection for one read; kept for the next if it is still sound."""
+    async def connection(self, *, fresh: bool = False) -> AsyncIterator[LoopConnection]:
+        """A connection for one read (a new one if `fresh`); kept for the next if it is
+        still sound."""
         self.waiting += 1
         try:
             async with asyncio.timeout(self._wait_seconds):
@@ -91,20 +114,37 @@ class ConnectionSlots:
         finally:
             self.waiting -= 1
         try:
-            connection = self._idle.pop() if self._idle else await self._connect()
+            connection = None if fresh else await self._take_idle()
+            if connection is None:
+                connection = await self._connect()
+            connection.answered = False
             try:
                 yield connection
             finally:
                 sound = not connection.closed and not connection.broken
                 if sound and connection.info.transaction_status == TransactionStatus.IDLE:
+                    connection.reused = True  # from now on
                     self._idle.append(connection)
                 else:  # failed, or left in the middle of a statement
                     await connection.close()
         finally:
             self._slots.release()
 
+    async def _take_idle(self) -> LoopConnection | None:
+        """The last connection put back that the server has not ended, if any.
+
+        One that has input while idle is closed, not used: the server has ended it
+        (or said something no read expects), and a request on it would fail.
+        """
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed and not has_input(connection.fileno()):
+                return connection
+            await connection.close()
+        return None
+
     async def open_ahead(
-        self, count: int, ready: Callable[[TimedAsyncConnection], Awaitable[None]]
+        self, count: int, ready: Callable[[LoopConnection], Awaitable[None]]
     ) -> None:
         """Open `count` connections at once, each given to `ready`, and keep them idle.
 
@@ -113,7 +153,7 @@ class ConnectionSlots:
         password).
         """
 
-        async def one() -> TimedAsyncConnection:
+        async def one() -> LoopConnection:
             connection = await self._connect()
             try:
                 await ready(connection)
@@ -123,9 +163,12 @@ class ConnectionSlots:
             return connection
 
         opened = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
-        self._idle.extend(result for result in opened if isinstance(result, TimedAsyncConnection))
         for result in opened:
-            if not isinstance(result, TimedAsyncConnection | Exception):
+            if isinstance(result, LoopConnection):
+                result.reused = True  # as good as used: it has made its first round trip
+                self._idle.append(result)
+        for result in opened:
+            if not isinstance(result, LoopConnection | Exception):
                 raise result  # cancelled: the app is stopping (the caller closes the rest)
         failures = [result for result in opened if isinstance(result, Exception)]
         if failures:
@@ -155,11 +198,14 @@ class LoopReads:
     async def fetch_all(self, statement: Select[Any], params: Mapping[str, Any]) -> Sequence[Any]:
         """All rows of `statement` with `params` bound, as named tuples."""
         sql, bound = self.bound(statement, params)
-        async with self.connection(sql, bound) as connection:
+
+        async def read(connection: LoopConnection) -> Sequence[Any]:
             cursor = connection.cursor(row_factory=namedtuple_row)
             await cursor.execute(sql, bound)
             rows: list[Any] = await cursor.fetchall()
             return rows
+
+        return await self.run(sql, bound, read)
 
     async def fetch_each(
         self, *reads: tuple[Select[Any], Mapping[str, Any]]
@@ -167,7 +213,8 @@ class LoopReads:
         """The rows of each statement with its parameters, in one round trip (psycopg's
         pipeline mode): statements that do not depend on each other's answers."""
         queries = [self.bound(statement, params) for statement, params in reads]
-        async with self.connection(*queries[0]) as connection:
+
+        async def read(connection: LoopConnection) -> list[Sequence[Any]]:
             async with connection.pipeline():
                 cursors = []
                 for sql, bound in queries:
@@ -176,26 +223,52 @@ class LoopReads:
                     cursors.append(cursor)
             return [await cursor.fetchall() for cursor in cursors]
 
+        return await self.run(*queries[0], read)
+
     def bound(
         self, statement: Select[Any], params: Mapping[str, Any]
     ) -> tuple[str, Mapping[str, Any]]:
         """`statement`'s SQL for the driver and its parameters: its own and `params`."""
         return bound(statement, self.dialect, params)
 
-    @contextlib.asynccontextmanager
-    async def connection(
-        self, sql: str, params: Mapping[str, Any]
-    ) -> AsyncIterator[TimedAsyncConnection]:
-        """A connection of the slots; a driver error in the block is raised as
-        SQLAlchemy's, naming `sql` and `params` (the statement the block is about)."""
+    async def run(
+        self,
+        sql: str,
+        params: Mapping[str, Any],
+        work: Callable[[LoopConnection], Awaitable[T]],
+    ) -> T:
+        """`work` on a connection of the slots; a driver error in it is raised as
+        SQLAlchemy's, naming `sql` and `params` (the statement it is about).
+
+        If the connection, taken idle, was dead before the server answered on it (a
+        server restart since its last read: ended connections do not always show it
+        while idle), `work` runs once more on a new connection. `work` must be safe to
+        run again until it sets `connection.answered` (a read; a transaction until its
+        first answer): nothing it sent before then took effect.
+        """
         try:
-            async with self.connections.connection() as connection:
+            return await self._attempt(sql, params, work, fresh=False)
+        except _FoundStale:
+            return await self._attempt(sql, params, work, fresh=True)
+
+    async def _attempt(
+        self,
+        sql: str,
+        params: Mapping[str, Any],
+        work: Callable[[LoopConnection], Awaitable[T]],
+        *,
+        fresh: bool,
+    ) -> T:
+        try:
+            async with self.connections.connection(fresh=fresh) as connection:
                 try:
-                    yield connection
+                    return await work(connection)
                 except psycopg.OperationalError as err:
                     if connection.broken and not isinstance(err, DatabaseNotAnswering):
                         # As SQLAlchemy does on a disconnect: the others may be gone too.
                         await self.connections.discard_idle()
+                        if connection.reused and not connection.answered:
+                            raise _FoundStale() from err
                     raise
         except psycopg.Error as err:
             raise sa_exc.DBAPIError.instance(sql, dict(params), err, psycopg.Error) from err
@@ -212,8 +285,8 @@ async def loop_reads(
         return
     conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
-    async def connect() -> TimedAsyncConnection:
-        connection = await TimedAsyncConnection.connect(
+    async def connect() -> LoopConnection:
+        connection = await LoopConnection.connect(
             conninfo, autocommit=True, **timeouts.connect_args()
         )
         connection.answer_timeout = timeouts.answer_seconds
@@ -222,7 +295,7 @@ async def loop_reads(
     connections = ConnectionSlots(connect, size, timeouts.answer_seconds)
     looks = [_first_look(table, engine.dialect) for table in Base.metadata.sorted_tables]
 
-    async def look_at_every_table(connection: TimedAsyncConnection) -> None:
+    async def look_at_every_table(connection: LoopConnection) -> None:
         async with connection.pipeline():
             for sql in looks:
                 await connection.execute(sql)

@@ -10,7 +10,7 @@ crash or a second replica cannot leak or double-count a slot.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -91,17 +91,21 @@ _LANE_ORDER = {ALERT_LANE: 0, NORMAL_LANE: 1}
 
 
 def admit(
-    session: Session, config: Config, projects: Iterable[str], now: datetime
+    session: Session, config: Config, projects: Iterable[str], clock: Callable[[], datetime]
 ) -> list[Admitted]:
     """Admit the heads of the given projects' lanes into their free slots (caller commits).
 
     One set-based statement for all lanes (`store.admit_heads`), serialised across
-    replicas by one admission lock per pass; audit rows in FIFO order per lane.
+    replicas by one admission lock per pass; audit rows in FIFO order per lane. The
+    pass's time is read from `clock` once it holds the lock: read before, a pass that
+    waited for another replica's would stamp its admissions (later seqs) earlier than
+    that replica's.
     """
     lanes = _capacities(config, projects)
     if not lanes:
         return []
     store.lock_admission(session)
+    now = clock()
     rows = store.admit_heads(session, lanes, now)
     # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
     admitted = sorted(
@@ -156,10 +160,11 @@ def dispatch(
     config: Config,
     projects: Iterable[str] | None = None,
     *,
-    now: datetime,
+    clock: Callable[[], datetime],
     wake_self: bool = True,
 ) -> list[Admitted]:
-    """One admission pass over the given projects (all with queued work when None).
+    """One admission pass over the given projects (all with queued work when None), at
+    the time `clock` tells once the pass holds the admission lock.
 
     One short transaction for the whole pass, whatever the number of projects.
     `wake_self=False`: the caller claims what it admits at once, so its own scheduler
@@ -170,4 +175,4 @@ def dispatch(
             quiet(session, ITEMS_ADMITTED)
         if projects is None:
             projects = projects_with_queued(session)
-        return admit(session, config, projects, now)
+        return admit(session, config, projects, clock)

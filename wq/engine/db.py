@@ -14,6 +14,7 @@ longer answers. Such a connection is closed, and the pool replaces it.
 from __future__ import annotations
 
 import math
+import select
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -120,6 +121,23 @@ class TimedAsyncConnection(psycopg.AsyncConnection[Any]):
             ) from None
 
 
+def has_input(fileno: int) -> bool:
+    """True if a connection nobody is using has something to read (or was closed).
+
+    An idle connection expects nothing from the server: input there is almost always
+    the server ending it (a restart, an administrator's `pg_terminate_backend`, an idle
+    timeout), whose message and end of stream arrive the moment it happens. Seeing it
+    costs one system call and no round trip, so every reuse of a pooled connection can
+    afford the look.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fileno, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fileno], [], [], 0)  # Windows: no poll()
+    return bool(readable)
+
+
 def connect_postgres(dsn: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, **kwargs: Any) -> Any:
     """A psycopg connection with the connect, statement and answer timeouts."""
     params = {**timeouts.connect_args(), **kwargs}
@@ -203,11 +221,14 @@ def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_T
 
 
 def _ping_when_idle(engine: Engine) -> None:
-    """Ping a pooled connection at checkout only when it sat idle for a while.
+    """Ping a pooled connection at checkout when it sat idle for a while, or when the
+    server sent it something while it was idle (`has_input`).
 
-    A connection used milliseconds ago is as good as a ping would show; one idle
-    longer may have been dropped by a server restart or a proxy. A failed ping makes
-    the pool discard it and check out another (`DisconnectionError`).
+    A connection used milliseconds ago is as good as a ping would show, unless the
+    server ended it since (a restart ends every connection at once, however recently
+    used: without the look, the first request on each failed). One idle longer may
+    have been dropped silently by a proxy. A failed ping makes the pool discard it and
+    check out another (`DisconnectionError`).
     """
 
     @event.listens_for(engine, "checkin")
@@ -217,7 +238,11 @@ def _ping_when_idle(engine: Engine) -> None:
     @event.listens_for(engine, "checkout")
     def _checked_out(dbapi: Any, record: Any, _proxy: Any) -> None:
         since = record.info.get(_IDLE_SINCE)
-        if since is None or time.monotonic() - since < IDLE_PING_SECONDS:
+        if since is None:
+            return  # just connected
+        if dbapi.closed:
+            raise exc.DisconnectionError("pooled connection was closed")
+        if time.monotonic() - since < IDLE_PING_SECONDS and not has_input(dbapi.fileno()):
             return
         try:
             engine.dialect.do_ping(dbapi)

@@ -3,7 +3,9 @@
 Intake (a webhook, a queue consumer, a test) stores an event and signals; the
 scheduler drains it right away, whatever the item's admission state, so views are
 never stale. Applying an event runs the type's handler under a per-item lock; events
-for terminal items are discarded.
+for terminal items are discarded. An item another transaction has locked is skipped,
+not waited for (the scheduler's one thread would wait with it, and every other item's
+events behind it): its events stay stored for the next drain.
 
 Ordering: an event's time (from the type's resolver) is checked at intake against the
 clock plus a skew, so one bogus far-future timestamp cannot freeze an item. The
@@ -47,6 +49,8 @@ class DrainResult:
     applied: int = 0
     discarded: int = 0
     failed: int = 0  # of the discarded: their handler raised
+    # The item was locked by another transaction: nothing was done, its events wait.
+    locked: bool = False
 
     def count(self, metrics: Metrics) -> None:
         """Count this drain's outcomes (once its transaction has committed)."""
@@ -76,9 +80,15 @@ def store_event(
 def drain_events(
     session: Session, item_id: uuid.UUID, registry: TypeRegistry, *, actor: str = "system"
 ) -> DrainResult:
-    """Apply an item's pending events in arrival order (caller commits)."""
+    """Apply an item's pending events in arrival order (caller commits).
+
+    If another transaction holds the item (its row, or its intake lock), nothing is
+    done and `locked` is set: the caller drains it again later.
+    """
     result = DrainResult()
-    store.lock_item(session, item_id)
+    if not store.try_lock_item(session, item_id):
+        result.locked = True
+        return result
     events = list(
         session.execute(
             select(PendingEvent)
@@ -88,8 +98,12 @@ def drain_events(
     )
     if not events:
         return result
-    item = session.get(WorkItem, item_id, with_for_update=True, populate_existing=True)
+    item = session.get(
+        WorkItem, item_id, with_for_update={"skip_locked": True}, populate_existing=True
+    )
     if item is None:
+        # Locked (or gone, and its events with it): SKIP LOCKED cannot tell, nor need it.
+        result.locked = True
         return result
     item_type = registry.get(item.type) if item.type in registry else None
     handler = item_type.event_handler if item_type is not None else None

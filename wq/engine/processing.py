@@ -58,6 +58,9 @@ STOP_STEP_SECONDS = 1.0
 BATCHES_IN_FLIGHT = 2
 # After a batch failed, the pass that takes its items again comes this much later.
 BATCH_RETRY_SECONDS = 1.0
+# An item whose events could not be applied (another transaction held it) is tried
+# again this much later: its lock's end wakes nobody.
+LOCKED_EVENTS_RETRY_SECONDS = 0.5
 
 
 def default_owner() -> str:
@@ -106,6 +109,8 @@ class ProcessingManager:
         # a backoff runs out), as the last batch saw; the hand-off keeps the workers'.
         self._batch_due: float | None = None
         self._waking_at = 0.0  # monotonic time the scheduler's current wait ends
+        # Items whose events wait because another transaction held them (scheduler's).
+        self._events_later: set[uuid.UUID] = set()
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
@@ -240,6 +245,8 @@ class ProcessingManager:
     def _wait_seconds(self) -> float:
         """Until the next poll, or sooner when a known lease or backoff runs out."""
         wait = self.settings.poll_interval_seconds
+        if self._events_later:
+            wait = min(wait, LOCKED_EVENTS_RETRY_SECONDS)
         for due in (self._handoff.due, self._batch_due):
             if due is not None:
                 wait = min(wait, max(0.0, due - time.monotonic()))
@@ -273,17 +280,19 @@ class ProcessingManager:
         for a worker (nothing else made items claimable: admissions elsewhere, workers
         that return, full batches and items that come due wake a pass that claims).
         """
-        for item_id in event_items:
+        later, self._events_later = self._events_later, set()
+        for item_id in later | set(event_items):
             try:
                 with self.sessions.begin() as session:
-                    drain_events(session, item_id, self.registry)
+                    if drain_events(session, item_id, self.registry).locked:
+                        self._events_later.add(item_id)
             except Exception:  # the sweep tries again; other items go on
                 log.exception("applying the events of work item %s failed", item_id)
         if projects is None or projects:
             # The claim and the batch below take what this admits: no second pass for
             # it. Pipelined BEGIN too: an admission pass follows most releases.
             admitted = dispatch(
-                self._worker_sessions, self.config, projects, now=self.clock(), wake_self=False
+                self._worker_sessions, self.config, projects, clock=self.clock, wake_self=False
             )
             claim = claim or bool(admitted)
         if not (claim or self._handoff.surplus_waiting):

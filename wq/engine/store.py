@@ -243,6 +243,18 @@ def lock_item(session: Session, item_id: uuid.UUID) -> None:
         )
 
 
+def try_lock_item(session: Session, item_id: uuid.UUID) -> bool:
+    """`lock_item` if no other transaction holds it now; False (and no lock) if one does."""
+    if not _is_postgres(session):
+        return True
+    return bool(
+        session.execute(
+            text("SELECT pg_try_advisory_xact_lock(:space, :key)"),
+            {"space": _ITEM_LOCK_SPACE, "key": _lock_key(str(item_id))},
+        ).scalar_one()
+    )
+
+
 def notify(session: Session, payloads: Sequence[str], origin: str) -> None:
     """Tell other replicas on the same PostgreSQL about new work (delivered on commit).
 

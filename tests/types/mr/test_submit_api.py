@@ -220,9 +220,11 @@ def test_on_postgresql_an_unchanged_resubmission_needs_no_request_thread(
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
-def test_after_the_server_dropped_its_connections_one_unchanged_resubmission_is_refused(
+def test_after_the_server_dropped_its_connections_no_unchanged_resubmission_is_refused(
     api: tuple[Runtime, TestClient], store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # As a restart does; the first resubmission on each dropped connection was a 503,
+    # and a caller that does not send it again loses it.
     runtime, client = api
     _created(client)
     assert client.post(URL, json=payload()).json()["action"] == "unchanged"  # one kept idle
@@ -232,11 +234,8 @@ def test_after_the_server_dropped_its_connections_one_unchanged_resubmission_is_
     caplog.set_level(logging.WARNING)
     answers = [client.post(URL, json=payload()) for _ in range(3)]
 
-    assert [answer.status_code for answer in answers] == [503, 200, 200]
-    assert answers[0].headers["Retry-After"] == "5"
-    assert [answer.json()["action"] for answer in answers[1:]] == ["unchanged", "unchanged"]
-    # One line for the outage, no more: no warning from psycopg repeating it.
-    assert [r.getMessage()[:20] for r in caplog.records] == ["database unavailable"]
-    runtime.engine.dispose()  # the test's own reads: its pooled connections were dropped too
-    # The refused one wrote nothing; each answered one its allow.
-    assert len(_audit(runtime)) == audited + 2
+    assert [answer.status_code for answer in answers] == [200, 200, 200], answers[0].text
+    assert [answer.json()["action"] for answer in answers] == ["unchanged"] * 3
+    assert not caplog.records  # no outage to report
+    # Each answered one its allow.
+    assert len(_audit(runtime)) == audited + 3

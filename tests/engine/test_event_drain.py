@@ -1,0 +1,120 @@
+"""The scheduler's event drain: an item locked elsewhere waits without holding up the
+others, and an event stored while an item was active never changes it once terminal."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+
+from tests.conftest import Store, make_config
+from tests.engine.helpers import load, submit
+from tests.support.chain import Behaviour, chain_registry
+from tests.support.waiting import wait_for
+from wq.engine import items
+from wq.engine.events import drain_events, store_event
+from wq.engine.models import PendingEvent, WorkItemStatus, utcnow
+from wq.engine.processing import ProcessingManager
+
+
+def pending(store: Store, item_id: uuid.UUID) -> int:
+    with store.sessions() as session:
+        return len(
+            session.execute(
+                select(PendingEvent.id).where(PendingEvent.work_item_id == item_id)
+            ).all()
+        )
+
+
+def step3_needed(store: Store, item_id: uuid.UUID) -> bool:
+    status = load(store.sessions, item_id).status("needs_step3")
+    return status is not None and status.status == "true"
+
+
+def dimensions(store: Store, item_id: uuid.UUID) -> list[tuple[str, str, Any]]:
+    with store.sessions() as session:
+        rows = session.execute(
+            select(WorkItemStatus)
+            .where(WorkItemStatus.work_item_id == item_id)
+            .order_by(WorkItemStatus.dimension)
+        ).scalars()
+        return [(row.dimension, row.status, row.updated_at) for row in rows]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_an_item_locked_elsewhere_is_skipped_and_drained_once_it_is_free(
+    store: Store, managers: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    behaviour = Behaviour()
+    registry = chain_registry(behaviour)
+    config = make_config(store.url)
+    held_item = submit(store.sessions, registry, config).item
+    free_item = submit(store.sessions, registry, config).item
+    assert held_item is not None and free_item is not None
+    manager = ProcessingManager(store.sessions, registry, config)
+    manager.start()
+    managers.append(manager)
+    wait_for(
+        lambda: all(
+            load(store.sessions, i).admission == "idle" for i in (held_item.id, free_item.id)
+        ),
+        message="both idle",
+    )
+    caplog.set_level(logging.INFO)
+    # Another transaction has changed the item's row and not committed yet (an event
+    # can still be stored for it: that needs only a key share lock).
+    holder = store.engine.connect()
+    try:
+        holder.execute(
+            text("UPDATE work_items SET updated_at = updated_at WHERE id = :id"),
+            {"id": held_item.id},
+        )
+        with manager.sessions.begin() as session:  # the manager's hub hears them
+            store_event(session, held_item.id, "redo", {})
+            store_event(session, free_item.id, "redo", {})
+        # Far sooner than the statement timeout the drain used to wait out.
+        wait_for(
+            lambda: behaviour.actions_of(free_item.id).count("step3") == 2,
+            timeout=5,
+            message="B's event applied and its step3 run again",
+        )
+        assert pending(store, held_item.id) == 1
+        assert not step3_needed(store, held_item.id)
+    finally:
+        holder.rollback()
+        holder.close()
+    wait_for(lambda: not pending(store, held_item.id), timeout=5, message="A applied after")
+    wait_for(lambda: behaviour.actions_of(held_item.id).count("step3") == 2, message="A redone")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_an_event_stored_while_active_changes_nothing_once_the_item_is_cancelled(
+    store: Store,
+) -> None:
+    registry = chain_registry(Behaviour())
+    config = make_config(store.url)
+    intake = submit(store.sessions, registry, config)
+    assert intake.item is not None
+    item_id = intake.item.id
+    with store.sessions.begin() as session:  # no scheduler: the event waits
+        store_event(session, item_id, "redo", {})
+    with store.sessions.begin() as session:
+        items.cancel(session, item_id, registry=registry, now=utcnow(), actor="test")
+    before = dimensions(store, item_id)
+    cancelled = load(store.sessions, item_id)
+
+    with store.sessions.begin() as session:
+        result = drain_events(session, item_id, registry)
+
+    assert dimensions(store, item_id) == before  # needs_step3 not set again
+    assert (result.applied, result.discarded) == (0, 1)
+    assert pending(store, item_id) == 0
+    after = load(store.sessions, item_id)
+    assert (after.phase, after.admission, after.updated_at) == (
+        "cancelled",
+        cancelled.admission,
+        cancelled.updated_at,
+    )
