@@ -83,6 +83,20 @@ def short(text: str | None, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def short_middle(text: str, width: int) -> str:
+    """At most `width` characters, the middle cut: both ends of a path tell it apart."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 3
+    return f"{text[:head]}…{text[len(text) - (width - 1 - head) :]}"
+
+
+def last_line(text: str | None) -> str | None:
+    """The last line that is not blank: a traceback's or a log's conclusion."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
 def pressure(pool: dict[str, Any]) -> tuple[int, float, float, str]:
     """Sort key, most pressed first: alert work waiting, queued per slot, oldest age."""
     normal, alert = pool["normal"], pool["alert"]

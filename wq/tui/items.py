@@ -17,13 +17,26 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
-from wq.tui.format import dimension_header, dimension_label, dimension_mark, short, short_id
+from wq.tui.format import (
+    age,
+    dimension_header,
+    dimension_label,
+    dimension_mark,
+    last_line,
+    short,
+    short_id,
+    short_middle,
+)
 from wq.tui.itemlist import MAX_PAGE, PAGE, Answer, ItemList, Span, fetch_spans
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import RowTable, fill, forget, selected_key, visible_keys
 
-FIXED = ("id", "type", "project", "phase", "admission", "attempts")
+FIXED = ("id", "type", "project", "phase", "admission", "since", "attempts")
+# Wide enough for most paths, narrow enough that an 80-column terminal still shows the
+# phase, admission, time in state and attempts beside it.
+PROJECT_WIDTH = 24
+ERROR_WIDTH = 40
 # From this many loaded items on, the heap is settled when the list doubles.
 FREEZE_FROM = 1000
 # Rows refreshed above and below those on screen: what a page key or two brings into view.
@@ -205,13 +218,14 @@ class ItemsScreen(PollingScreen):
             fixed=[
                 short_id(item["id"]),
                 item["type"],
-                item["project"],
+                short_middle(item["project"], PROJECT_WIDTH),
                 item["phase"],
                 item["admission"],
+                age(item.get("updated_at"), now=now),
                 str(item["attempts"]),
             ],
             marks={dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]},
-            error=short(item.get("error"), 40),
+            error=short(last_line(item.get("error")), ERROR_WIDTH),
         )
 
     def _cells(self, row: _Row) -> list[str]:
