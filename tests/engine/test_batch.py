@@ -286,6 +286,37 @@ def test_an_exception_in_one_item_keeps_the_others_work(store: Store) -> None:
             assert load(store.sessions, item_id).admission == "idle"
 
 
+def test_a_failure_is_counted_when_another_thread_s_batch_takes_the_item_first(
+    store: Store, monkeypatch: Any
+) -> None:
+    """A failed action's batch rolls back and takes its items again; a batch of another
+    thread that takes the item in between counts the failure (it ran the action
+    again, the failure lost, once on a loaded machine)."""
+    behaviour = Behaviour(fail_times={"step1": 1})
+    config = make_config(store.url, pools=BIG_POOLS)
+    registry = chain_registry(behaviour, cheap=True)
+    (item_id,) = admitted_batch(store, registry, config, 1)
+    runner = batch_runner(store, registry, config)
+    real_lock = leases.lock_claimable
+    others: list[Taken] = []
+
+    def lock_claimable(session: Any, **kwargs: Any) -> Any:
+        if kwargs.get("among") is not None and not others:
+            # Between the failed try and the next: another thread's batch.
+            other = threading.Thread(target=lambda: others.append(runner.take("b", limit=5)))
+            other.start()
+            other.join()
+        return real_lock(session, **kwargs)
+
+    monkeypatch.setattr(leases, "lock_claimable", lock_claimable)
+    runner.take("a", limit=5)
+    assert [taken.taken for taken in others] == [1]
+    assert behaviour.actions_of(item_id) == ["step1"]  # not run again meanwhile
+    item = load(store.sessions, item_id)
+    assert item.attempts == 1 and item.error is not None and "step1" in item.error
+    assert sum(events_of(store, "action_failed").values()) == 1
+
+
 def test_an_item_finished_in_the_batch_is_done_and_frees_its_slot_for_the_next(
     store: Store,
 ) -> None:

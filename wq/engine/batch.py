@@ -12,12 +12,15 @@ transaction and handed to worker threads (`wq.engine.runner`).
 
 An action that raises rolls the transaction back; the same items are then taken
 again with that item's failure recorded instead of its action, so the others' work
-commits and the failure is counted once.
+commits and the failure is counted once. The failure waits in `PendingFailures`,
+shared by the runner's threads: another thread's batch may take the item first, and
+then that batch records it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -56,6 +59,50 @@ class _ActionFailed(Exception):
         self.step = step
         self.action = action
         self.error = error
+        self.stamp: int | None = None  # the item's stamp when its batch took it
+
+
+class PendingFailures:
+    """Failed actions whose batch rolled back, until a batch that holds the item records
+    them (thread-safe). A batch takes its item's failure while it holds the item's row,
+    and gives it back if it rolls back, so a failure is recorded once. One that no
+    batch of this process records (another replica took the item) is dropped after
+    `keep_seconds`."""
+
+    def __init__(self, keep_seconds: float) -> None:
+        self.keep_seconds = keep_seconds
+        self._lock = threading.Lock()
+        self._failures: dict[uuid.UUID, tuple[_ActionFailed, float]] = {}
+
+    def add(self, failure: _ActionFailed) -> None:
+        """Keep a failure until a batch records it."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [k for k, (_, at) in self._failures.items() if now - at > self.keep_seconds]
+            for key in stale:
+                del self._failures[key]
+            self._failures[failure.item_id] = (failure, now)
+
+    def take(self, item_id: uuid.UUID, stamp: int, step: int, action: str) -> _ActionFailed | None:
+        """The failure of `action` at `step` of this item, removed; None if there is none,
+        or if the item changed since (`stamp`: another replica took it meanwhile)."""
+        with self._lock:
+            found = self._failures.get(item_id)
+            if found is None:
+                return None
+            failure = found[0]
+            if failure.stamp != stamp:
+                del self._failures[item_id]  # the item moved on without it
+                return None
+            if (failure.step, failure.action) != (step, action):
+                return None
+            del self._failures[item_id]
+            return found[0]
+
+    def give_back(self, failures: Sequence[_ActionFailed]) -> None:
+        """Failures a batch took and did not commit."""
+        for failure in failures:
+            self.add(failure)
 
 
 @dataclass(frozen=True)
@@ -86,6 +133,7 @@ class BatchRunner:
         self.settings = settings
         self.clock = clock
         self.metrics = metrics_of(sessions)
+        self.failures = PendingFailures(keep_seconds=settings.lease_seconds)
 
     @property
     def cheap_types(self) -> list[str]:
@@ -100,19 +148,18 @@ class BatchRunner:
         (more may be waiting), before its actions run.
         """
         types = self.cheap_types
-        failed: dict[uuid.UUID, _ActionFailed] = {}
         among: list[uuid.UUID] | None = None
         careful = False  # flush after each action, to find one whose writes are refused
         for _ in range(limit + 2):
             chosen: list[uuid.UUID] = []
             try:
-                return self._attempt(owner, types, limit, among, failed, on_full, careful, chosen)
+                return self._attempt(owner, types, limit, among, on_full, careful, chosen)
             except _ActionFailed as failure:
                 if not careful and isinstance(failure.error, SQLAlchemyError):
                     # Maybe another action's writes, flushed by this one's query.
                     careful = True
                 else:
-                    failed[failure.item_id] = failure
+                    self.failures.add(failure)
             except Exception:
                 if careful or not chosen:
                     raise  # not one action's doing (the database, say)
@@ -127,7 +174,6 @@ class BatchRunner:
         types: Sequence[str],
         limit: int,
         among: list[uuid.UUID] | None,
-        failed: dict[uuid.UUID, _ActionFailed],
         on_full: Callable[[], None] | None,
         careful: bool,
         chosen: list[uuid.UUID],
@@ -154,39 +200,45 @@ class BatchRunner:
             ]
             releases: list[Release] = []
             handoff: list[WorkItem] = []
-            for item in items:
-                try:
-                    settled = self._advance(
-                        session, item, actor, failed.get(item.id), now, releases, careful
+            recorded: list[_ActionFailed] = []  # failures this batch counts
+            try:
+                for item in items:
+                    if not self._advance(session, item, actor, recorded, now, releases, careful):
+                        handoff.append(item)
+                token = str(uuid.uuid4())
+                lease_until = now + timedelta(seconds=self.settings.lease_seconds)
+                leases.lease(
+                    session,
+                    [item.id for item in handoff],
+                    owner=owner,
+                    token=token,
+                    lease_until=lease_until,
+                )
+                # Those handed on are audited with their new lease; the others were held
+                # by this batch's row locks only.
+                handed = {item.id for item in handoff}
+                audit_takeovers(
+                    session, owner, [c for c in taken_over if c.id in handed], lease_until
+                )
+                audit_takeovers(session, owner, [c for c in taken_over if c.id not in handed], None)
+                release_slots(session, releases, actor=actor, now=now)
+                # When the next item comes due: a full batch knows its own backoffs and
+                # holds (the next batch follows at once and reads the rest).
+                due = (
+                    min(
+                        (i.run_after for i in items if i.run_after and i.run_after > now),
+                        default=None,
                     )
-                except _ActionFailed:
-                    session.rollback()
-                    raise
-                if not settled:
-                    handoff.append(item)
-            token = str(uuid.uuid4())
-            lease_until = now + timedelta(seconds=self.settings.lease_seconds)
-            leases.lease(
-                session,
-                [item.id for item in handoff],
-                owner=owner,
-                token=token,
-                lease_until=lease_until,
-            )
-            # Those handed on are audited with their new lease; the others were held
-            # by this batch's row locks only.
-            handed = {item.id for item in handoff}
-            audit_takeovers(session, owner, [c for c in taken_over if c.id in handed], lease_until)
-            audit_takeovers(session, owner, [c for c in taken_over if c.id not in handed], None)
-            release_slots(session, releases, actor=actor, now=now)
-            # When the next item comes due: a full batch knows its own backoffs and
-            # holds (the next batch follows at once and reads the rest).
-            due = (
-                min((i.run_after for i in items if i.run_after and i.run_after > now), default=None)
-                if len(items) == limit
-                else leases.next_due(session, types, now)
-            )
-            session.commit()
+                    if len(items) == limit
+                    else leases.next_due(session, types, now)
+                )
+                session.commit()
+            except BaseException:
+                # Not committed: the failures it took wait for the next batch again
+                # (given back while this one still holds the rows).
+                self.failures.give_back(recorded)
+                session.rollback()
+                raise
         if taken_over:
             self.metrics.lease_rescues.labels("claim").inc(len(taken_over))
         claims = [Claim(item.id, token, None, None, item.type) for item in handoff]
@@ -202,7 +254,7 @@ class BatchRunner:
         session: Session,
         item: WorkItem,
         actor: str,
-        failure: _ActionFailed | None,
+        recorded: list[_ActionFailed],
         now: datetime,
         releases: list[Release],
         careful: bool,
@@ -214,6 +266,7 @@ class BatchRunner:
         it does not hold up the batch.
         """
         item_type = self.registry.get(item.type)
+        stamp = item.stamp  # as committed: what a failure of this batch's is bound to
         for step in range(MAX_STEPS):
             try:
                 decision = self._decide(item, now)
@@ -236,11 +289,18 @@ class BatchRunner:
                 return True
             if decision not in item_type.cheap_actions:
                 return False
-            if failure is not None and (failure.step, failure.action) == (step, decision):
-                # It raised in an earlier attempt of this batch: count it, do not rerun it.
+            failure = self.failures.take(item.id, stamp, step, decision)
+            if failure is not None:
+                # It raised in an earlier batch: count it, do not rerun it.
+                recorded.append(failure)
                 record_failure(session, item, decision, failure.error, actor, self.settings, now)
                 return True
-            if not self._act(session, item, step, decision, actor, now, careful):
+            try:
+                acted = self._act(session, item, step, decision, actor, now, careful)
+            except _ActionFailed as failed:
+                failed.stamp = stamp
+                raise
+            if not acted:
                 releases.append(Release(item, {"source": "worker", "action": decision}))
                 return True
         return False
