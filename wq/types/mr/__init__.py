@@ -39,5 +39,8 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
             ),
             settings=parsed,
             retry_veto=retry_veto,
+            # A git push GitLab still processes when the daemon exits must not meet
+            # another replica's push: leases outlive the exit by this much.
+            request_timeout_seconds=parsed.request_timeout_seconds,
         )
     )
