@@ -1,11 +1,16 @@
 """A rescued attempt finds its predecessor's push on GitLab and does not push it again:
-every extra git commit would start another CI pipeline."""
+every extra git commit would start another CI pipeline; and a push still in flight
+when the daemon exits keeps its lease until the request timeout."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from tests.fakes.gitlab import FakeGitLab
+from tests.support.waiting import wait_for
 from tests.types.mr.harness import PROJECT, Harness
 from tests.types.mr.test_converge import BRANCH, open_by_hand
+from wq.engine.models import utcnow
 
 
 def commits_pushed(gitlab: FakeGitLab) -> int:
@@ -47,3 +52,19 @@ def test_a_branch_with_other_changes_is_pushed_again(harness: Harness, gitlab: F
     harness.settled(item_id)
     assert commits_pushed(gitlab) == 1
     assert gitlab.project(PROJECT).text(BRANCH, "leftover") is None
+
+
+def test_a_push_in_flight_at_shutdown_keeps_the_lease_past_the_request_timeout(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    # GitLab holds the git commit open past the shutdown grace: the exiting daemon's
+    # push may still land until its client's timeout (30 s, the default), so no other
+    # replica may take the item over before then.
+    gitlab.add_latency("POST", r"/repository/commits", 3.0, times=1)
+    _, item_id = harness.submit()
+    wait_for(lambda: gitlab.requests_to("POST", r"/repository/commits"), message="pushing")
+    assert harness.manager.stop(grace=0.2) == [item_id]
+    held = harness.item(item_id)
+    assert held.leased_until is not None
+    assert held.leased_until > utcnow() + timedelta(seconds=25)
+    wait_for(lambda: harness.item(item_id).lease_token is None, message="handed back")
