@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from wq.daemon.runtime import build_registry, build_runtime, wants_local_token
+from wq.daemon.runtime import (
+    build_registry,
+    build_runtime,
+    unhandled_by_default,
+    wants_local_token,
+)
 from wq.engine.config import Config, parse_config
 from wq.types import KNOWN_TYPES
+from wq.types.mr import NEEDS_CONFIG
 
 
 def test_a_config_file_without_handled_types_handles_nothing() -> None:
@@ -16,8 +22,17 @@ def test_a_config_file_without_handled_types_handles_nothing() -> None:
     assert build_registry(parse_config({}, "wq.yml")).names == []
 
 
-def test_the_embedded_default_handles_every_known_type() -> None:
-    assert sorted(build_registry(Config()).names) == sorted(KNOWN_TYPES)
+def test_the_embedded_default_handles_only_the_types_it_can_take_submissions_for() -> None:
+    # mr without GitLab projects would refuse every submission: it is left out, and why.
+    assert build_registry(Config()).names == ["task"]
+    assert unhandled_by_default(Config()) == {"mr": NEEDS_CONFIG}
+    assert set(KNOWN_TYPES) == {"mr", "task"}
+
+
+def test_a_config_file_naming_mr_handles_it() -> None:
+    config = parse_config({"handled_types": {"mr": {}, "task": {}}}, "wq.yml")
+    assert sorted(build_registry(config).names) == ["mr", "task"]
+    assert unhandled_by_default(config) == {}
 
 
 @pytest.mark.parametrize(

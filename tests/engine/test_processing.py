@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -13,13 +14,13 @@ from sqlalchemy import select
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, audit_types, count_by, load, submit, submit_many
-from tests.support.chain import STEPS, Behaviour, chain_registry
+from tests.support.chain import STEPS, Behaviour, chain_registry, chain_type
 from tests.support.waiting import wait_for
 from wq.engine import items, leases
 from wq.engine.events import store_event
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager, backoff_delay
-from wq.engine.registry import ActionContext
+from wq.engine.registry import ActionContext, TypeRegistry
 from wq.engine.sweep import sweep_once
 
 
@@ -485,3 +486,21 @@ def test_an_expired_lease_is_taken_over_when_it_runs_out_and_audited(
         assert takeovers[0].actor == "rescuer"
         assert (takeovers[0].old_state or {})["lease_owner"] == "dead-host:1"
     assert behaviour.actions_of(item_id) == list(STEPS)
+
+
+def test_past_the_grace_a_lease_outlives_the_exit_by_the_request_timeout(store: Store) -> None:
+    # A call the exiting process made may be in flight until its client's timeout
+    # (a git push GitLab is still processing): no replica may take over before then.
+    behaviour = Behaviour(sleep={"step1": 3.0})
+    config = make_config(store.url, processing={"lease_seconds": 2.0})
+    registry = TypeRegistry()
+    registry.register_type(dataclasses.replace(chain_type(behaviour), request_timeout_seconds=30.0))
+    item_id = submit(store.sessions, registry, config).item.id  # type: ignore[union-attr]
+    manager = ProcessingManager(store.sessions, registry, config, owner="leaving")
+    manager.start()
+    wait_for(lambda: behaviour.actions_of(item_id), message="step1 running")
+    assert manager.stop(grace=0.3) == [item_id]
+    held = load(store.sessions, item_id)
+    assert held.lease_owner == "leaving" and held.leased_until is not None
+    assert held.leased_until > utcnow() + timedelta(seconds=25)
+    wait_for(lambda: load(store.sessions, item_id).lease_token is None, message="handed back")

@@ -104,15 +104,18 @@ class Runtime:
 def build_registry(config: Config) -> TypeRegistry:
     """Register the types the config handles.
 
-    `handled_types` omitted means every known type in the embedded default and none
-    in a config file (the reference service's rule; the daemon warns at start).
+    `handled_types` omitted means, in the embedded default, every known type that can
+    take a submission without settings (`unhandled_by_default` says why the others are
+    left out) and none in a config file (the reference service's rule; the daemon warns
+    at start).
     """
     registry = TypeRegistry()
     load_all_models()
     handled = config.handled_types
-    # Omitted: the embedded default handles everything, a config file nothing.
-    everything = list(KNOWN_TYPES) if config.embedded else []
-    names = everything if handled is None else list(handled)
+    # Omitted: the embedded default handles what works unconfigured, a file nothing.
+    left_out = unhandled_by_default(config)
+    everything = [name for name in KNOWN_TYPES if name not in left_out]
+    names = (everything if config.embedded else []) if handled is None else list(handled)
     for name in names:
         if name not in KNOWN_TYPES:
             known = ", ".join(sorted(KNOWN_TYPES)) or "none"
@@ -123,6 +126,18 @@ def build_registry(config: Config) -> TypeRegistry:
         module = importlib.import_module(KNOWN_TYPES[name])
         module.register(registry, (handled or {}).get(name) or {}, source=config.source)
     return registry
+
+
+def unhandled_by_default(config: Config) -> dict[str, str]:
+    """The known types the embedded default leaves out, with why (empty otherwise)."""
+    if not config.embedded or config.handled_types is not None:
+        return {}
+    reasons = {}
+    for name, package in KNOWN_TYPES.items():
+        reason = getattr(importlib.import_module(package), "NEEDS_CONFIG", None)
+        if reason:
+            reasons[name] = str(reason)
+    return reasons
 
 
 def wants_local_token(config: Config, *, loopback: bool) -> bool:

@@ -24,7 +24,7 @@ from wq.client.token_cache import TokenCache
 from wq.daemon.app import create_app
 from wq.daemon.body import HEADER_PARSE_LIMIT
 from wq.daemon.heap import freeze_startup_heap
-from wq.daemon.runtime import Runtime, build_runtime
+from wq.daemon.runtime import Runtime, build_runtime, unhandled_by_default
 from wq.engine import schema
 from wq.engine.archive import missing_credentials
 from wq.engine.config import Config
@@ -151,6 +151,8 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
     url = _url_for(host, sock.getsockname()[1])
     log.info("listening on %s", url)
     log.info("handled types: %s", ", ".join(runtime.registry.names) or "none")
+    for name, reason in unhandled_by_default(config).items():
+        log.info("not handled without a config file: %s (%s)", name, reason)
 
     cache = TokenCache()
 

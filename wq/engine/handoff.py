@@ -185,6 +185,29 @@ class WorkerHandoff:
             except Exception as err:
                 self._failures.failed("heartbeat", err)
 
+    def hold(self, item_ids: list[uuid.UUID], seconds: float) -> int:
+        """Extend the leases of these running items to `seconds` from now (never
+        shorten one); return how many are still held."""
+        with self.returned:
+            running = {
+                item_id: self.running[item_id] for item_id in item_ids if item_id in self.running
+            }
+        if not running:
+            return 0
+        lease_until = self._clock() + timedelta(seconds=seconds)
+        with self._sessions.begin() as session:
+            result = session.execute(
+                update(WorkItem)
+                .where(
+                    WorkItem.id.in_(running),
+                    WorkItem.lease_token.in_(set(running.values())),
+                    WorkItem.leased_until < lease_until,
+                )
+                .values(leased_until=lease_until)
+                .execution_options(synchronize_session=False)
+            )
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
     def heartbeat(self) -> int:
         """Extend the leases of every item being processed; return how many still held."""
         with self.returned:

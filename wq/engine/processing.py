@@ -14,8 +14,10 @@ free workers. Beside them run the sweep and the types' periodic work (tickers).
 
 Shutdown stops claiming at once; running actions get the grace period to end, after
 which each worker hands its item back. Past the grace nothing is handed over early:
-the daemon exits and the leases of actions still running run out on their own, so
-another replica can never run an item this one is still executing.
+the leases of actions still running are held for the longer of one lease period and
+the types' outbound request timeout (`ItemType.request_timeout_seconds`), the daemon
+exits and they run out on their own, so another replica never runs an item while this
+one may still be executing it or have a call for it in flight.
 """
 
 from __future__ import annotations
@@ -191,12 +193,28 @@ class ProcessingManager:
                 len(leftovers),
                 ", ".join(f"{item_id} ({actions.get(item_id, '?')})" for item_id in leftovers),
             )
+            self._hold_past_exit(list(leftovers))
         self._halted.set()
         self._handoff.pool.close()
         step_end = time.monotonic() + STOP_STEP_SECONDS
         for thread in self._threads:
             thread.join(timeout=max(0.0, step_end - time.monotonic()))
         return list(leftovers)
+
+    def _hold_past_exit(self, item_ids: list[uuid.UUID]) -> None:
+        """Hold the leases of actions still running at the deadline for one more lease
+        period or the types' longest outbound request timeout, whichever is longer.
+
+        The process exits next, but a call it made (a git push) may still be in flight
+        until its client's timeout: a replica taking the item over before then could
+        act alongside it.
+        """
+        timeouts = [self.registry.get(name).request_timeout_seconds for name in self.registry.names]
+        seconds = max([self.settings.lease_seconds, *timeouts])
+        try:
+            self._handoff.hold(item_ids, seconds)
+        except Exception as err:  # the leases run out as heartbeats left them
+            log.warning("could not hold the leases of running actions past exit: %s", err)
 
     @property
     def busy(self) -> int:

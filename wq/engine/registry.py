@@ -240,6 +240,11 @@ class ItemType:
     # objects they are given: they run in a batch's transaction, on a batch thread,
     # without a worker (`wq.engine.batch`).
     cheap_actions: frozenset[str] = frozenset()
+    # The longest one outbound call of its executors may take (their client's request
+    # timeout; 0: none). Past the shutdown grace the leases of actions still running
+    # are held at least this long, so that no replica takes an item over while the
+    # exiting one's call may still be in flight.
+    request_timeout_seconds: float = 0.0
 
 
 class UnknownType(LookupError):

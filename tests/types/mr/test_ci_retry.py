@@ -68,7 +68,11 @@ def test_a_failure_reason_matcher_retries_without_reading_the_trace(
     assert gitlab.job(PROJECT, failed.id).retried
     assert trace_requests(gitlab) == []
     row = item.status("needs_ci_retry")
-    assert row is not None and row.status == "false" and row.detail == {"jobs": []}
+    assert (
+        row is not None
+        and row.status == "false"
+        and row.detail == {"jobs": [], "seen": [failed.id]}
+    )
     [(outcome, build, matcher, reason)] = stage.outcomes()
     assert (outcome, build, matcher, reason) == (
         "retried",
@@ -372,3 +376,21 @@ def test_a_429_is_retried_after_the_time_gitlab_asks(stage: CiStage, gitlab: Fak
     [failure] = stage.audits("action_failed")
     assert failure.trigger["retry_in_seconds"] >= 1  # type: ignore[index]
     assert [o for o, *_ in stage.outcomes()] == ["retried"]
+
+
+def test_a_redelivered_build_event_after_the_retry_changes_nothing(stage: CiStage) -> None:
+    pipeline = stage.pipeline(
+        {"name": "rpm", "status": "failed", "failure_reason": "runner_system_failure"}
+    )
+    failed = stage.job(pipeline, "rpm")
+    stage.fail(failed)
+    stage.run()
+    assert stage.jobs_list() == []
+    set_before = len(stage.audits("dimension_set"))
+
+    stage.fail(failed)  # the same event again (SQS at-least-once, a webhook resent)
+    item = stage.run()
+    row = item.status("needs_ci_retry")
+    assert row is not None and row.status == "false"
+    assert len(stage.audits("dimension_set")) == set_before
+    assert [(o, b) for o, b, _, _ in stage.outcomes()] == [("retried", failed.id)]

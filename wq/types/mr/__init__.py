@@ -6,6 +6,10 @@ from typing import Any
 
 from wq.engine.registry import ItemType, Submission, TypeRegistry
 
+# Why the embedded default (no config file) leaves this type out: with no GitLab
+# project configured it would refuse every submission.
+NEEDS_CONFIG = "it needs GitLab projects and their tokens (handled_types.mr.projects)"
+
 
 def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = "") -> None:
     """Register the `mr` type with its settings from `handled_types.mr`."""
@@ -35,5 +39,8 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
             ),
             settings=parsed,
             retry_veto=retry_veto,
+            # A git push GitLab still processes when the daemon exits must not meet
+            # another replica's push: leases outlive the exit by this much.
+            request_timeout_seconds=parsed.request_timeout_seconds,
         )
     )

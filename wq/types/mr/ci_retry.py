@@ -46,7 +46,7 @@ from wq.types.mr.ci_gitlab import (
     trace_tail,
 )
 from wq.types.mr.ci_metrics import count_job
-from wq.types.mr.events import parse_time
+from wq.types.mr.events import parse_time, seen_builds
 from wq.types.mr.gitlab import client
 from wq.types.mr.job_retry import JobRetryConfig, Matcher, decide, format_duration
 from wq.types.mr.models import MrItem
@@ -315,10 +315,13 @@ def retry_ci_jobs(ctx: ActionContext) -> None:
     run.write()
     # Jobs a build event added meanwhile stay for the next run.
     done = {job["build_id"] for job in seen}
-    arrived = [job for job in _jobs(_fresh_row(ctx, item)) if job["build_id"] not in done]
+    fresh = _fresh_row(ctx, item)
+    arrived = [job for job in _jobs(fresh) if job["build_id"] not in done]
     kept = _unique(kept + arrived)
+    # The build ids already handled stay remembered: a redelivered event is a no-op.
+    remembered = seen_builds(fresh.detail if fresh is not None else None)
     if not kept:
-        set_dimension(ctx.session, item, DIMENSION, False, detail={"jobs": []})
+        set_dimension(ctx.session, item, DIMENSION, False, detail={"jobs": [], "seen": remembered})
         return
     waits = [parse_time(job.get("not_before")) for job in kept]
     due = (
@@ -327,4 +330,11 @@ def retry_ci_jobs(ctx: ActionContext) -> None:
         or any(wait is None or wait <= ctx.now for wait in waits)
     )
     pending = None if due else min(wait for wait in waits if wait is not None)
-    set_dimension(ctx.session, item, DIMENSION, True, detail={"jobs": kept}, pending_until=pending)
+    set_dimension(
+        ctx.session,
+        item,
+        DIMENSION,
+        True,
+        detail={"jobs": kept, "seen": remembered},
+        pending_until=pending,
+    )

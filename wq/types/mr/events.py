@@ -52,6 +52,10 @@ JOB_FIELDS = (
 )
 # A bound on the recorded jobs of one item (the oldest builds go first).
 MAX_RECORDED_JOBS = 200
+# A bound on the failed build ids an item remembers (the `seen` list of the
+# `needs_ci_retry` detail), so that a redelivered build event is a no-op even after
+# the retry executor emptied the jobs list. Build ids only grow: the oldest go first.
+MAX_SEEN_BUILDS = 1000
 MR_REF = re.compile(r"refs/merge-requests/([1-9][0-9]{0,9})/(?:head|merge|train)")
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
@@ -241,9 +245,11 @@ def _build(ctx: EventContext, item: MrItem, payload: dict[str, Any]) -> None:
             f"job {build_id} belongs to pipeline {pipeline_id}, older than the head {head}"
         )
     row = item.status("needs_ci_retry")
-    jobs = list((row.detail or {}).get("jobs", [])) if row is not None else []
+    detail = row.detail if row is not None and isinstance(row.detail, dict) else {}
+    jobs = list(detail.get("jobs", []))
+    seen = seen_builds(detail)
     failed = payload.get("build_status") == "failed"
-    if failed and any(job.get("build_id") == build_id for job in jobs):
+    if failed and (build_id in seen or any(job.get("build_id") == build_id for job in jobs)):
         raise StaleEvent(f"job {build_id} is already recorded")
     item.head_pipeline_id = pipeline_id  # build events follow the head pipeline too
     if not failed:
@@ -256,9 +262,20 @@ def _build(ctx: EventContext, item: MrItem, payload: dict[str, Any]) -> None:
         ctx,
         "needs_ci_retry",
         _trigger(ctx.event_type, payload),
-        detail={"jobs": jobs[-MAX_RECORDED_JOBS:]},
+        detail={"jobs": jobs[-MAX_RECORDED_JOBS:], "seen": remember_build(seen, build_id)},
         pending_until=None,
     )
+
+
+def seen_builds(detail: Any) -> list[int]:
+    """The failed build ids the `needs_ci_retry` detail remembers, oldest first."""
+    seen = detail.get("seen") if isinstance(detail, dict) else None
+    return [n for n in seen if isinstance(n, int)] if isinstance(seen, list) else []
+
+
+def remember_build(seen: list[int], build_id: int) -> list[int]:
+    """`seen` with `build_id` added, bounded to the newest MAX_SEEN_BUILDS ids."""
+    return sorted({*seen, build_id})[-MAX_SEEN_BUILDS:]
 
 
 def handle(ctx: EventContext) -> None:

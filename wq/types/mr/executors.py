@@ -68,9 +68,32 @@ def _changes_anything(project: Any, ref: str, actions: list[dict[str, Any]]) -> 
     return False
 
 
+def _branch_holds(project: Any, item: MrItem) -> bool:
+    """Whether the source branch already is the target branch plus the item's actions.
+
+    A rescued attempt (the worker died after GitLab accepted its git commit, before
+    the database commit) finds its own push there: pushing it again would only start
+    another CI pipeline. The branch holds it when every action's file is as asked and
+    the branch differs from the target in no other file.
+    """
+    if _changes_anything(project, item.source_branch, item.file_actions):
+        return False
+    try:
+        compare = project.repository_compare(item.target_branch, item.source_branch, straight=True)
+    except GitlabGetError as err:
+        if err.response_code == 404:  # no source branch yet
+            return False
+        raise
+    touched = {action["file_path"] for action in item.file_actions}
+    changed = {path for diff in compare["diffs"] for path in (diff["old_path"], diff["new_path"])}
+    return changed <= touched
+
+
 def _push(project: Any, item: MrItem) -> None:
     """Make the source branch the target branch plus the submitted actions: one git
-    commit, force-pushed (GitLab's Commits API)."""
+    commit, force-pushed (GitLab's Commits API), unless the branch holds that already."""
+    if _branch_holds(project, item):
+        return
     project.commits.create(
         {
             "branch": item.source_branch,
