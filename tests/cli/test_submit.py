@@ -112,3 +112,16 @@ def test_submit_mr_wait_gives_up_after_the_timeout(daemon: RunningDaemon, cache_
     assert result.code == 1, result
     assert "still waiting after 1s" in result.stderr
     assert result.stdout.startswith("created mr item ")
+
+
+def test_submit_task_with_a_too_deep_payload_is_one_error_line(
+    daemon: RunningDaemon, cache_home: Path, tmp_path: Path
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' + "[" * 600 + "]" * 600 + "}", encoding="utf-8")
+    args = ["submit", "task", "--project", "demo", "--kind", "echo", "--payload", f"@{deep}"]
+    result = invoke(args, env(daemon, cache_home))
+    assert result.code != 0, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wq: error:"), result
+    assert "nested deeper than 32 levels" in lines[0], result

@@ -54,7 +54,13 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.outage = OutageLog()
     install_error_handlers(app, app.state.outage)
     # Runs before any route reads a body (inside the auth layer's header filter).
-    app.add_middleware(BodyGuard, max_body_bytes=runtime.config.server.max_body_bytes)
+    server = runtime.config.server
+    app.add_middleware(
+        BodyGuard,
+        max_body_bytes=server.max_body_bytes,
+        max_document_depth=server.max_document_depth,
+        max_document_bytes=server.max_document_bytes,
+    )
     install_auth_handling(app)
     types = [runtime.registry.get(name) for name in runtime.registry.names]
     # Order matters: a type's own submission route before the item routes, the

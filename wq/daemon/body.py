@@ -6,7 +6,9 @@ unauthenticated caller could make the daemon buffer and parse any amount of data
 principal is kept for the route's own dependency), answers a refusal without reading
 a byte of the body, refuses a body that is not JSON (415), and reads the body itself
 up to the configured limit (413 as soon as the limit is passed, whatever
-`Content-Length` claimed). The route then gets the buffered body.
+`Content-Length` claimed), then refuses a body that is not JSON (400) or a field
+that could not be stored and written back (422, wq.daemon.documents). The route
+then gets the buffered body.
 
 The GitLab webhook checks its own secret header before it reads the body; it is
 bounded here too, but not authenticated with a Bearer token.
@@ -21,6 +23,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wq.daemon.auth import Refusal, authenticate_request, authenticated_at_once
+from wq.daemon.contract import ErrorBody
+from wq.daemon.documents import DocumentRefused, NotJson, check_body
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WEBHOOK_PREFIX = "/api/webhooks/"
@@ -47,9 +51,18 @@ def _error(status: int, message: str) -> JSONResponse:
 class BodyGuard:
     """ASGI middleware: authenticate, check the media type, then read a bounded body."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_document_depth: int = 32,
+        max_document_bytes: int = 256 * 1024,
+    ) -> None:
         self.app = app
         self.limit = max_body_bytes
+        self.max_depth = max_document_depth
+        self.max_document = max_document_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,6 +102,10 @@ class BodyGuard:
         if body is None:
             await self._too_large()(scope, receive, send)
             return
+        refused = self._check_documents(body, webhook=path.startswith(WEBHOOK_PREFIX))
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         await self.app(scope, _replay(body, receive), send)
 
     async def _authenticate(self, scope: Scope, path: str) -> Response | None:
@@ -104,6 +121,22 @@ class BodyGuard:
             handler = request.app.exception_handlers[Refusal]
             response: Response = await handler(request, refusal)
             return response
+        return None
+
+    def _check_documents(self, body: bytes, *, webhook: bool) -> Response | None:
+        """400 for a body that is not JSON, 422 for a field that could not be kept."""
+        if not body:
+            return None
+        try:
+            check_body(body, max_depth=self.max_depth, max_bytes=self.max_document)
+        except NotJson as error:
+            # A webhook takes any media type: its route says what it takes.
+            return None if webhook else _error(400, str(error))
+        except DocumentRefused as error:
+            return JSONResponse(
+                ErrorBody(error=str(error), problems=[str(error)]).model_dump(),
+                status_code=422,
+            )
         return None
 
     def _too_large(self) -> Response:

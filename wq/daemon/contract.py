@@ -62,7 +62,7 @@ HEADERS: dict[int, dict[str, Any]] = {
 ANY_ROUTE = (431,)
 API_ROUTE = (*ANY_ROUTE, 401, 403, 503)  # a Bearer token, a permission, the database
 WITH_PARAMETERS = (422,)
-WITH_BODY = (413, 415)  # BodyGuard: the size limit and the JSON media type
+WITH_BODY = (400, 413, 415)  # BodyGuard: not JSON, the size limit, the JSON media type
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

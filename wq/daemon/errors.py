@@ -56,7 +56,13 @@ def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
-        for err in exc.errors():
+        errors = exc.errors()
+        undecodable = [err for err in errors if err.get("type") == "json_invalid"]
+        if undecodable:
+            # A body that is not JSON at all is a 400; 422 is for JSON that fails validation.
+            reason = undecodable[0].get("ctx", {}).get("error") or undecodable[0].get("msg")
+            return _error(400, f"the body is not valid JSON: {reason}")
+        for err in errors:
             where = ".".join(str(part) for part in err.get("loc", ()) if part != "body")
             problems.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
         return _error(422, "; ".join(problems) or "invalid request", problems=problems)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime
 from typing import Any, Literal
 
 import orjson
+import pydantic_core
 from fastapi import Response
 from pydantic import BaseModel, ConfigDict
 
 from wq.engine.models import WorkItem
+
+log = logging.getLogger(__name__)
+# Items whose details could not be written back, logged once each per process.
+_UNSHOWABLE_LOGGED: set[str] = set()
 
 # The values the engine gives these columns (wq.engine.models), as the document states them.
 Phase = Literal["active", "completed", "failed", "cancelled"]
@@ -186,5 +192,37 @@ def answer(model: type[BaseModel], document: dict[str, Any], status_code: int = 
     try:
         body = orjson.dumps(document, option=_ANSWER_JSON)
     except orjson.JSONEncodeError:
-        body = model.model_validate(document).model_dump_json().encode()
+        try:
+            body = model.model_validate(document).model_dump_json().encode()
+        except (ValueError, RecursionError):
+            # One stored row that cannot be written back (stored before the door checked
+            # it, wq.daemon.documents) must not fail a list for every caller.
+            body = model.model_validate(_showable(document)).model_dump_json().encode()
     return Response(content=body, status_code=status_code, media_type="application/json")
+
+
+def _showable_item(item: Any) -> Any:
+    """`item`, or it with its details replaced by a marker when they cannot be written."""
+    if not isinstance(item, dict):
+        return item
+    try:
+        pydantic_core.to_json(item)
+    except (ValueError, RecursionError) as error:
+        key = str(item.get("id"))
+        if key not in _UNSHOWABLE_LOGGED:
+            _UNSHOWABLE_LOGGED.add(key)
+            log.error("work item %s: its stored details cannot be shown: %s", key, error)
+        return {**item, "details": {"error": "the stored details cannot be shown"}}
+    return item
+
+
+def _showable(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with each item that cannot be written replaced by a marked copy."""
+    shown = dict(document)
+    if isinstance(shown.get("items"), list):
+        shown["items"] = [_showable_item(item) for item in shown["items"]]
+    if "item" in shown:
+        shown["item"] = _showable_item(shown["item"])
+    if "details" in shown and "id" in shown:
+        shown = _showable_item(shown)
+    return shown

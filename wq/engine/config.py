@@ -46,6 +46,11 @@ class ServerConfig(_Section):
     port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
     # Request bodies on /api/ beyond this are refused (413) while they are read.
     max_body_bytes: PositiveInt = 16 * 1024 * 1024
+    # Each field of a JSON body (a task's payload, a webhook's body) is kept and written
+    # back in lists: deeper or larger ones are refused (422) so every list stays readable
+    # (at most 128: answers nest a payload a few levels down, the writers stop at 255).
+    max_document_depth: Annotated[int, Field(ge=1, le=128, strict=True)] = 32
+    max_document_bytes: PositiveInt = 256 * 1024
     # Threads the API's handlers run in (and, on PostgreSQL, connections of the pool the
     # hot reads await on the event loop). The daemon's Python runs on one core: more
     # threads only help while handlers wait on other services (an identity provider),

@@ -76,12 +76,17 @@ def _endpoint(item_type: ItemType) -> Any:
                 shown = item_document(
                     row, dimensions(session, [row.id]).get(row.id, []), details=details_of(row)
                 )
+            # Serialised before the commit: an answer that cannot be written is a 5xx
+            # that has stored nothing, so a client's retry cannot duplicate the work.
+            document = {"action": result.outcome, "item": shown}
+            response = answer(
+                SubmissionPublic, document, STATUS_BY_OUTCOME.get(result.outcome, 200)
+            )
             session.commit()
             counted.inc()
         finally:
-            session.close()  # in this thread, before the answer is serialised
-        document = {"action": result.outcome, "item": shown}
-        return answer(SubmissionPublic, document, STATUS_BY_OUTCOME.get(result.outcome, 200))
+            session.close()
+        return response
 
     create_item.__annotations__["payload"] = submission.schema
     create_item.__doc__ = f"Submit a `{item_type.name}` work item (created, or the existing one)."

@@ -1,0 +1,71 @@
+"""The JSON documents a request stores, checked at the door.
+
+Every field of a body may be kept (a task's payload, an MR's fields, a webhook's
+body) and later written back in every list that shows it. A document the API
+cannot write back (nested deeper than the serialisers go, `NaN`, megabytes in one
+field) would break those lists for every caller, so it is refused (422, naming the
+field and the limit) before any route runs, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class NotJson(ValueError):
+    """The body cannot be decoded as JSON (400)."""
+
+
+class DocumentRefused(ValueError):
+    """A decodable document over a limit, or with a value JSON has not (422)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise DocumentRefused(f"{name} is not a JSON number")
+
+
+def _depth(value: Any) -> int:
+    """How many arrays/objects deep `value` nests (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            deepest = max(deepest, level)
+            continue
+        deepest = max(deepest, level + 1)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _size(count: int) -> str:
+    if count >= 1024 * 1024:
+        return f"{count / (1024 * 1024):.1f} MB"
+    if count >= 1024:
+        return f"{count // 1024} KiB"
+    return f"{count} bytes"
+
+
+def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
+    """Raise NotJson or DocumentRefused unless every field of `body` is storable."""
+    try:
+        document = json.loads(body, parse_constant=_refuse_constant)
+    except DocumentRefused as refused:
+        raise DocumentRefused(f"body: {refused}") from None
+    except RecursionError:
+        raise DocumentRefused(f"body: nested deeper than {max_depth} levels") from None
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError
+        raise NotJson(f"the body is not valid JSON: {error}") from None
+    fields = document.items() if isinstance(document, dict) else [("body", document)]
+    for name, value in fields:
+        # The body itself is one level: a field may nest max_depth levels below it.
+        if _depth(value) > max_depth:
+            raise DocumentRefused(f"{name}: nested deeper than {max_depth} levels")
+        size = len(json.dumps(value, ensure_ascii=False).encode())
+        if size > max_bytes:
+            raise DocumentRefused(f"{name}: {_size(size)}, at most {_size(max_bytes)}")
