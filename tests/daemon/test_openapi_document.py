@@ -155,8 +155,9 @@ def test_a_history_cursor_off_the_pattern_is_422(client: TestClient, cursor: str
 
 
 def test_another_method_on_a_submission_path_names_post(client: TestClient) -> None:
-    # Not GET, which the item route `/api/work-items/{item_id}` would have named.
-    for method in ("PUT", "OPTIONS", "DELETE"):
+    # Not GET, which the item route `/api/work-items/{item_id}` would have named, and
+    # not that route's 422 for an id that is not a UUID.
+    for method in ("GET", "HEAD", "PUT", "PATCH", "OPTIONS", "DELETE"):
         response = client.request(method, "/api/work-items/chain")
         assert response.status_code == 405, (method, response.text)
         assert response.headers["Allow"] == "POST"

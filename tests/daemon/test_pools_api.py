@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -73,6 +74,19 @@ def test_one_pool_even_without_work(pooled: tuple[Runtime, TestClient]) -> None:
     assert pool["project"] == "infra/new-service"
     assert pool["normal"] == {"capacity": 1, "in_flight": 0, "queued": 0}
     assert pool["oldest_queued_at"] is None
+
+
+@pytest.mark.parametrize("project", ["a\nb", "\na", "a\n"])
+def test_a_pool_path_with_a_newline_is_the_route_not_a_404(
+    pooled: tuple[Runtime, TestClient], project: str
+) -> None:
+    # The document's pattern for the project refuses only NUL: the route answers, with
+    # the project as sent (no item can be in it), as `/api/queue?project=` does.
+    _, client = pooled
+    response = client.get(f"/api/pools/{quote(project)}")
+    assert response.status_code == 200, response.text
+    assert response.json()["project"] == project
+    assert client.get(f"/api/pools/{quote('a' + chr(0))}").status_code == 422
 
 
 def test_queue_lists_items_in_admission_order(pooled: tuple[Runtime, TestClient]) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from wq.daemon.auth import Principal
 from wq.daemon.contract import API_ROUTE, api_responses, error_responses
@@ -17,6 +18,16 @@ from wq.engine import pools
 from wq.engine.models import utcnow
 
 router = APIRouter(prefix="/api", tags=["admission"])
+
+
+class ProjectConvertor(PathConvertor):
+    """Starlette's `path`, newlines included (`.*` stops at one, and the route would be
+    a 404 the document does not name): the parameter's pattern decides, as on any route."""
+
+    regex = r"[\s\S]*"
+
+
+register_url_convertor("project", ProjectConvertor())
 ReadPrincipal = Annotated[Principal, Depends(require_to_read())]
 # The seq of the last entry of the previous page; 18 digits stay below 2**63.
 QUEUE_CURSOR = r"^[0-9]{1,18}$"
@@ -90,7 +101,7 @@ def read_pools(session: ReadSessionDep, runtime: RuntimeDep, _: ReadPrincipal) -
     return [PoolPublic.of(status) for status in pools.pool_statuses(session, runtime.config)]
 
 
-@router.get("/pools/{project:path}", response_model=PoolPublic, responses=api_responses())
+@router.get("/pools/{project:project}", response_model=PoolPublic, responses=api_responses())
 def read_pool(
     project: Annotated[str, Path(pattern=NO_NUL)],
     session: ReadSessionDep,

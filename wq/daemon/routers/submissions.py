@@ -93,6 +93,11 @@ def _endpoint(item_type: ItemType) -> Any:
     return create_item
 
 
+def _only_post() -> None:
+    """Any other method on a submission path (HEAD too, with GET): 405 naming POST."""
+    raise HTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
+
+
 def _unknown_type_endpoint(known: list[str]) -> Any:
     listed = ", ".join(sorted(known)) or "none"
 
@@ -106,8 +111,9 @@ def build_router(types: list[ItemType]) -> APIRouter:
     """The submission routes of every type that has one.
 
     Included before the item routes: a request to `/api/work-items/mr` with another
-    method then gets a 405 naming POST (the route of that path), not GET (the item
-    route, whose `{item_id}` would match "mr" by its path alone).
+    method then gets a 405 naming POST (the route of that path), not the item route's
+    answer (its `{item_id}` would match "mr" by its path alone, and GET would be a 422
+    for an id that is not a UUID).
     """
     router = APIRouter(prefix="/api/work-items", tags=["submissions"])
     for item_type in types:
@@ -129,6 +135,14 @@ def build_router(types: list[ItemType]) -> APIRouter:
                     # submissions of the same item raced (submit again).
                     **api_responses(400, 409, 429, body=True),
                 },
+            )
+            # After the POST route: a method neither names (OPTIONS) gets POST's 405.
+            router.add_api_route(
+                f"/{item_type.name}",
+                _only_post,
+                methods=["GET", "PUT", "PATCH", "DELETE"],
+                include_in_schema=False,
+                name=f"only_post_{item_type.name}",
             )
     return router
 

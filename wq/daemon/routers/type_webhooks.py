@@ -33,13 +33,40 @@ WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
     **error_responses(*API_ROUTE, 400, 413),
 }
 REF_TEMPLATE = "#/components/schemas/{model}"
-WEBHOOK_REQUEST: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "description": "the sender's JSON document",
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    }
+NO_NUL = r"^[^\x00]*$"
+# Every webhook refuses a body with NUL in any key or string (400): the document says
+# so with this schema beside the sender's own (`allOf`).
+WITHOUT_NUL = "JsonWithoutNul"
+JSON_WITHOUT_NUL: dict[str, Any] = {
+    "description": "any JSON whose strings and keys hold no NUL (\\u0000)",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": {"$ref": REF_TEMPLATE.format(model=WITHOUT_NUL)}},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": {"$ref": REF_TEMPLATE.format(model=WITHOUT_NUL)},
+        },
+    ],
 }
+
+
+def request_body(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """The `openapi_extra` of a webhook route: `schema`, and no NUL anywhere."""
+    without_nul = {"$ref": REF_TEMPLATE.format(model=WITHOUT_NUL)}
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {"application/json": {"schema": {"allOf": [schema, without_nul]}}},
+        }
+    }
+
+
+WEBHOOK_REQUEST = request_body("the sender's JSON document", {"type": "object"})
 
 
 def _caller(request: Request, hook: Webhook, type_name: str) -> str:
@@ -90,9 +117,11 @@ def document_bodies(document: dict[str, Any], types: list[ItemType]) -> None:
     """Put the body schema of each webhook that declares one into an OpenAPI document.
 
     The route reads its body itself (after authentication), so FastAPI cannot see the
-    model; its schema and those it refers to join the document's components here.
+    model; its schema and those it refers to join the document's components here, with
+    `JsonWithoutNul` that every webhook body (the GitLab one too) refers to.
     """
     components = document.setdefault("components", {}).setdefault("schemas", {})
+    components[WITHOUT_NUL] = JSON_WITHOUT_NUL
     for item_type in types:
         for hook in item_type.webhooks:
             if hook.schema is None:
@@ -102,7 +131,9 @@ def document_bodies(document: dict[str, Any], types: list[ItemType]) -> None:
             components[hook.schema.__name__] = schema
             operation = document["paths"][f"/api/webhooks/{hook.name}"]["post"]
             content = operation["requestBody"]["content"]["application/json"]
-            content["schema"] = {"$ref": REF_TEMPLATE.format(model=hook.schema.__name__)}
+            content["schema"]["allOf"][0] = {
+                "$ref": REF_TEMPLATE.format(model=hook.schema.__name__)
+            }
 
 
 def build_router(types: list[ItemType]) -> APIRouter:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -20,10 +20,27 @@ from starlette.concurrency import run_in_threadpool
 from wq.daemon.auth import log_decision, webhook_refused
 from wq.daemon.contract import ANY_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
+from wq.daemon.routers.type_webhooks import NO_NUL, request_body
 from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
 from wq.engine.events import ingest
 
 router = APIRouter(prefix="/api/webhooks", tags=["events"])
+# What `event_from_payload` needs: the kind in `object_kind`, or in `event_type` when
+# `object_kind` is absent or false as Python reads it (null, false, 0, "", [], {}).
+_KIND = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": NO_NUL}
+GITLAB_EVENT: dict[str, Any] = {
+    "type": "object",
+    "anyOf": [
+        {"required": ["object_kind"], "properties": {"object_kind": _KIND}},
+        {
+            "required": ["event_type"],
+            "properties": {
+                "object_kind": {"enum": [None, False, 0, "", [], {}]},
+                "event_type": _KIND,
+            },
+        },
+    ],
+}
 
 
 class GitlabEventPublic(BaseModel):
@@ -39,13 +56,7 @@ class GitlabEventPublic(BaseModel):
     response_model=GitlabEventPublic,
     # The secret header, not a Bearer token: no 403, and any media type (GitLab's own).
     responses=error_responses(*ANY_ROUTE, 400, 401, 404, 413, 422, 503),
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "description": "a GitLab webhook event, as GitLab sends it",
-            "content": {"application/json": {"schema": {"type": "object"}}},
-        }
-    },
+    openapi_extra=request_body("a GitLab webhook event, as GitLab sends it", GITLAB_EVENT),
 )
 async def receive_gitlab_event(
     request: Request,

@@ -9,10 +9,9 @@ by `submission_schema` from the settings.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -28,9 +27,12 @@ from pydantic import (
 
 from wq.types.mr.settings import MrSettings
 from wq.types.mr.validation import (
+    BRANCH_SCHEMA,
+    LABEL_SCHEMA,
     MAX_LABEL_LENGTH,
     MAX_PATH_LENGTH,
     MAX_REF_LENGTH,
+    PATH_SCHEMA,
     branch_problem,
     label_problem,
     path_problem,
@@ -42,6 +44,8 @@ NO_NUL = r"^[^\x00]*$"
 MAX_PROJECT_LENGTH = 240  # 3 + 240 + 1 + 255 + 1 + 10 digits of generation <= 512
 MAX_TITLE_LENGTH = 248  # GitLab's 255, less room for the "Draft: " prefix
 MAX_TEXT_LENGTH = 1_048_576  # GitLab's limit on an MR description
+# Whole 4-character groups, the last one padded: exactly what `size` counts right.
+BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
 def _no_nul(value: str) -> str:
@@ -81,6 +85,7 @@ RepoPath = Annotated[
         max_length=MAX_PATH_LENGTH,
         description="a path relative to the repository root: no leading /, no empty, "
         "'.' or '..' segments, no backslash, no control characters, no .git segment",
+        json_schema_extra=PATH_SCHEMA,
     ),
     AfterValidator(_checked(path_problem)),
 ]
@@ -92,6 +97,7 @@ Branch = Annotated[
         description="a branch name as git check-ref-format --branch accepts it (no .., "
         "no space, control character or any of ~^:?*[\\, no leading - or /, no part "
         "starting with . or ending in .lock, no @{, not HEAD) and without a refs/ prefix",
+        json_schema_extra=BRANCH_SCHEMA,
     ),
     AfterValidator(_checked(branch_problem)),
 ]
@@ -101,6 +107,7 @@ Label = Annotated[
         min_length=1,
         max_length=MAX_LABEL_LENGTH,
         description="a GitLab label: not blank, no comma, no control characters",
+        json_schema_extra=LABEL_SCHEMA,
     ),
     AfterValidator(_checked(label_problem)),
 ]
@@ -124,7 +131,7 @@ Content = Annotated[
     str,
     Field(
         description="the file's new content; text must not contain NUL: send binary "
-        "content base64-encoded (encoding: base64)",
+        "content base64-encoded (encoding: base64), padded to whole groups of 4",
         json_schema_extra={"pattern": NO_NUL},
     ),
     AfterValidator(_no_nul_in_content),
@@ -142,11 +149,9 @@ class _FileActionBase(BaseModel):
     @model_validator(mode="after")
     def _decodable(self) -> _FileActionBase:
         content = getattr(self, "content", None)
-        if self.encoding == "base64" and content is not None:
-            try:
-                base64.b64decode(content, validate=True)
-            except (binascii.Error, ValueError):
-                raise ValueError("content is not valid base64") from None
+        # The pattern the document states (b64decode alone would also take "AAAA=").
+        if self.encoding == "base64" and content is not None and not re.fullmatch(BASE64, content):
+            raise ValueError("content is not valid base64")
         return self
 
     def size(self) -> int:
@@ -163,8 +168,19 @@ class _FileActionBase(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
+# In the document: base64 content must match `BASE64` (the `_decodable` check).
+_BASE64_CONTENT = ConfigDict(
+    json_schema_extra={
+        "if": {"properties": {"encoding": {"const": "base64"}}, "required": ["encoding"]},
+        "then": {"properties": {"content": {"pattern": BASE64}}},
+    }
+)
+
+
 class CreateAction(_FileActionBase):
     """Create a file that does not exist yet."""
+
+    model_config = _BASE64_CONTENT
 
     action: Literal["create"]
     content: Content
@@ -173,6 +189,8 @@ class CreateAction(_FileActionBase):
 
 class UpdateAction(_FileActionBase):
     """Replace the content of an existing file."""
+
+    model_config = _BASE64_CONTENT
 
     action: Literal["update"]
     content: Content
@@ -189,6 +207,8 @@ class DeleteAction(_FileActionBase):
 
 class MoveAction(_FileActionBase):
     """Move a file from `previous_path`, optionally with new content."""
+
+    model_config = _BASE64_CONTENT
 
     action: Literal["move"]
     previous_path: Annotated[RepoPath, Field(description="the path the file moves from")]
