@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from pathlib import Path
 
@@ -112,3 +114,40 @@ def test_a_restarted_daemon_follows_the_run_without_starting_it_again(
         assert "woke up" in (done.log_tail or "")
         assert done.run_generation == 1
     assert (tmp_path / "starts.log").read_text() == "start\n"
+
+
+def zombie_children() -> list[int]:
+    """This process's children that ended and were not reaped (`<defunct>`)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_finished_run_leaves_no_zombie(tmp_path: Path) -> None:
+    """The daemon had a `<defunct>` child per finished task until garbage collection."""
+    local = runner(tmp_path)
+    run_ids = [f"wq-zombie-{n}" for n in range(5)]
+    for run_id in run_ids:
+        local.start(spec(program("print('done')"), run_id=run_id))
+    for run_id in run_ids:
+        status = wait(lambda r=run_id: (s := local.poll(r)).state != RUNNING and s, message="end")
+        assert status.state == SUCCEEDED
+    supervisors = {
+        int(json.loads((tmp_path / "runs" / r / "supervisor.json").read_text())["pid"])
+        for r in run_ids
+    }
+    # Each supervisor exits right after writing the exit status: reaped, it is gone.
+    wait(
+        lambda: (
+            not any(Path(f"/proc/{pid}").exists() for pid in supervisors)
+            or not supervisors.isdisjoint(zombie_children())
+        ),
+        message="the supervisors' exit",
+    )
+    assert supervisors.isdisjoint(zombie_children())

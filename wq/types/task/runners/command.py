@@ -38,6 +38,8 @@ from wq.types.task.settings import CommandRunnerConfig
 STARTING_GRACE_SECONDS = 60.0
 # How long a just-announced supervisor may take to exec.
 EXEC_GRACE_SECONDS = 5.0
+# How long a run's supervisor is waited for once its exit status is written (it exits then).
+REAP_WAIT_SECONDS = 1.0
 
 
 class TemplateError(ValueError):
@@ -183,14 +185,28 @@ class CommandRunner:
                 return None if time.time() - announced_at < EXEC_GRACE_SECONDS else False
         return True
 
+    def _reap(self, ended: str | None = None) -> None:
+        """Collect the exit of our supervisors that have ended, so that none lingers as a
+        zombie (a pod's PID limit counts them). `ended`: a run whose exit status is
+        written; its supervisor exits right after, so it is waited for a moment."""
+        child = self._children.get(ended) if ended is not None else None
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=REAP_WAIT_SECONDS)
+        for run_id, process in list(self._children.items()):
+            if process.poll() is not None:
+                self._children.pop(run_id, None)
+
     def poll(self, run_id: str) -> RunStatus:
         """The run's state from its directory (works from any process on this machine)."""
         run_dir = self._dir(run_id)
         if not run_dir.is_dir():
             return RunStatus(MISSING, reason=f"no run directory {run_dir}")
+        self._reap()
         for _ in range(2):
             result = self._read(run_dir / "exit.json")
             if result is not None:
+                self._reap(run_id)
                 code = int(result["exit_code"])
                 state: RunState = SUCCEEDED if code == 0 else FAILED
                 return RunStatus(state, exit_code=code, log_tail=self._tail(run_dir))
