@@ -19,7 +19,11 @@ def main() -> None:
     if kind == "echo":
         print(json.dumps(payload, sort_keys=True), flush=True)
     elif kind == "sleep":
-        seconds = float(payload.get("seconds", 5))
+        seconds = payload.get("seconds", 5)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            # One line in the task's output and error, not a traceback.
+            sys.stderr.write(f"sleep: seconds must be a number >= 0, not {seconds!r}\n")
+            raise SystemExit(2)
         print(f"sleeping {seconds:g} s", flush=True)
         time.sleep(seconds)
         print("done", flush=True)
