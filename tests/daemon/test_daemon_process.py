@@ -549,6 +549,23 @@ def test_embedded_default_is_refused_on_the_network_and_in_a_cluster(tmp_path: P
         assert not (root / "data").exists()
 
 
+def test_config_check_warns_of_a_task_program_missing_on_this_host(tmp_path: Path) -> None:
+    # A task of that kind could never start here: say so before a deployment finds out.
+    config = write(
+        tmp_path / "agents.yml",
+        "handled_types:\n  task:\n    kinds:\n"
+        "      agent:\n        scope: project\n"
+        "        command: [/usr/local/bin/no-such-agent, run]\n"
+        "      shell:\n        scope: project\n        command: [sh, -c, 'true']\n",
+    )
+    result = run_wq("config", "check", str(config), env=clean_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "wq: warning: handled_types.task.kinds.agent.command: program "
+        "'/usr/local/bin/no-such-agent' not found on this host"
+    ], result.stderr
+
+
 def test_config_check(tmp_path: Path) -> None:
     env = clean_env(tmp_path)
     good = write(

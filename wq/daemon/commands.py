@@ -142,7 +142,8 @@ def db_current(config_path: str | None) -> int:
 _UNSET_VARIABLE = re.compile(r"environment variable (\S+) is not set")
 
 
-def _check_config(path: str) -> None:
+def _check_config(path: str) -> list[str]:
+    """Validate the config as a start would; the warnings a start on this host deserves."""
     from pathlib import Path
 
     from wq.daemon.auth import parse_authorization
@@ -152,6 +153,14 @@ def _check_config(path: str) -> None:
     config = read_config_file(Path(path))
     registry = build_registry(config)
     parse_authorization(config, set(KNOWN_TYPES) | set(registry.names))
+    if "task" not in registry.names:
+        return []
+    from wq.types.task import TaskRuntime
+    from wq.types.task.settings import missing_programs
+
+    task = registry.get("task").settings
+    assert isinstance(task, TaskRuntime)
+    return [f"handled_types.task.{warning}" for warning in missing_programs(task.settings)]
 
 
 def config_check(path: str, *, no_env: bool = False) -> int:
@@ -167,7 +176,7 @@ def config_check(path: str, *, no_env: bool = False) -> int:
             os.environ.clear()
         while True:
             try:
-                _check_config(path)
+                warnings = _check_config(path)
                 break
             except ConfigError as err:
                 found = _UNSET_VARIABLE.search(str(err))
@@ -178,6 +187,8 @@ def config_check(path: str, *, no_env: bool = False) -> int:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    for warning in warnings:
+        sys.stderr.write(f"wq: warning: {warning}\n")
     if not no_env:
         print(f"{path}: ok")
         return EXIT_OK

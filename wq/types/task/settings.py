@@ -7,6 +7,7 @@ on the local `command` runner, so a fresh `wq daemon` has something real to run.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Annotated, Any, Literal
 
@@ -205,6 +206,24 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
         if rule.event == "mr_note_mention" and not rule.handle:
             raise _fail(prefix, f"{where}.handle", "mr_note_mention needs a handle")
     return settings
+
+
+def missing_programs(settings: TaskSettings) -> list[str]:
+    """Warnings for command-runner kinds whose program is not found on this host (a
+    task of such a kind could never start here). A program named by a placeholder is
+    not checked: it is only known per task."""
+    found = []
+    for name, kind in settings.kinds.items():
+        if kind.runner != "command" or not kind.command or "{" in kind.command[0]:
+            continue
+        program = kind.command[0]
+        if "/" in program:
+            usable = os.path.isfile(program) and os.access(program, os.X_OK)
+        else:
+            usable = shutil.which(program) is not None
+        if not usable:
+            found.append(f"kinds.{name}.command: program {program!r} not found on this host")
+    return found
 
 
 def scope_message(kind: str, repository_scoped: bool) -> str:
