@@ -169,6 +169,23 @@ def test_start_failure_requeues_with_backoff_without_taking_a_slot(
         assert "requeued" in audit_types(runtime.sessions, again.id)
 
 
+def test_a_task_that_cannot_start_fails_after_max_start_failures(
+    store: Store, tmp_path: Path
+) -> None:
+    # Its program is missing: it must not wait in the queue for ever, looking like work.
+    with task_daemon(store, tmp_path / "runs", max_start_failures=3) as (runtime, client):
+        broken = submit(client, "missing")
+        failed = wait(
+            lambda: (t := task(runtime, broken["id"])).phase == "failed" and t,
+            message="the task failed",
+        )
+        assert failed.error is not None
+        assert "could not start (3 times in a row)" in failed.error
+        assert "command not found" in failed.error
+        assert failed.admission == "done"
+        assert audit_types(runtime.sessions, failed.id).count("requeued") == 2
+
+
 def test_finished_tasks_are_collected_after_their_ttl(store: Store, tmp_path: Path) -> None:
     with task_daemon(store, tmp_path / "runs") as (runtime, client):
         old = submit(client, "echo")

@@ -93,6 +93,13 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         except TemplateError as err:
             raise PermanentFailure(str(err)) from None
         except RunnerUnavailable as err:
+            # `attempts` counts this action's failures in a row (the engine resets it
+            # when another action fails or this one succeeds).
+            failures = task.attempts + 1 if (task.error or "").startswith("start: ") else 1
+            if failures >= settings.max_start_failures:
+                raise PermanentFailure(
+                    f"the run could not start ({failures} times in a row): {err}"
+                ) from None
             raise Requeue(
                 f"the run could not start: {err}", retry_after=settings.start_backoff_seconds
             ) from None

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from wq.engine.config import ConfigError
 
 PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
 # The environment a local run inherits by default: enough to find programs, no secrets.
 DEFAULT_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -136,6 +137,9 @@ class TaskSettings(_Strict):
     gc_after_seconds: PositiveFloat = 86400.0
     gc_interval_seconds: PositiveFloat = 60.0
     start_backoff_seconds: PositiveFloat = 5.0
+    # Starts that fail in a row (a program missing, a cluster refusing the Job) before
+    # the task fails with the start error instead of waiting in the queue for ever.
+    max_start_failures: PositiveInt = 5
     grafana: GrafanaConfig | None = None
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     schedule_interval_seconds: PositiveFloat = 30.0
