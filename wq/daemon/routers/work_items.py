@@ -113,7 +113,6 @@ async def read_items(
     ] = None,
 ) -> Response:
     """List work items, newest first, with filters and cursor pagination."""
-    authorize(request, principal, "read", type)
     known = request.app.state.runtime.registry.names
     if type is not None and type not in known:
         # Type names are public (the submission routes): say which exist rather than
@@ -121,6 +120,7 @@ async def read_items(
         raise HTTPException(
             422, f"type: unknown work-item type {type!r}, known: {', '.join(sorted(known))}"
         )
+    authorize(request, principal, "read", type)
     values: dict[str, Any] = {"limit": limit + 1}
     for name, value in zip(LIST_FILTERS, (type, phase, project, admission), strict=True):
         if value is not None:
