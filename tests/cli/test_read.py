@@ -159,12 +159,6 @@ def test_status_lists_with_filters_and_follows_the_cursor(
     assert all(item_id in table.stdout for item_id in created)
     empty = invoke(["status", "--project", "group/none"], env(daemon, cache_home))
     assert "no items" in empty.stdout
-    # A type that does not exist is no empty list: the server names those that do.
-    bogus = invoke(["status", "--type", "bogus"], env(daemon, cache_home))
-    assert bogus.code == 2, bogus
-    assert bogus.stderr.splitlines()[0].startswith(
-        "wq: error: invalid request: type: unknown work-item type 'bogus', known: mr"
-    ), bogus
 
 
 def test_the_client_follows_the_cursor_across_pages(daemon: RunningDaemon) -> None:
