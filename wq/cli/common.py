@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -52,10 +53,32 @@ ItemIdsArgument = Annotated[list[str] | None, typer.Argument(help="Item ids.", s
 ItemIdOptions = Annotated[
     list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
 ]
+MIN_INTERVAL = 0.2
+MAX_INTERVAL = 86400.0
+
+
+def seconds_between_redraws(value: str) -> float:
+    """`--interval`: a finite number of seconds in range (`nan` and `inf` are not)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise typer.BadParameter("must be a number") from None
+    if not math.isfinite(seconds):
+        raise typer.BadParameter("must be a number")
+    # A bound above too: 1e308 would reach time.sleep and overflow.
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise typer.BadParameter(f"must be between {MIN_INTERVAL:g} and {MAX_INTERVAL:g} seconds")
+    return seconds
+
+
 IntervalOption = Annotated[
     float,
-    # A bound above too: `inf` or 1e308 would reach time.sleep and overflow.
-    typer.Option("--interval", min=0.2, max=86400, help="Seconds between redraws with --watch."),
+    typer.Option(
+        "--interval",
+        parser=seconds_between_redraws,
+        metavar="SECONDS",
+        help="Seconds between redraws with --watch.",
+    ),
 ]
 
 
