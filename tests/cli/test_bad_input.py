@@ -92,3 +92,35 @@ def test_a_port_out_of_range_as_a_process(tmp_path: Path) -> None:
 def test_a_group_alone_still_prints_its_help(cache_home: Path) -> None:
     result = invoke(["db"], cli_env(cache_home))
     assert result.code == 2 and "migrate" in result.stderr + result.stdout, result
+
+
+@pytest.mark.parametrize("url", ["not-a-url", "wq.example.com", "wq.example.com:443", "ftp://x"])
+def test_a_url_without_a_scheme_is_a_usage_error(url: str, cache_home: Path) -> None:
+    result = invoke(["status", "--url", url], cli_env(cache_home, WQ_TOKEN="t"))
+    assert_usage(result, f"--url {url!r}: not a URL")
+    env_result = invoke(["whoami"], cli_env(cache_home, WQ_URL=url))
+    assert_usage(env_result, f"WQ_URL {url!r}: not a URL")
+
+
+def test_a_loopback_host_and_port_may_omit_the_scheme(cache_home: Path) -> None:
+    port = free_port()
+    result = invoke(["status", "--url", f"127.0.0.1:{port}"], cli_env(cache_home, WQ_TOKEN="t"))
+    assert result.code == 1, result  # tried http://127.0.0.1:PORT, found nobody there
+    assert f"cannot connect to http://127.0.0.1:{port}" in result.stderr, result
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["status", "--id", ""], "an empty id is not an item id"),
+        (["status", "--id", "../pools"], "'../pools' is not an item id"),
+        (["retry", "--id", "not-a-uuid"], "'not-a-uuid' is not an item id"),
+        (["cancel", "2f6c", "x y"], "'x y' is not an item id"),
+    ],
+)
+def test_a_malformed_id_is_a_usage_error_before_any_request(
+    args: list[str], said: str, cache_home: Path
+) -> None:
+    # A closed port: a request would exit 1 (it used to be "server error 307").
+    url = f"http://127.0.0.1:{free_port()}"
+    assert_usage(invoke([*args, "--url", url], cli_env(cache_home, WQ_TOKEN="t")), said)
