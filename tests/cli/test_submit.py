@@ -112,3 +112,14 @@ def test_submit_mr_wait_gives_up_after_the_timeout(daemon: RunningDaemon, cache_
     assert result.code == 1, result
     assert "still waiting after 1s" in result.stderr
     assert result.stdout.startswith("created mr item ")
+
+
+def test_a_too_long_project_is_said_in_characters(daemon: RunningDaemon, cache_home: Path) -> None:
+    project = "group/" + "p" * 300
+    args = mr_args("wq/long", "--delete", "old.txt", project=project)
+    result = invoke(args, env(daemon, cache_home))
+    assert result.code == 2 and result.stdout == "", result
+    assert result.stderr.startswith(
+        "wq: error: invalid request: project: at most 240 characters (got 306)"
+    ), result
+    assert "items" not in result.stderr, result
