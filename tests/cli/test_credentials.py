@@ -174,6 +174,19 @@ def test_the_local_daemons_own_token_is_found_in_the_cache(daemon: RunningDaemon
     assert identity == "local"
 
 
+def test_logout_leaves_the_local_daemons_own_token(daemon: RunningDaemon) -> None:
+    # Removing it locked every command out until the daemon restarted.
+    cache_home = daemon.root / "cache"
+    result = invoke(["logout", "--url", daemon.url], cli_env(cache_home))
+    assert result.code == 1 and result.stdout == "", result
+    assert result.stderr.splitlines() == [
+        f"wq: error: that is the local daemon's own token for {daemon.url}; it is removed "
+        "when the daemon stops",
+        "hint: to send no credentials, use --no-auth",
+    ], result
+    assert who(daemon, cache_home, "--url", daemon.url) == "local"
+
+
 def test_logout_removes_only_that_servers_token(daemon: RunningDaemon, cache_home: Path) -> None:
     cache = TokenCache(cache_home / "wq" / "tokens")
     cache.store(daemon.url, daemon.reader)

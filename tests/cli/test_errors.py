@@ -36,6 +36,17 @@ def test_connection_refused_names_the_url(cache_home: Path) -> None:
     assert_error(result, 1, url, "connection refused")
 
 
+@pytest.mark.parametrize("command", [["status"], ["whoami"], ["login"]])
+def test_an_unreachable_server_without_a_token_is_exit_1_not_a_login(
+    cache_home: Path, command: list[str]
+) -> None:
+    # No token anywhere: a login would be next, but there is no server to log in to.
+    url = f"http://127.0.0.1:{free_port()}"
+    result = invoke([*command, "--url", url], cli_env(cache_home))
+    assert_error(result, 1, f"cannot connect to {url}: connection refused")
+    assert "login" not in result.stderr.splitlines()[0] and "Kerberos" not in result.stderr
+
+
 def test_unknown_item_is_exit_3(daemon: RunningDaemon, cache_home: Path) -> None:
     missing = str(uuid.uuid4())
     assert_error(invoke(["status", "--id", missing], env(daemon, cache_home)), 3, missing)
@@ -66,7 +77,15 @@ def test_usage_errors_are_exit_2(daemon: RunningDaemon, cache_home: Path, args: 
 def test_a_request_the_server_finds_invalid_is_exit_2(
     daemon: RunningDaemon, cache_home: Path
 ) -> None:
-    assert_error(invoke(["status", "--id", "not-a-uuid"], env(daemon, cache_home)), 2, "UUID")
+    # Hex digits, so the CLI lets it through: the server is the judge of a UUID.
+    assert_error(invoke(["status", "--id", "abc123"], env(daemon, cache_home)), 2, "UUID")
+
+
+def test_one_id_that_fails_is_one_line(daemon: RunningDaemon, cache_home: Path) -> None:
+    item = daemon.submit(project=BLOCKED)  # active: nothing to retry
+    result = invoke(["retry", item["id"]], env(daemon, cache_home))
+    assert_error(result, 5, "conflict")
+    assert "retries failed" not in result.stderr
 
 
 def test_no_credentials_and_no_login_is_exit_4(daemon: RunningDaemon, cache_home: Path) -> None:

@@ -33,8 +33,6 @@ COMMANDS = [
     ["retry", "--id", ITEM],
     ["cancel", ITEM],
 ]
-# retry and cancel report each id, then how many failed (see test_errors).
-PER_ID = ("retry", "cancel")
 
 
 @pytest.fixture(scope="module", params=sorted(ANSWERS))
@@ -49,7 +47,7 @@ def assert_unexpected(result: Result, url: str, command: str) -> None:
     assert "Traceback" not in result.stderr, result
     lines = result.stderr.splitlines()
     assert all(line.startswith("wq: error: ") for line in lines), result
-    assert len(lines) == (2 if command in PER_ID else 1), result
+    assert len(lines) == 1, result  # one id that failed: one line (see test_errors)
     assert f"unexpected answer from {url}: " in lines[0], result
     assert "is this a wq server?" in lines[0], result
 
@@ -104,3 +102,15 @@ def test_a_retry_answered_with_only_id_and_phase_is_printed(tmp_path: Path) -> N
         result = invoke(["retry", ITEM, "--url", server.url], cli_env(tmp_path, WQ_TOKEN="t"))
     assert result.code == 0, result
     assert result.stdout == f"retried {ITEM}: active\n", result
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_redirect_is_not_a_wq_api(args: list[str], tmp_path: Path) -> None:
+    # A proxy's login page or a web site redirects; the wq API never does.
+    with ForeignServer(redirect="https://sso.example.com/login?next=/") as server:
+        result = invoke([*args, "--url", server.url], cli_env(tmp_path, WQ_TOKEN="t"))
+    assert result.code == 1 and result.stdout == "", result
+    first, *rest = result.stderr.splitlines()
+    assert first.startswith(f"wq: error: not a wq API at this URL: {server.url} answered "), result
+    assert "with a redirect (307 to https://sso.example.com/login?next=/)" in first, result
+    assert rest == ["hint: check --url (or WQ_URL): it names the wq server itself"], result

@@ -125,3 +125,14 @@ def test_submit_task_with_a_too_deep_payload_is_one_error_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wq: error:"), result
     assert "nested deeper than 32 levels" in lines[0], result
+
+
+def test_a_too_long_project_is_said_in_characters(daemon: RunningDaemon, cache_home: Path) -> None:
+    project = "group/" + "p" * 300
+    args = mr_args("wq/long", "--delete", "old.txt", project=project)
+    result = invoke(args, env(daemon, cache_home))
+    assert result.code == 2 and result.stdout == "", result
+    assert result.stderr.startswith(
+        "wq: error: invalid request: project: at most 240 characters (got 306)"
+    ), result
+    assert "items" not in result.stderr, result

@@ -26,14 +26,19 @@ ANSWERS: dict[str, tuple[str, bytes]] = {
 class ForeignServer:
     """A loopback HTTP server answering every request with `ANSWERS[kind]` (or `document`)."""
 
-    def __init__(self, kind: str = "object", document: Any = None) -> None:
+    def __init__(
+        self, kind: str = "object", document: Any = None, redirect: str | None = None
+    ) -> None:
         self.kind = kind
         self.document = document
+        self.redirect = redirect  # answer 307 to this Location instead (a proxy, a site)
         self.paths: list[str] = []
         self._listener = LoopbackListener(self._serve, name="foreign")
 
     def _serve(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Answer:
         self.paths.append(f"{method} {target}")
+        if self.redirect is not None:
+            return 307, {"Location": self.redirect}, b""
         if self.document is not None:
             return 200, {"Content-Type": "application/json"}, json.dumps(self.document).encode()
         content_type, data = ANSWERS[self.kind]

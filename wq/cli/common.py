@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -52,10 +53,32 @@ ItemIdsArgument = Annotated[list[str] | None, typer.Argument(help="Item ids.", s
 ItemIdOptions = Annotated[
     list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
 ]
+MIN_INTERVAL = 0.2
+MAX_INTERVAL = 86400.0
+
+
+def seconds_between_redraws(value: str) -> float:
+    """`--interval`: a finite number of seconds in range (`nan` and `inf` are not)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise typer.BadParameter("must be a number") from None
+    if not math.isfinite(seconds):
+        raise typer.BadParameter("must be a number")
+    # A bound above too: 1e308 would reach time.sleep and overflow.
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise typer.BadParameter(f"must be between {MIN_INTERVAL:g} and {MAX_INTERVAL:g} seconds")
+    return seconds
+
+
 IntervalOption = Annotated[
     float,
-    # A bound above too: `inf` or 1e308 would reach time.sleep and overflow.
-    typer.Option("--interval", min=0.2, max=86400, help="Seconds between redraws with --watch."),
+    typer.Option(
+        "--interval",
+        parser=seconds_between_redraws,
+        metavar="SECONDS",
+        help="Seconds between redraws with --watch.",
+    ),
 ]
 
 
@@ -122,12 +145,27 @@ def errors() -> Iterator[None]:
         raise typer.Exit(0) from None
 
 
+# An item id is a UUID; only its alphabet is checked here, so that a malformed id (or
+# an empty one, which would ask for another path of the API) is a usage error before
+# any request, while the server stays the judge of the rest (and may one day resolve
+# an unambiguous prefix).
+_ITEM_ID = re.compile(r"^[0-9A-Fa-f-]*[0-9A-Fa-f][0-9A-Fa-f-]*$")
+
+
+def checked_item_id(value: str) -> str:
+    """A plausible item id (hex digits and dashes), or a usage error (exit 2)."""
+    if not _ITEM_ID.match(value):
+        shown = f"{value!r}" if value else "an empty id"
+        usage_error(f"{shown} is not an item id (a UUID: hex digits and dashes)")
+    return value
+
+
 def item_ids(ids: list[str] | None, id_options: list[str] | None, command: str) -> list[str]:
     """The ids named as arguments and with --id; a usage error when there are none."""
     wanted = [*(id_options or []), *(ids or [])]
     if not wanted:
         usage_error(f"name at least one item: wq {command} --id ID")
-    return wanted
+    return [checked_item_id(value) for value in wanted]
 
 
 def act_on_items(
@@ -144,11 +182,15 @@ def act_on_items(
     """Call the API for each id, then print the answers: documents, or one `line` each.
 
     Exits with the first failure's code when any id failed (the others still ran).
+    One id that fails is one error line, not that line and a count of one.
     """
     from wq.cli.output import emit
 
     with errors(), client(url, no_auth) as api:
-        done, first_error = for_each_item(ids, call(api))
+        if len(ids) == 1:
+            done, first_error = [call(api)(ids[0])], None
+        else:
+            done, first_error = for_each_item(ids, call(api))
     if mode in (Output.json, Output.yaml):
         emit(done, mode, render)
     else:

@@ -37,7 +37,9 @@ ConfigOption = Annotated[
 def daemon(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default 8080)")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Port (default 8080; 0: any free port)")
+    ] = None,
     log_format: Annotated[
         LogFormat,
         typer.Option(

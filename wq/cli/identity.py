@@ -15,6 +15,7 @@ from wq.cli.common import (
     UrlOption,
     client,
     errors,
+    fail,
     output_mode,
 )
 from wq.cli.output import emit, table, text
@@ -76,13 +77,25 @@ def login(
 
 
 def logout(url: UrlOption = None) -> None:
-    """Remove the cached token for this server."""
+    """Remove the cached token for this server (not the local daemon's own)."""
+    from wq.client.errors import EXIT_FAILURE
     from wq.client.settings import resolve_url
     from wq.client.token_cache import TokenCache
 
-    server = resolve_url(url)
+    with errors():
+        server = resolve_url(url)
     cache = TokenCache()
-    if cache.load(server) is None and not cache.path_for(server).exists():
+    entry = cache.load(server)
+    if entry is not None and entry.local:
+        # Removing it would lock every command out of the running daemon until it
+        # restarts: the daemon writes it at start and removes it when it stops.
+        fail(
+            f"that is the local daemon's own token for {server}; it is removed when the "
+            "daemon stops",
+            EXIT_FAILURE,
+            hint="to send no credentials, use --no-auth",
+        )
+    if entry is None and not cache.path_for(server).exists():
         typer.echo(f"Not logged in to {server}")
         return
     cache.forget(server)

@@ -17,6 +17,7 @@ from wq.cli.common import (
     UrlOption,
     WatchOption,
     act_on_items,
+    checked_item_id,
     client,
     errors,
     item_ids,
@@ -180,6 +181,8 @@ def status(
         check_watchable(mode)
     if item_id is not None and any(v is not None for v in (phase, item_type, project, admission)):
         usage_error("--id shows one item; the list filters do not apply to it")
+    if item_id is not None:
+        checked_item_id(item_id)
     filters: dict[str, Any] = {
         "phase": phase,
         "type": item_type,

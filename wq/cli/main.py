@@ -8,15 +8,78 @@ them, so `wq --help` and `wq status --help` start fast.
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer._click import exceptions as click  # typer ships its own click
+from typer.core import TyperGroup
 
 import wq
 from wq.cli import admission, audit, cancel, ci_retry, deployer, identity, items, submit, tui
 
+
+def usage_message(err: click.UsageError) -> str:
+    """What click found wrong, in the CLI's words: `--interval: must be a number`."""
+    if isinstance(err, click.MissingParameter):
+        return err.format_message().rstrip(".").lower()
+    if isinstance(err, click.BadParameter) and err.param is not None:
+        param = err.param
+        option = param.param_type_name == "option"
+        name = param.opts[0] if option else (param.name or "").upper()
+        # typer validates with pydantic, whose custom errors start "Value error, ".
+        message = err.message.removeprefix("Value error, ").replace("Input should be", "must be")
+        return f"{name}: {message[:1].lower()}{message[1:].rstrip('.')}"
+    message = err.format_message().rstrip(".")
+    return message[:1].lower() + message[1:]
+
+
+def _usage_error(err: click.UsageError) -> NoReturn:
+    if isinstance(err, click.NoArgsIsHelpError):
+        err.show()  # `wq db` alone: the group's help, as before
+        sys.exit(err.exit_code)
+    command = err.ctx.command_path if err.ctx is not None else "wq"
+    sys.stderr.write(f"wq: error: {usage_message(err)}\nhint: see {command} --help\n")
+    sys.exit(err.exit_code)
+
+
+class WqGroup(TyperGroup):
+    """The root command: click's usage errors become `wq: error:` and `hint:` lines.
+
+    Click would print its own "Usage: ... Error: ..." box; every other error of the
+    CLI is one `wq: error:` line, so these are too (exit 2 still).
+    """
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command; in standalone mode, format usage errors and exit."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except click.UsageError as err:
+            _usage_error(err)
+        except click.ClickException as err:
+            err.show()
+            sys.exit(err.exit_code)
+        except typer.Abort:
+            sys.stderr.write("wq: interrupted\n")
+            sys.exit(1)
+        # Not standalone, click returns the command's value, or the exit code of an Exit.
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
     name="wq",
+    cls=WqGroup,
     help="wq: a work-queue engine and the tools to operate it.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

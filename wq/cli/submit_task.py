@@ -8,6 +8,7 @@ completed.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,12 +42,47 @@ def read_payload(value: str | None) -> dict[str, Any]:
         except OSError as err:
             usage_error(f"--payload: cannot read {source}: {err.strerror or err}")
     try:
-        payload = json.loads(text)
+        payload = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as err:
         usage_error(f"--payload: not JSON: {err.msg} (line {err.lineno}, column {err.colno})")
+    except ValueError as err:  # a constant or a number JSON does not have
+        usage_error(f"--payload: not JSON: {err}")
+    except RecursionError:
+        usage_error(f"--payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     if not isinstance(payload, dict):
         usage_error("--payload: must be a JSON object")
+    if _depth(payload) > MAX_PAYLOAD_DEPTH:
+        usage_error(f"--payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     return payload
+
+
+# The server's default nesting limit: a deeper payload would only be refused there.
+MAX_PAYLOAD_DEPTH = 32
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which JSON does not have (nor the server).
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: too large for a number the server can keep
+        raise ValueError(f"{text[:40]} is out of range")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth + 1)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def task_done(item: dict[str, Any]) -> str | None:

@@ -78,7 +78,9 @@ class ApiClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = resolve_url(url)
-        self.credentials = credentials or Credentials(self.url, no_auth=no_auth)
+        self.credentials = credentials or Credentials(
+            self.url, no_auth=no_auth, before_login=self.reachable
+        )
         self.timeout = timeout
         self._http = httpx.Client(
             base_url=self.url,
@@ -139,6 +141,10 @@ class ApiClient:
             self._check(shape, body, f"{method} {path}")
         return body
 
+    def reachable(self) -> None:
+        """Raise `ServerUnreachable` unless the server answers at all (any status)."""
+        self._send("GET", "/healthz", {}, None, None)
+
     def _send(
         self,
         method: str,
@@ -175,6 +181,16 @@ class ApiClient:
                 ) from None
         if response.is_success:
             return body
+        if response.is_redirect:
+            # The API never redirects: a proxy's login page, a web site or a URL with a
+            # wrong path did. Not a failure of the server, the wrong server.
+            where = response.headers.get("Location", "")[:200]
+            raise ServerError(
+                f"not a wq API at this URL: {self.url} answered {what} with a redirect "
+                f"({response.status_code}{' to ' + where if where else ''})",
+                hint="check --url (or WQ_URL): it names the wq server itself",
+                status=response.status_code,
+            )
         error = error_for_status(
             response.status_code,
             body,

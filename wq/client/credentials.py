@@ -2,7 +2,8 @@
 
 1. `WQ_TOKEN` (or `WORKQUEUE_SERVICE_TOKEN`): used as given, never replaced.
 2. The token cached for this server (a login's, or the local daemon's own token).
-3. A login (Kerberos/SPNEGO through the OAuth proxy), whose token is then cached.
+3. A login (Kerberos/SPNEGO through the OAuth proxy), whose token is then cached;
+   a server that cannot be reached is reported as such first, not as a failed login.
 4. Nothing left: `AuthenticationRequired`, which says how to log in (exit 4).
 
 A rejected (401) cached token is dropped and replaced once, by a token another process
@@ -56,8 +57,11 @@ class Credentials:
         environ: Mapping[str, str] | None = None,
         cache: TokenCache | None = None,
         login: Login | None = default_login,
+        before_login: Callable[[], None] | None = None,
     ) -> None:
         self.server = server
+        # Raises when a login is pointless: the server cannot be reached at all.
+        self._before_login = before_login
         self.no_auth = no_auth
         self._environ = os.environ if environ is None else environ
         self._cache = cache
@@ -110,6 +114,8 @@ class Credentials:
                 f"{self.server} rejected the token its own login returned",
                 hint="check the server's authentication settings",
             )
+        if self._before_login is not None:
+            self._before_login()
         self.logins += 1
         value = self._login(self.server)
         self.cache.store(self.server, value)

@@ -28,6 +28,12 @@ class ClientError(Exception):
         self.status = status
 
 
+class UsageError(ClientError):
+    """The command line itself is wrong (a URL without a scheme, a malformed id)."""
+
+    exit_code = EXIT_USAGE
+
+
 class ServerUnreachable(ClientError):
     """The server could not be reached (refused, DNS, TLS, timeout)."""
 

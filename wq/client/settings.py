@@ -1,13 +1,19 @@
 """Where the client connects: the server URL and the token from the environment.
 
 Flags win over `WQ_*` variables, which win over the seed's `WORKQUEUE_SERVICE_*`
-spellings, which win over the local daemon's default address.
+spellings, which win over the local daemon's default address. A URL names its scheme
+(`http://` or `https://`); only a loopback `host:port` (`127.0.0.1:8080`, `localhost:8080`,
+`[::1]:8080`) may omit it and means plain HTTP.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from wq.client.errors import UsageError
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_VARIABLES = ("WQ_URL", "WORKQUEUE_SERVICE_URL")
@@ -26,16 +32,35 @@ def resolve_url(flag: str | None, environ: Mapping[str, str] | None = None) -> s
     """The server URL: `--url`, then the environment, then the local daemon's default."""
     environ = os.environ if environ is None else environ
     if flag and flag.strip():
-        url = flag.strip()
+        url, source = flag.strip(), "--url"
     else:
         found = _first(URL_VARIABLES, environ)
-        url = found[1] if found else DEFAULT_URL
+        source, url = found if found else ("the default URL", DEFAULT_URL)
     url = url.rstrip("/")
     if "://" not in url:
-        # `wq --url host:8080` means plain HTTP only for loopback, HTTPS otherwise.
-        local = url.startswith(("127.", "localhost", "[::1]"))
-        url = f"{'http' if local else 'https'}://{url}"
+        # `127.0.0.1:8080` is the local daemon: plain HTTP. Anything else needs its
+        # scheme: guessing `https://` made a typo (`--url not-a-url`) a login attempt.
+        if not _LOOPBACK_WITH_PORT.match(url):
+            raise UsageError(
+                f"{source} {url!r}: not a URL",
+                hint="give the scheme, as in https://wq.example.com "
+                "(only a loopback host:port such as 127.0.0.1:8080 may omit it)",
+            )
+        url = f"http://{url}"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as err:
+        raise UsageError(f"{source} {url!r}: not a URL ({err})") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise UsageError(
+            f"{source} {url!r}: not a URL", hint="use http:// or https:// and a host name"
+        )
     return url
+
+
+# Loopback addresses with a port: the only URLs that may omit their scheme.
+_LOOPBACK_WITH_PORT = re.compile(r"^(127(\.\d{1,3}){3}|localhost|\[::1\]):\d{1,5}(/.*)?$")
 
 
 def env_token(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:

@@ -43,6 +43,11 @@ class CachedToken:
     token: str
     expires_at: float | None
 
+    @property
+    def local(self) -> bool:
+        """The embedded daemon's own token (no expiry), not a login's."""
+        return self.expires_at is None
+
     def valid(self, now: float | None = None) -> bool:
         """True until the expiry (forever when it has none)."""
         return self.expires_at is None or (now or time.time()) < self.expires_at

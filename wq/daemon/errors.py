@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -37,6 +39,22 @@ def unavailable() -> JSONResponse:
     )
 
 
+def _said(err: Mapping[str, Any]) -> str:
+    """A validation error in the caller's terms.
+
+    Pydantic says "Value should have at most 512 items after validation" of a string
+    whose type has a validator of its own (a project path): a text's length is counted
+    in characters.
+    """
+    ctx = err.get("ctx") or {}
+    if isinstance(err.get("input"), str) and err.get("type") in ("too_long", "too_short"):
+        if err["type"] == "too_long" and "max_length" in ctx:
+            return f"at most {ctx['max_length']} characters (got {len(err['input'])})"
+        if err["type"] == "too_short" and "min_length" in ctx:
+            return f"at least {ctx['min_length']} characters"
+    return str(err.get("msg"))
+
+
 def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
     """Turn every error into `{"error": message}` with the right status code."""
 
@@ -64,7 +82,8 @@ def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
             return _error(400, f"the body is not valid JSON: {reason}")
         for err in errors:
             where = ".".join(str(part) for part in err.get("loc", ()) if part != "body")
-            problems.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+            said = _said(err)
+            problems.append(f"{where}: {said}" if where else said)
         return _error(422, "; ".join(problems) or "invalid request", problems=problems)
 
     @app.exception_handler(ItemNotFound)

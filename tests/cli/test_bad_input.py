@@ -1,0 +1,126 @@
+"""Bad input found before any request: one `wq: error:` line and a hint, exit 2.
+
+Click's own "Usage: ... Error: ..." box, a payload Python's json reads but JSON does not
+have (NaN, 1e999), a payload nested 100,000 deep, a port out of range: each used to
+print a traceback or a box of its own. Nothing here needs a server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.daemon import Result, base_env, cli_env, free_port, invoke, run
+
+
+def assert_usage(result: Result, *words: str) -> None:
+    assert result.code == 2, result
+    assert result.stdout == "", result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result
+    assert lines[0].startswith("wq: error: ") and lines[1].startswith("hint: "), result
+    for word in words:
+        assert word in lines[0], result
+
+
+def submit(payload: str, cache_home: Path) -> Result:
+    # A closed port: anything that got as far as a request would exit 1, not 2.
+    url = f"http://127.0.0.1:{free_port()}"
+    args = ["submit", "task", "--project", "p", "--kind", "k", "--payload", payload]
+    return invoke([*args, "--url", url], cli_env(cache_home, WQ_TOKEN="t"))
+
+
+@pytest.mark.parametrize(
+    ("payload", "said"),
+    [
+        ('{"a": NaN}', "NaN is not a JSON value"),
+        ('{"a": -Infinity}', "-Infinity is not a JSON value"),
+        ('{"a": 1e999}', "1e999 is out of range"),
+    ],
+)
+def test_a_payload_json_does_not_allow_is_a_usage_error(
+    payload: str, said: str, cache_home: Path
+) -> None:
+    assert_usage(submit(payload, cache_home), "--payload", said)
+
+
+def test_a_payload_file_with_an_infinite_number(tmp_path: Path, cache_home: Path) -> None:
+    path = tmp_path / "payload.json"
+    path.write_text('{"size": 1e999}')
+    assert_usage(submit(f"@{path}", cache_home), "1e999 is out of range")
+
+
+@pytest.mark.parametrize("depth", [33, 100_000])
+def test_a_payload_nested_too_deep_is_a_usage_error(
+    depth: int, tmp_path: Path, cache_home: Path
+) -> None:
+    path = tmp_path / "payload.json"
+    path.write_text('{"a": ' + "[" * depth + "]" * depth + "}")
+    assert_usage(submit(f"@{path}", cache_home), "--payload: nested deeper than 32 levels")
+
+
+@pytest.mark.parametrize(
+    ("args", "said", "command"),
+    [
+        (["status", "--bogus-flag"], "no such option: --bogus-flag", "wq status"),
+        (["status", "-o", "xml"], "--output: 'xml' is not one of", "wq status"),
+        (["status", "--interval", "nan", "--watch"], "--interval: must be a number", "wq status"),
+        (["pools", "--interval", "inf", "--watch"], "--interval: must be a number", "wq pools"),
+        (["status", "--limit", "many"], "--limit: must be a valid integer", "wq status"),
+        (["config", "check"], "missing argument 'path'", "wq config check"),
+        (["daemon", "--port", "99999"], "--port: must be less than or equal to 65535", "wq daemon"),
+        (["daemon", "--port", "-1"], "--port: must be greater than or equal to 0", "wq daemon"),
+        (["bogus"], "no such command 'bogus'", "wq"),
+    ],
+)
+def test_click_usage_errors_are_one_line_and_a_hint(
+    args: list[str], said: str, command: str, cache_home: Path
+) -> None:
+    result = invoke(args, cli_env(cache_home))
+    assert_usage(result, said)
+    assert result.stderr.splitlines()[1] == f"hint: see {command} --help"
+
+
+def test_a_port_out_of_range_as_a_process(tmp_path: Path) -> None:
+    # The daemon must refuse before it binds, logs or opens a database.
+    result = run(["daemon", "--port", "99999"], base_env(tmp_path), tmp_path)
+    assert_usage(result, "--port")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_group_alone_still_prints_its_help(cache_home: Path) -> None:
+    result = invoke(["db"], cli_env(cache_home))
+    assert result.code == 2 and "migrate" in result.stderr + result.stdout, result
+
+
+@pytest.mark.parametrize("url", ["not-a-url", "wq.example.com", "wq.example.com:443", "ftp://x"])
+def test_a_url_without_a_scheme_is_a_usage_error(url: str, cache_home: Path) -> None:
+    result = invoke(["status", "--url", url], cli_env(cache_home, WQ_TOKEN="t"))
+    assert_usage(result, f"--url {url!r}: not a URL")
+    env_result = invoke(["whoami"], cli_env(cache_home, WQ_URL=url))
+    assert_usage(env_result, f"WQ_URL {url!r}: not a URL")
+
+
+def test_a_loopback_host_and_port_may_omit_the_scheme(cache_home: Path) -> None:
+    port = free_port()
+    result = invoke(["status", "--url", f"127.0.0.1:{port}"], cli_env(cache_home, WQ_TOKEN="t"))
+    assert result.code == 1, result  # tried http://127.0.0.1:PORT, found nobody there
+    assert f"cannot connect to http://127.0.0.1:{port}" in result.stderr, result
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["status", "--id", ""], "an empty id is not an item id"),
+        (["status", "--id", "../pools"], "'../pools' is not an item id"),
+        (["retry", "--id", "not-a-uuid"], "'not-a-uuid' is not an item id"),
+        (["cancel", "2f6c", "x y"], "'x y' is not an item id"),
+    ],
+)
+def test_a_malformed_id_is_a_usage_error_before_any_request(
+    args: list[str], said: str, cache_home: Path
+) -> None:
+    # A closed port: a request would exit 1 (it used to be "server error 307").
+    url = f"http://127.0.0.1:{free_port()}"
+    assert_usage(invoke([*args, "--url", url], cli_env(cache_home, WQ_TOKEN="t")), said)
