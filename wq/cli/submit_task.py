@@ -56,8 +56,9 @@ def read_payload(value: str | None) -> dict[str, Any]:
     return payload
 
 
-# The server's default nesting limit: a deeper payload would only be refused there.
-MAX_PAYLOAD_DEPTH = 32
+# No server takes a deeper payload (server.max_document_depth is at most 128); each
+# server says its own, lower limit itself.
+MAX_PAYLOAD_DEPTH = 128
 
 
 def _no_constant(name: str) -> Any:

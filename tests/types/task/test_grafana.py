@@ -125,8 +125,23 @@ def test_bad_payloads_are_400_and_change_nothing(
         response = post(client, body)
         assert response.status_code == 400, response.text
         assert message in response.json()["error"]
-        raw = client.post("/api/webhooks/grafana", content=b"{not json")
-        assert raw.status_code == 400 and raw.json()["error"] == "the body is not JSON"
+        for raw_body in (b"{not json", b'{"alerts": NaN}', b"[" * 100_000, b"[" * 40 + b"]" * 40):
+            raw = client.post("/api/webhooks/grafana", content=raw_body)
+            assert raw.status_code == 400, raw.text
+            assert raw.json()["error"].startswith("the body is not usable JSON: ")
+        assert count(runtime) == 0
+
+
+def test_a_caller_without_the_secret_is_401_whatever_the_body(store: Store, tmp_path: Path) -> None:
+    grafana = {**GRAFANA, "secret_env": SECRET_ENV}
+    with task_daemon(store, tmp_path / "runs", start=False, grafana=grafana) as (runtime, client):
+        for raw_body in (b'{"alerts": NaN}', b"[" * 100):
+            answer = client.post(
+                "/api/webhooks/grafana",
+                content=raw_body,
+                headers={"Authorization": "Bearer wrong", "Content-Type": "application/json"},
+            )
+            assert answer.status_code == 401, answer.text
         assert count(runtime) == 0
 
 

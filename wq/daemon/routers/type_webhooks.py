@@ -8,7 +8,6 @@ in constant time). The type's handler gets the parsed JSON and decides the answe
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -20,7 +19,7 @@ from wq.daemon.auth.guard import authenticate_request, authorize
 from wq.daemon.contract import API_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
 from wq.daemon.runtime import Runtime
-from wq.engine.envelope import contains_nul
+from wq.engine.envelope import UndecodableMessage, contains_nul, parse_json
 from wq.engine.models import utcnow
 from wq.engine.registry import BadWebhookPayload, ItemType, Webhook, WebhookContext
 
@@ -98,9 +97,9 @@ def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
     async def receive(request: Request, runtime: RuntimeDep) -> Any:
         actor = _caller(request, hook, item_type.name)
         try:
-            document = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise HTTPException(400, "the body is not JSON") from None
+            document = parse_json(await request.body())
+        except UndecodableMessage as err:
+            raise HTTPException(400, f"the body is not usable JSON: {err}") from None
         if contains_nul(document):
             raise HTTPException(400, "the payload contains NUL characters")
         try:
