@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
 from schemathesis import Case
 
 from tests.conftest import Store, make_config
@@ -35,16 +36,10 @@ MAX_EXAMPLES = 25
 
 
 def fuzz_config(token: str) -> schemathesis.Config:
-    """Every check (schemathesis' default); the seed, the token and the secret fixed.
-
-    The git-ref and control-character `pattern`s make hypothesis discard many drafts
-    of a string; its health checks on that (and on a slow machine) judge the
-    generator, not the API, so they are off.
-    """
+    """Every check (schemathesis' default); the seed, the token and the secret fixed."""
     return schemathesis.Config.from_dict(
         {
             "seed": SEED,
-            "suppress-health-check": ["filter_too_much", "too_slow"],
             "headers": {"Authorization": f"Bearer {token}"},
             "generation": {"max-examples": MAX_EXAMPLES, "database": "none"},
             "phases": {"stateful": {"enabled": False}},
@@ -101,5 +96,9 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 @pytest.mark.timeout(120)
 @schema.parametrize()
+# The git-ref and control-character `pattern`s make hypothesis discard many drafts of
+# a string; its health checks on that (and on a slow machine) judge the generator,
+# not the API.
+@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 def test_api_answers_as_its_openapi_document_says(case: Case) -> None:
     case.call_and_validate()

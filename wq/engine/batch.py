@@ -327,8 +327,9 @@ class BatchRunner:
         failures, failure_message = item.attempts, item.error
         session.info[_IN_EXECUTOR] = True
         started = time.monotonic()
+        context = ActionContext(session, item, now, item_type.settings, actor)
         try:
-            executor(ActionContext(session, item, now, item_type.settings, actor))
+            executor(context)
             if careful:
                 session.flush()
         except Exception as err:
@@ -354,16 +355,17 @@ class BatchRunner:
             item.attempts = 0
             if item.error == failure_message:
                 item.error = None
-        trigger = {"source": "worker", "action": action}
-        audit(
-            session,
-            AuditRecord(
-                "action_completed",
-                actor,
-                item.id,
-                old_state=old,
-                new_state=snapshot(item),
-                trigger=trigger,
-            ),
-        )
+        new = snapshot(item)
+        if not (context.quiet and new == old and not failures):
+            audit(
+                session,
+                AuditRecord(
+                    "action_completed",
+                    actor,
+                    item.id,
+                    old_state=old,
+                    new_state=new,
+                    trigger={"source": "worker", "action": action},
+                ),
+            )
         return item.phase not in TERMINAL_PHASES

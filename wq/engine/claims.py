@@ -25,7 +25,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from wq.engine import leases, store
 from wq.engine.audit import AuditRecord, audit
-from wq.engine.models import WorkItem, utcnow
+from wq.engine.models import WorkItem
 from wq.engine.registry import TypeRegistry
 
 log = logging.getLogger("wq.engine.processing")
@@ -131,7 +131,6 @@ def _claim_and_load(
 ) -> list[leases.Claim]:
     """PostgreSQL: claim and load in one statement; the items detached, as leased."""
     token = str(uuid.uuid4())
-    updated_at = utcnow()
     rows = session.execute(
         load.claimed,
         {
@@ -141,7 +140,6 @@ def _claim_and_load(
             "owner": owner,
             "token": token,
             "lease_until": lease_until,
-            "updated_at": updated_at,
         },
     ).unique()
     claims: list[leases.Claim] = []
@@ -150,7 +148,6 @@ def _claim_and_load(
             ("lease_owner", owner),
             ("lease_token", token),
             ("leased_until", lease_until),
-            ("updated_at", updated_at),
         ):
             set_committed_value(item, key, value)
         session.expunge(item)  # its dimensions too (the cascade)

@@ -17,7 +17,7 @@ from sqlalchemy import String, Uuid, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
-from wq.engine.models import ACTIVE, ADMITTED, UtcDateTime, WorkItem, utcnow
+from wq.engine.models import ACTIVE, ADMITTED, UtcDateTime, WorkItem
 from wq.engine.store import inline, is_postgres
 
 _Query = TypeVar("_Query", bound="Select[*tuple[Any, ...]]")
@@ -55,8 +55,7 @@ WITH chosen AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE work_items AS w
-SET lease_owner = :owner, lease_token = :token, leased_until = :lease_until,
-    updated_at = :updated_at
+SET lease_owner = :owner, lease_token = :token, leased_until = :lease_until
 FROM chosen
 WHERE w.id = chosen.id AND w.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING w.id, chosen.lease_owner AS previous_owner,
@@ -102,7 +101,6 @@ def claim(
                 "owner": owner,
                 "token": token,
                 "lease_until": lease_until,
-                "updated_at": utcnow(),
             },
         )
         return [

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Uuid,
     event,
     func,
+    inspect,
     text,
     update,
 )
@@ -130,7 +131,10 @@ class WorkItem(Base):
     queued_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+    # When the item last changed state: what the audit trail records, not a lease taken,
+    # renewed or let go, nor a check scheduled (`_touch_changes` below; the statements
+    # that change admission set it themselves). So its age is the time in its state.
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     # Replaced by a fresh random value whenever the item, its details or its dimensions
     # change through the ORM (`_stamp_changes` below); compared for equality only. A
     # worker compares the stamp it read with the one its lease fence finds, and reads
@@ -145,6 +149,9 @@ class WorkItem(Base):
     # API's list, `wq.daemon.reads`); one that names none has its items loaded as
     # objects for their `details_dict`.
     api_details_columns: ClassVar[tuple[str, ...]] = ()
+    # Columns of a type's own table that only schedule the next look at the item (a
+    # run's next check): changing them is no change of state (`updated_at` stays).
+    scheduling_columns: ClassVar[tuple[str, ...]] = ()
 
     statuses: Mapped[list[WorkItemStatus]] = relationship(
         back_populates="work_item",
@@ -327,6 +334,33 @@ class SequenceCounter(Base):
 # In `Session.info` of a session that runs executors (a worker's or a batch's): it
 # holds the lease of the items it changes.
 EXECUTOR_SESSION = "wq_in_executor"
+
+
+# Who holds an item and when it is looked at next: no state of its own.
+_SCHEDULING = frozenset(
+    {"lease_owner", "lease_token", "leased_until", "run_after", "stamp", "updated_at"}
+)
+
+
+def _changes_state(item: WorkItem) -> bool:
+    """True when a column beyond the lease and the schedule changed in this flush."""
+    state = inspect(item)
+    ignored = _SCHEDULING.union(item.scheduling_columns)
+    return any(
+        state.attrs[column.key].history.has_changes()
+        for column in state.mapper.column_attrs
+        if column.key not in ignored
+    )
+
+
+@event.listens_for(Session, "before_flush")
+def _touch_changes(session: Session, _context: Any, _instances: Any) -> None:
+    """Stamp `updated_at` on every item whose state this flush changes (and no other)."""
+    now: datetime | None = None
+    for obj in session.dirty:
+        if isinstance(obj, WorkItem) and _changes_state(obj):
+            now = now or utcnow()
+            obj.updated_at = now
 
 
 @event.listens_for(Session, "before_flush")

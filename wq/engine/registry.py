@@ -51,6 +51,17 @@ class ActionContext:
     settings: Any
     # Who runs the action (the worker's name): the audit actor of the changes it makes.
     actor: str = "system"
+    # Set by `found_nothing_new`: the action's audit row is left out.
+    quiet: bool = False
+
+    def found_nothing_new(self) -> None:
+        """Say that this action only looked (a running task's check) and found no change.
+
+        The engine then writes no `action_completed` row (nor its log line) for it, as
+        long as the item's audited state is indeed as it was: the audit trail records
+        changes, and a long run is checked many times.
+        """
+        self.quiet = True
 
 
 @dataclass

@@ -284,9 +284,10 @@ class ItemRunner:
         failures, failure_message = item.attempts, item.error
         read_stamp = item.stamp
         started = time.monotonic()
+        context = ActionContext(session, item, self.clock(), item_type.settings, actor)
         try:
             with fenced_executor(session, item_id, token) as fence:
-                executor(ActionContext(session, item, self.clock(), item_type.settings, actor))
+                executor(context)
         except LeaseLost:
             session.rollback()
             self._count_run(item_type.name, action, "lease_lost", started)
@@ -309,14 +310,16 @@ class ItemRunner:
             item.attempts = 0
             if item.error == failure_message:  # unless the executor set an error of its own
                 item.error = None
-        done.record = AuditRecord(
-            "action_completed",
-            actor,
-            item_id,
-            old_state=old,
-            new_state=snapshot(item),
-            trigger={"source": "worker", "action": action},
-        )
+        new = snapshot(item)
+        if not (context.quiet and new == old and not failures):
+            done.record = AuditRecord(
+                "action_completed",
+                actor,
+                item_id,
+                old_state=old,
+                new_state=new,
+                trigger={"source": "worker", "action": action},
+            )
         if fence.stamp is not None:
             self._fenced(session, done)
         return done

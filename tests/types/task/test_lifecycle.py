@@ -110,6 +110,38 @@ def test_cancel_stops_the_run_and_a_queued_task_is_cancelled_at_once(
         assert starts(tmp_path) == 1
 
 
+def test_checking_a_running_task_records_nothing_until_it_changes(
+    store: Store, tmp_path: Path
+) -> None:
+    with task_daemon(store, tmp_path / "runs") as (runtime, client):
+        item = submit(client, "sleep", payload={"seconds": 1.5})
+        wait(lambda: "sleeping" in _output(tmp_path, runtime, item["id"]), message="up")
+        running = task(runtime, item["id"])
+        trail = audit_types(runtime.sessions, running.id)
+        # Checked every 0.1 s: several checks go by, and none of them is a state change.
+        seen = {running.next_check_at}
+
+        def checked_three_more_times() -> bool:
+            seen.add(task(runtime, item["id"]).next_check_at)
+            return len(seen) >= 4
+
+        wait(checked_three_more_times, message="three more checks")
+        still = task(runtime, item["id"])
+        assert still.phase == "active"
+        assert audit_types(runtime.sessions, running.id) == trail
+        # Its age is the time in its state: checks and leases do not make it younger.
+        assert still.updated_at == running.updated_at
+        done = wait(
+            lambda: (t := task(runtime, item["id"])).phase == "completed" and t,
+            message="completed",
+        )
+        after = audit_types(runtime.sessions, done.id)
+        assert after[: len(trail)] == trail
+        # The check that saw the run end is recorded, with the phase change it made.
+        assert after[len(trail) :].count("action_completed") == 1, after
+        assert "phase_changed" in after[len(trail) :] and done.updated_at > running.updated_at
+
+
 def _output(tmp_path: Path, runtime: object, item_id: str) -> str:
     run_id = task(runtime, item_id).run_id  # type: ignore[arg-type]
     if run_id is None:

@@ -129,6 +129,7 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
                 finish(ctx, FAILED, status, f"timed out after {limit:g} s")
                 return
             task.next_check_at = ctx.now + timedelta(seconds=settings.poll_interval_seconds)
+            ctx.found_nothing_new()
         elif status.state == SUCCEEDED:
             finish(ctx, COMPLETED, status, "exit status 0")
         elif status.state == MISSING:

@@ -53,6 +53,8 @@ class TaskItem(WorkItem):
         "cancel_requested",
     )
 
+    scheduling_columns = ("next_check_at",)
+
     __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
         "polymorphic_identity": "task",
         "polymorphic_load": "selectin",
