@@ -41,6 +41,10 @@ KINDS: dict[str, dict[str, Any]] = {
     },
     "sleep": {
         "scope": "project",
+        "payload_schema": {
+            "type": "object",
+            "properties": {"seconds": {"type": "number", "minimum": 0}},
+        },
         "command": program(
             COUNT_START + "import json, sys, time\n"
             "seconds = json.load(sys.stdin).get('seconds', 600)\n"

@@ -62,6 +62,15 @@ def count(runtime: Any) -> int:
             {"project": "p", "kind": "echo", "payload": {"a": {"b": "\x00"}}},
             "payload: Value error, must not contain NUL",
         ),
+        # The kind's payload_schema: checked at the door, not when its program reads it.
+        (
+            {"project": "p", "kind": "sleep", "payload": {"seconds": "abc"}},
+            "payload.seconds: 'abc' is not of type 'number'",
+        ),
+        (
+            {"project": "p", "kind": "sleep", "payload": {"seconds": -1}},
+            "payload.seconds: -1 is less than the minimum of 0",
+        ),
         # The schema says boolean; 0 is not one.
         ({"project": "p", "kind": "echo", "autonomous": 0}, "autonomous: Input should be"),
     ],
@@ -182,6 +191,10 @@ def test_submit_needs_the_submit_permission(store: Store, tmp_path: Path) -> Non
             "schedules.0.cron: not a cron expression",
         ),
         ({"surprise": 1}, "handled_types.task.surprise: unknown key"),
+        (
+            {"kinds": {"x": {"scope": "project", "command": ["x"], "payload_schema": {"type": 5}}}},
+            "kinds.x.payload_schema: Value error, not a JSON Schema: 5 is not valid",
+        ),
     ],
 )
 def test_bad_settings_name_the_key(settings: dict[str, Any], message: str) -> None:
@@ -197,7 +210,7 @@ def test_the_kinds_their_scopes_and_the_payload_rule_are_in_the_openapi_document
         schemas = client.get("/openapi.json").json()["components"]["schemas"]
     task = schemas["TaskCreate"]
     assert task["properties"]["kind"]["enum"] == sorted(KINDS)
-    (rule,) = task["allOf"]
+    rule = task["allOf"][0]
     assert rule["if"]["properties"]["kind"]["enum"] == ["review"]
     assert rule["then"]["required"] == ["repository"]
     assert rule["else"]["properties"]["repository"] == {"type": "null"}
@@ -205,3 +218,9 @@ def test_the_kinds_their_scopes_and_the_payload_rule_are_in_the_openapi_document
     assert payload["additionalProperties"] is False
     assert set(payload["patternProperties"]) == {"^[^\\x00]*$"}
     assert "pattern" in task["properties"]["project"]
+    (sleep_rule,) = [
+        r
+        for r in task["allOf"]
+        if r.get("if", {}).get("properties", {}).get("kind") == {"const": "sleep"}
+    ]
+    assert sleep_rule["then"]["properties"]["payload"] == KINDS["sleep"]["payload_schema"]

@@ -223,7 +223,11 @@ FileAction = Annotated[
 
 
 class MrCreate(BaseModel):
-    """The desired state of a merge request; submit it again whenever it changes."""
+    """The desired state of a merge request; submit it again whenever it changes.
+
+    `source_branch` and `target_branch` must differ (a rule between two fields, which
+    the schema cannot state).
+    """
 
     # Strict: `"draft": "yes"` is a mistake to report, not a truthy value to guess at.
     model_config = ConfigDict(extra="forbid", strict=True)

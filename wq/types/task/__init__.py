@@ -121,7 +121,14 @@ def register(
             decider=decide,
             executors=make_executors(parsed, runners),
             submission=Submission(
-                schema=submission_schema({name: kind.scope for name, kind in parsed.kinds.items()}),
+                schema=submission_schema(
+                    {name: kind.scope for name, kind in parsed.kinds.items()},
+                    {
+                        name: kind.payload_schema
+                        for name, kind in parsed.kinds.items()
+                        if kind.payload_schema is not None
+                    },
+                ),
                 project_of=lambda payload: payload.project,
                 handle=lambda session, payload, ctx: submit_from_api(session, payload, ctx, parsed),
             ),

@@ -64,13 +64,16 @@ class TaskCreate(BaseModel):
     )
 
 
-def submission_schema(scopes: Mapping[str, str]) -> type[TaskCreate]:
+def submission_schema(
+    scopes: Mapping[str, str], payload_schemas: Mapping[str, dict[str, Any]] | None = None
+) -> type[TaskCreate]:
     """`TaskCreate` as this daemon's kinds make it, for the API to validate and document.
 
     `scopes` maps each configured kind to its scope (`project` or `repository`). The
     document names the kinds (an enum) and says that a repository-scoped kind needs a
-    `repository` and any other kind takes none (if/then/else). The checks themselves
-    stay in `submit.validate`, whose messages name the known kinds and the scope.
+    `repository` and any other kind takes none (if/then/else), and that a kind with a
+    `payload_schema` takes only payloads it allows. The checks themselves stay in
+    `submit.validate`, whose messages name the known kinds, the scope and the payload.
     """
     kinds = sorted(scopes)
     repository_kinds = [kind for kind in kinds if scopes[kind] == "repository"]
@@ -88,10 +91,18 @@ def submission_schema(scopes: Mapping[str, str]) -> type[TaskCreate]:
         when = {"properties": {"kind": {"enum": repository_kinds}}, "required": ["kind"]}
         rule = {"if": when, "then": needs_repository, "else": takes_none}
 
+    payload_rules = [
+        {
+            "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+            "then": {"properties": {"payload": payload_schema}},
+        }
+        for kind, payload_schema in sorted((payload_schemas or {}).items())
+    ]
+
     def document(schema: dict[str, Any]) -> None:
         if kinds:
             schema["properties"]["kind"]["enum"] = kinds
-        schema["allOf"] = [rule]
+        schema["allOf"] = [rule, *payload_rules]
 
     # Same name as the base, so the OpenAPI component keeps the house name `TaskCreate`.
     return type(

@@ -11,7 +11,8 @@ import shutil
 import sys
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from jsonschema import Draft202012Validator, SchemaError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from wq.engine.config import ConfigError
 
@@ -42,6 +43,35 @@ class KindConfig(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     # The kubernetes runner's Job template for this kind (overrides the runner's).
     job: dict[str, Any] | None = None
+    # A JSON Schema (2020-12) the payload must satisfy: a submission that does not is
+    # refused (422) rather than stored to fail when its program reads it.
+    payload_schema: dict[str, Any] | None = None
+    _payload_validator: Draft202012Validator | None = PrivateAttr(default=None)
+
+    def model_post_init(self, _context: Any) -> None:
+        """Build the payload schema's validator once, with the config."""
+        if self.payload_schema is not None:
+            self._payload_validator = Draft202012Validator(self.payload_schema)
+
+    def payload_problems(self, payload: Any) -> list[str]:
+        """What is wrong with `payload` by the kind's schema, path first (none: empty)."""
+        if self._payload_validator is None:
+            return []
+        errors = sorted(self._payload_validator.iter_errors(payload), key=lambda e: e.path)
+        return [
+            ".".join(["payload", *(str(part) for part in error.path)]) + f": {error.message}"
+            for error in errors
+        ]
+
+    @field_validator("payload_schema")
+    @classmethod
+    def _valid_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        if schema is not None:
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as err:
+                raise ValueError(f"not a JSON Schema: {err.message}") from None
+        return schema
 
     @field_validator("dedup")
     @classmethod
@@ -123,7 +153,15 @@ def _demo_kinds() -> dict[str, KindConfig]:
     demo = [sys.executable, "-m", "wq.types.task.demo"]
     return {
         "echo": KindConfig(scope="project", command=[*demo, "echo"], timeout_seconds=60),
-        "sleep": KindConfig(scope="project", command=[*demo, "sleep"], timeout_seconds=3600),
+        "sleep": KindConfig(
+            scope="project",
+            command=[*demo, "sleep"],
+            timeout_seconds=3600,
+            payload_schema={
+                "type": "object",
+                "properties": {"seconds": {"type": "number", "minimum": 0}},
+            },
+        ),
     }
 
 

@@ -47,7 +47,8 @@ def derived_dedup_key(kind_name: str, kind: KindConfig, payload: TaskCreate) -> 
 
 
 def validate(settings: TaskSettings, payload: TaskCreate) -> KindConfig:
-    """The kind's config; SubmissionRejected (422) for an unknown kind or a wrong scope."""
+    """The kind's config; SubmissionRejected (422) for an unknown kind, a wrong scope or
+    a payload its schema refuses."""
     kind = settings.kinds.get(payload.kind)
     if kind is None:
         known = ", ".join(sorted(settings.kinds)) or "none"
@@ -55,6 +56,9 @@ def validate(settings: TaskSettings, payload: TaskCreate) -> KindConfig:
     repository_scoped = kind.scope == "repository"
     if repository_scoped != (payload.repository is not None):
         raise SubmissionRejected(scope_message(payload.kind, repository_scoped))
+    problems = kind.payload_problems(payload.payload)
+    if problems:
+        raise SubmissionRejected("; ".join(problems[:5]))
     return kind
 
 
