@@ -10,7 +10,7 @@ from typing import Any, Literal
 import orjson
 import pydantic_core
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from wq.engine.models import WorkItem
 
@@ -57,7 +57,9 @@ class WorkItemPublic(BaseModel):
     queued_at: datetime | None
     admitted_at: datetime | None
     created_at: datetime
-    updated_at: datetime
+    updated_at: datetime = Field(
+        description="when the item last changed state (not a lease or a scheduled check)"
+    )
     details: dict[str, Any]
     dimensions: list[DimensionPublic]
 
