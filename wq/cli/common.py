@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from wq.cli.completion import complete_id
+
 if TYPE_CHECKING:
     from wq.client.api import ApiClient
     from wq.client.errors import ClientError
@@ -49,9 +51,15 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Short for -o json.")]
 WatchOption = Annotated[
     bool, typer.Option("--watch", "-w", help="Redraw in place until Ctrl-C (tables only).")
 ]
-ItemIdsArgument = Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)]
+ItemIdsArgument = Annotated[
+    list[str] | None,
+    typer.Argument(help="Item ids.", show_default=False, autocompletion=complete_id),
+]
 ItemIdOptions = Annotated[
-    list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
+    list[str] | None,
+    typer.Option(
+        "--id", help="An item id (repeatable).", show_default=False, autocompletion=complete_id
+    ),
 ]
 MIN_INTERVAL = 0.2
 MAX_INTERVAL = 86400.0
