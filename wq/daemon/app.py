@@ -16,6 +16,7 @@ from wq.daemon.http_metrics import HttpMetrics
 from wq.daemon.loop_reads import loop_reads
 from wq.daemon.outage import OutageLog
 from wq.daemon.routers import (
+    bulk,
     health,
     identity,
     pools,
@@ -64,12 +65,14 @@ def create_app(runtime: Runtime) -> FastAPI:
     )
     install_auth_handling(app)
     types = [runtime.registry.get(name) for name in runtime.registry.names]
-    # Order matters: a type's own submission route before the item routes, the
-    # unknown-type fallback after them.
+    # Order matters: a type's own submission route and the bulk actions before the
+    # item routes (whose `{item_id}` would take their paths), the unknown-type fallback
+    # after them.
     routers = [
         health.router,
         identity.router,
         submissions.build_router(types),
+        bulk.router,
         work_items.router,
         submissions.build_fallback_router(types),
         pools.router,

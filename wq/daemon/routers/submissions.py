@@ -93,7 +93,7 @@ def _endpoint(item_type: ItemType) -> Any:
     return create_item
 
 
-def _only_post() -> None:
+def only_post() -> None:
     """Any other method on a submission path (HEAD too, with GET): 405 naming POST."""
     raise HTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
 
@@ -139,7 +139,7 @@ def build_router(types: list[ItemType]) -> APIRouter:
             # After the POST route: a method neither names (OPTIONS) gets POST's 405.
             router.add_api_route(
                 f"/{item_type.name}",
-                _only_post,
+                only_post,
                 methods=["GET", "PUT", "PATCH", "DELETE"],
                 include_in_schema=False,
                 name=f"only_post_{item_type.name}",
