@@ -77,8 +77,8 @@ def test_usage_errors_are_exit_2(daemon: RunningDaemon, cache_home: Path, args: 
 def test_a_request_the_server_finds_invalid_is_exit_2(
     daemon: RunningDaemon, cache_home: Path
 ) -> None:
-    # Hex digits, so the CLI lets it through: the server is the judge of a UUID.
-    assert_error(invoke(["status", "--id", "abc123"], env(daemon, cache_home)), 2, "UUID")
+    # The CLI lets a NUL through in a project: the server is the judge of it.
+    assert_error(invoke(["status", "--project", "a\x00b"], env(daemon, cache_home)), 2, "project")
 
 
 def test_one_id_that_fails_is_one_line(daemon: RunningDaemon, cache_home: Path) -> None:

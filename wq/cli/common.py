@@ -145,19 +145,17 @@ def errors() -> Iterator[None]:
         raise typer.Exit(0) from None
 
 
-# An item id is a UUID; only its alphabet is checked here, so that a malformed id (or
-# an empty one, which would ask for another path of the API) is a usage error before
-# any request, while the server stays the judge of the rest (and may one day resolve
-# an unambiguous prefix).
-_ITEM_ID = re.compile(r"^[0-9A-Fa-f-]*[0-9A-Fa-f][0-9A-Fa-f-]*$")
-
-
 def checked_item_id(value: str) -> str:
-    """A plausible item id (hex digits and dashes), or a usage error (exit 2)."""
-    if not _ITEM_ID.match(value):
-        shown = f"{value!r}" if value else "an empty id"
-        usage_error(f"{shown} is not an item id (a UUID: hex digits and dashes)")
-    return value
+    """A whole item id, or a short one (at least 6 hex digits) for the server to
+    resolve (`wq.client.ids`); anything else is a usage error (exit 2) before any
+    request (an empty id would ask for another path of the API)."""
+    from wq.client.errors import UsageError
+    from wq.client.ids import checked
+
+    try:
+        return checked(value)
+    except UsageError as err:
+        usage_error(err.message)
 
 
 def item_ids(ids: list[str] | None, id_options: list[str] | None, command: str) -> list[str]:
@@ -179,18 +177,25 @@ def act_on_items(
     line: Callable[[dict[str, Any]], str],
     plural: str,
 ) -> None:
-    """Call the API for each id, then print the answers: documents, or one `line` each.
+    """Call the API for each id (a short one resolved first), then print the answers:
+    documents, or one `line` each.
 
     Exits with the first failure's code when any id failed (the others still ran).
     One id that fails is one error line, not that line and a count of one.
     """
     from wq.cli.output import emit
+    from wq.client.ids import resolve
 
     with errors(), client(url, no_auth) as api:
+        action = call(api)
+
+        def act(item_id: str) -> dict[str, Any]:
+            return action(resolve(api, item_id))
+
         if len(ids) == 1:
-            done, first_error = [call(api)(ids[0])], None
+            done, first_error = [act(ids[0])], None
         else:
-            done, first_error = for_each_item(ids, call(api))
+            done, first_error = for_each_item(ids, act)
     if mode in (Output.json, Output.yaml):
         emit(done, mode, render)
     else:

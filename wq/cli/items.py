@@ -182,7 +182,7 @@ def status(
     if item_id is not None and any(v is not None for v in (phase, item_type, project, admission)):
         usage_error("--id shows one item; the list filters do not apply to it")
     if item_id is not None:
-        checked_item_id(item_id)
+        item_id = checked_item_id(item_id)
     filters: dict[str, Any] = {
         "phase": phase,
         "type": item_type,
@@ -191,9 +191,12 @@ def status(
     }
     with errors(), client(url, no_auth) as api:
         if item_id is not None:
+            from wq.client.ids import resolve
+
+            whole_id = resolve(api, item_id)
 
             def fetch() -> Any:
-                return _with_position(api, api.item(item_id))
+                return _with_position(api, api.item(whole_id))
 
             renderer: Any = item_view
         else:
