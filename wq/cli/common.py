@@ -6,27 +6,20 @@ Nothing here imports httpx or rich at import time: `wq --help` must stay fast.
 from __future__ import annotations
 
 import contextlib
-import enum
 import math
-import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from wq.cli.output import Output as Output
+from wq.cli.output import emit
+from wq.cli.terminal import printable as printable
+
 if TYPE_CHECKING:
     from wq.client.api import ApiClient
     from wq.client.errors import ClientError
-
-
-class Output(enum.StrEnum):
-    """Output modes: human tables (`table`, `wide`) or complete machine documents."""
-
-    table = "table"
-    wide = "wide"
-    json = "json"
-    yaml = "yaml"
 
 
 UrlOption = Annotated[
@@ -92,22 +85,6 @@ def client(url: str | None, no_auth: bool) -> ApiClient:
     from wq.client.api import ApiClient
 
     return ApiClient(url, no_auth=no_auth)
-
-
-# C0 and C1 control characters but newline and tab: from a server's document they could
-# move the cursor, rewrite the screen or the clipboard, or set the window title. The
-# bidirectional overrides and isolates could show a name reversed (a project is free text).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(value: str) -> str:
-    """Text from a server made safe for a terminal: control characters shown as `\\x1b`."""
-    return _CONTROL.sub(_escaped, value)
 
 
 def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
@@ -183,7 +160,6 @@ def act_on_items(
     Exits with the first failure's code when any id failed (the others still ran).
     One id that fails is one error line, not that line and a count of one.
     """
-    from wq.cli.output import emit
     from wq.client.ids import resolve
 
     with errors(), client(url, no_auth) as api:

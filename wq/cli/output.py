@@ -6,16 +6,27 @@ so they are stable; tables are for reading and may change.
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from wq.cli.common import Output, printable
+from wq.cli.terminal import printable
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+
+class Output(enum.StrEnum):
+    """Output modes: human tables (`table`, `wide`) or complete machine documents."""
+
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
 
 Renderer = Callable[[Any, bool], "RenderableType"]
 """Builds the human view of a document; the flag asks for the wide variant."""
