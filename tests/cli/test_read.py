@@ -198,3 +198,15 @@ def test_pools_and_queue(daemon: RunningDaemon, cache_home: Path) -> None:
     assert queued["id"] in table.stdout and "normal" in table.stdout
     empty = invoke(["queue", "--project", PROJECT], env(daemon, cache_home))
     assert "nothing queued" in empty.stdout
+
+
+def test_status_of_an_unknown_type_names_the_known_ones(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    result = invoke(["status", "--type", "bogus"], env(daemon, cache_home))
+    assert result.code == 2 and result.stdout == "", result
+    assert result.stderr.splitlines()[0] == (
+        "wq: error: --type: 'bogus' is not a type this server knows (mr)"
+    )
+    known = invoke(["status", "--type", "mr", "--limit", "1", "--json"], env(daemon, cache_home))
+    assert known.code == 0, known

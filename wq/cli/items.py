@@ -36,6 +36,14 @@ def _check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> Non
         usage_error(f"{name}: {value!r} is not one of {', '.join(choices)}")
 
 
+def _check_type(api: Any, item_type: str) -> None:
+    """A usage error naming the server's types unless it knows `item_type` (the list
+    would be empty, as if there were no such items)."""
+    known = [entry["type"] for entry in api.submission_types()]
+    if item_type not in known:
+        usage_error(f"--type: {item_type!r} is not a type this server knows ({', '.join(known)})")
+
+
 def _summary(item: dict[str, Any]) -> str:
     """The most telling detail of an item for a list row."""
     details = item.get("details") or {}
@@ -190,6 +198,8 @@ def status(
         "admission": admission,
     }
     with errors(), client(url, no_auth) as api:
+        if item_type is not None:
+            _check_type(api, item_type)
         if item_id is not None:
             from wq.client.ids import resolve
 
