@@ -40,7 +40,12 @@ OutputOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Short for -o json.")]
 WatchOption = Annotated[
-    bool, typer.Option("--watch", "-w", help="Redraw in place until Ctrl-C (tables only).")
+    bool,
+    typer.Option(
+        "--watch",
+        "-w",
+        help="Redraw in place until Ctrl-C; with -o json or yaml, print each change.",
+    ),
 ]
 ItemIdsArgument = Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)]
 ItemIdOptions = Annotated[

@@ -24,7 +24,7 @@ from wq.cli.common import (
     output_mode,
     usage_error,
 )
-from wq.cli.live import check_watchable, watch
+from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
 
 PHASES = ("active", "completed", "failed", "cancelled")
@@ -185,8 +185,6 @@ def status(
     _check_choice("--phase", phase, PHASES)
     _check_choice("--admission", admission, ADMISSIONS)
     mode = output_mode(output, json_flag)
-    if watch_flag:
-        check_watchable(mode)
     if item_id is not None and any(v is not None for v in (phase, item_type, project, admission)):
         usage_error("--id shows one item; the list filters do not apply to it")
     if item_id is not None:
@@ -216,7 +214,7 @@ def status(
 
             renderer = list_view
         if watch_flag:
-            watch(lambda: renderer(fetch(), mode is Output.wide), interval=interval)
+            follow(mode, fetch, renderer, interval=interval, key=None if item_id else "id")
         else:
             emit(fetch(), mode, renderer)
 
