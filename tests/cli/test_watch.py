@@ -110,3 +110,33 @@ def test_watch_in_json_streams_one_line_per_change(daemon: RunningDaemon, tmp_pa
         (second["id"], "active"),
         (first["id"], "cancelled"),
     ]
+
+
+def test_pools_watch_in_json_streams_the_pool_that_changed(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    env = base_env(tmp_path, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+    out = tmp_path / "pools.out"
+    args = ["pools", "--project", BLOCKED, "--watch", "--json", "--interval", "0.3"]
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wq", *args],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            preexec_fn=default_sigint,
+        )
+    try:
+        wait_for(shows(out, BLOCKED), timeout=60, message="the pool")
+        daemon.submit(project=BLOCKED)
+        wait_for(lambda: len(out.read_bytes().splitlines()) >= 2, timeout=60, message="a change")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, stderr
+    before, after = [json.loads(line) for line in out.read_text().splitlines()][:2]
+    assert before["project"] == after["project"] == BLOCKED
+    assert after["normal"]["queued"] == before["normal"]["queued"] + 1

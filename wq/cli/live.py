@@ -22,14 +22,8 @@ from typing import Any
 
 import typer
 
-from wq.cli.common import Output, printable, usage_error
+from wq.cli.common import Output, printable
 from wq.cli.output import Renderer, console
-
-
-def check_watchable(mode: Output) -> None:
-    """`--watch` draws tables; machine formats are for one snapshot."""
-    if mode not in (Output.table, Output.wide):
-        usage_error("--watch draws tables: use -o table or -o wide")
 
 
 def follow(
