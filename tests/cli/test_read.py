@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -210,3 +211,20 @@ def test_status_of_an_unknown_type_names_the_known_ones(
     )
     known = invoke(["status", "--type", "mr", "--limit", "1", "--json"], env(daemon, cache_home))
     assert known.code == 0, known
+
+
+@pytest.mark.parametrize("args", [[], ["-o", "wide"], ["-o", "plain"]])
+def test_tables_in_a_pipe_are_plain_lines(
+    daemon: RunningDaemon, cache_home: Path, args: list[str]
+) -> None:
+    project = f"{BLOCKED}/plain-{uuid.uuid4().hex[:8]}"
+    created = [daemon.submit(project=project)["id"] for _ in range(2)]
+    result = invoke(["status", "--project", project, *args], env(daemon, cache_home))
+    assert result.code == 0, result
+    header, *rows = result.stdout.splitlines()
+    # No rule or blank line, no trailing space: `awk '{print $1}'` gives the ids.
+    assert header.split()[:3] == ["ID", "TYPE", "PROJECT"]
+    assert [row.split()[0] for row in rows] == created[::-1]
+    assert all(line == line.rstrip() and line for line in result.stdout.splitlines())
+    pools = invoke(["pools", "--project", project, *args], env(daemon, cache_home))
+    assert [line.split()[0] for line in pools.stdout.splitlines()[1:]] == [project], pools

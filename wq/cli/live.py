@@ -23,7 +23,7 @@ from typing import Any
 import typer
 
 from wq.cli.common import Output, printable
-from wq.cli.output import Renderer, console
+from wq.cli.output import MACHINE, Renderer, console, plain_text
 
 
 def follow(
@@ -36,8 +36,12 @@ def follow(
 ) -> None:
     """`--watch` in any output mode: tables redrawn (`watch`), machine formats streamed
     (`stream`). `key` names what identifies an element when `fetch` returns a list."""
-    if mode in (Output.table, Output.wide):
-        watch(lambda: render(fetch(), mode is Output.wide), interval=interval)
+    if mode not in MACHINE:
+        watch(
+            lambda: render(fetch(), mode is Output.wide),
+            interval=interval,
+            plain=mode is Output.plain,
+        )
     else:
         stream(fetch, mode, interval=interval, key=key)
 
@@ -86,8 +90,9 @@ def _streamed(document: Any, mode: Output) -> str:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def watch(view: Callable[[], Any], *, interval: float) -> None:
-    """Call `view()` (a rich renderable) every `interval` seconds and redraw it."""
+def watch(view: Callable[[], Any], *, interval: float, plain: bool = False) -> None:
+    """Call `view()` (a rich renderable) every `interval` seconds and redraw it;
+    `plain` (or stdout not a terminal): print each frame after the last, plain."""
     from rich.console import Group
     from rich.live import Live
     from rich.text import Text
@@ -107,11 +112,10 @@ def watch(view: Callable[[], Any], *, interval: float) -> None:
         return Group(header, body)
 
     try:
-        if not out.is_interactive:
+        if plain or not out.is_interactive:
             while True:
-                out.print(frame())
-                out.print()
-                out.file.flush()
+                sys.stdout.write(plain_text(frame()))
+                sys.stdout.flush()
                 time.sleep(interval)
         with Live(console=out, auto_refresh=False, transient=False) as live:
             while True:
