@@ -18,7 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from wq.client import api
 from wq.client import schemas as client
 from wq.daemon import schemas as daemon
-from wq.daemon.routers import identity, pools, submissions, work_items
+from wq.daemon.routers import identity, pools, stats, submissions, work_items
 
 PAIRS: list[tuple[Any, Any]] = [
     (client.WorkItemPublic, daemon.WorkItemPublic),
@@ -34,6 +34,7 @@ PAIRS: list[tuple[Any, Any]] = [
     (client.QueueEntries, list[pools.QueueEntryPublic]),
     (client.QueuePagePublic, pools.QueuePagePublic),
     (client.WhoamiPublic, identity.WhoamiPublic),
+    (client.StatsPublic, stats.StatsPublic),
 ]
 
 # What JSON cannot tell apart, and names that only document.

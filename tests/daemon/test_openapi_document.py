@@ -43,6 +43,7 @@ ERRORS = {
     ("get", "/api/pools/{project}"): {401, 403, 422, 431, 503},
     ("get", "/api/queue"): {401, 403, 422, 431, 503},
     ("get", "/api/queue/{lane}"): {401, 403, 422, 431, 503},
+    ("get", "/api/stats"): {401, 403, 422, 431, 503},
     ("get", "/api/work-items/{item_id}/pending-events"): {401, 403, 404, 422, 431, 503},
     ("post", "/api/webhooks/gitlab"): {400, 401, 404, 413, 422, 431, 503},
 }

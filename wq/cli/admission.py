@@ -19,6 +19,7 @@ from wq.cli.common import (
     output_mode,
     usage_error,
 )
+from wq.cli.completion import complete_project
 from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
 
@@ -77,7 +78,10 @@ def queue_view(entries: list[dict[str, Any]], wide: bool) -> Any:
 
 def pools(
     project: Annotated[
-        str | None, typer.Option(help="Only this project (shown even when idle).")
+        str | None,
+        typer.Option(
+            help="Only this project (shown even when idle).", autocompletion=complete_project
+        ),
     ] = None,
     output: OutputOption = Output.table,
     json_flag: JsonOption = False,
@@ -100,7 +104,10 @@ def pools(
 
 
 def queue(
-    project: Annotated[str, typer.Option(help="The project whose queue to show.")] = "",
+    project: Annotated[
+        str,
+        typer.Option(help="The project whose queue to show.", autocompletion=complete_project),
+    ] = "",
     lane: Annotated[str | None, typer.Option(help="Only this lane (alert or normal).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Show at most this many.")] = 100,
     output: OutputOption = Output.table,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from wq.cli.completion import complete_id
 from wq.cli.output import Output as Output
 from wq.cli.output import emit
 from wq.cli.terminal import printable as printable
@@ -47,9 +48,15 @@ WatchOption = Annotated[
         help="Redraw in place until Ctrl-C; with -o json or yaml, print each change.",
     ),
 ]
-ItemIdsArgument = Annotated[list[str] | None, typer.Argument(help="Item ids.", show_default=False)]
+ItemIdsArgument = Annotated[
+    list[str] | None,
+    typer.Argument(help="Item ids.", show_default=False, autocompletion=complete_id),
+]
 ItemIdOptions = Annotated[
-    list[str] | None, typer.Option("--id", help="An item id (repeatable).", show_default=False)
+    list[str] | None,
+    typer.Option(
+        "--id", help="An item id (repeatable).", show_default=False, autocompletion=complete_id
+    ),
 ]
 MIN_INTERVAL = 0.2
 MAX_INTERVAL = 86400.0

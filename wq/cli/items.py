@@ -24,11 +24,16 @@ from wq.cli.common import (
     output_mode,
     usage_error,
 )
+from wq.cli.completion import (
+    complete_admission,
+    complete_id,
+    complete_phase,
+    complete_project,
+    complete_type,
+)
 from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
-
-PHASES = ("active", "completed", "failed", "cancelled")
-ADMISSIONS = ("queued", "admitted", "idle", "done")
+from wq.client.vocabulary import ADMISSIONS, PHASES
 
 
 def _check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> None:
@@ -161,15 +166,27 @@ def _with_position(api: Any, item: dict[str, Any]) -> dict[str, Any]:
 
 def status(
     item_id: Annotated[
-        str | None, typer.Option("--id", help="Show one item in detail.", show_default=False)
+        str | None,
+        typer.Option(
+            "--id", help="Show one item in detail.", show_default=False, autocompletion=complete_id
+        ),
     ] = None,
     phase: Annotated[
-        str | None, typer.Option(help=f"Only this phase ({', '.join(PHASES)}).")
+        str | None,
+        typer.Option(help=f"Only this phase ({', '.join(PHASES)}).", autocompletion=complete_phase),
     ] = None,
-    item_type: Annotated[str | None, typer.Option("--type", help="Only this type.")] = None,
-    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    item_type: Annotated[
+        str | None, typer.Option("--type", help="Only this type.", autocompletion=complete_type)
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option(help="Only this project.", autocompletion=complete_project)
+    ] = None,
     admission: Annotated[
-        str | None, typer.Option(help=f"Only this admission state ({', '.join(ADMISSIONS)}).")
+        str | None,
+        typer.Option(
+            help=f"Only this admission state ({', '.join(ADMISSIONS)}).",
+            autocompletion=complete_admission,
+        ),
     ] = None,
     limit: Annotated[
         int, typer.Option(min=0, help="Show at most this many items (0: all); follows pages.")

@@ -17,7 +17,18 @@ from typer._click import exceptions as click  # typer ships its own click
 from typer.core import TyperGroup
 
 import wq
-from wq.cli import admission, audit, cancel, ci_retry, deployer, identity, items, submit, tui
+from wq.cli import (
+    admission,
+    audit,
+    cancel,
+    ci_retry,
+    deployer,
+    identity,
+    items,
+    stats,
+    submit,
+    tui,
+)
 
 
 def usage_message(err: click.UsageError) -> str:
@@ -107,6 +118,7 @@ submit.register(app)
 items.register(app)
 cancel.register(app)
 admission.register(app)
+stats.register(app)
 identity.register(app)
 deployer.register(app)
 audit.register(app)

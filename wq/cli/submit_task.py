@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from wq.cli.common import Output, printable, usage_error
+from wq.cli.completion import complete_kind, complete_project
 from wq.cli.submit import (
     JsonOption,
     NoAuthOption,
@@ -97,8 +98,15 @@ def task_done(item: dict[str, Any]) -> str | None:
 
 
 def submit_task(
-    project: Annotated[str, typer.Option(help="The project the task runs for.")],
-    kind: Annotated[str, typer.Option(help="A task kind the server's config declares.")],
+    project: Annotated[
+        str, typer.Option(help="The project the task runs for.", autocompletion=complete_project)
+    ],
+    kind: Annotated[
+        str,
+        typer.Option(
+            help="A task kind the server's config declares.", autocompletion=complete_kind
+        ),
+    ],
     repository: Annotated[
         str | None, typer.Option(help="The repository (repository-scoped kinds only).")
     ] = None,

@@ -288,6 +288,24 @@ class ApiClient:
             shape=QueuePagePublic,
         )
 
+    def stats(
+        self,
+        *,
+        window: str = "1h",
+        step: str = "1m",
+        item_type: str | None = None,
+        project: str | None = None,
+    ) -> Json:
+        """Counts and waits per step of the window, and each lane's queue now."""
+        from wq.client.schemas import StatsPublic
+
+        return self.request(
+            "GET",
+            "/api/stats",
+            params={"window": window, "step": step, "type": item_type, "project": project},
+            shape=StatsPublic,
+        )
+
     def item(self, item_id: str) -> Json:
         """One work item with details and dimensions."""
         from wq.client.schemas import WorkItemPublic

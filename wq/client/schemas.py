@@ -166,6 +166,44 @@ class Pools(RootModel[list[PoolPublic]]):
     model_config = ConfigDict(strict=True, defer_build=True)
 
 
+# ------------------------------------------------------------------ stats
+
+
+class BucketPublic(Shape):
+    """One step of a stats window."""
+
+    start: str
+    created: int
+    admitted: int
+    completed: int
+    failed: int
+    retried: int
+    cancelled: int
+    wait_p50_seconds: float | None
+    wait_p95_seconds: float | None
+    run_p50_seconds: float | None
+    run_p95_seconds: float | None
+
+
+class LaneNowPublic(Shape):
+    """A lane's queue now."""
+
+    lane: str
+    depth: int
+    oldest_queued_at: str | None
+    oldest_wait_seconds: float | None
+
+
+class StatsPublic(Shape):
+    """A stats window: its buckets, oldest first, and each lane's queue now."""
+
+    start: str
+    end: str
+    step_seconds: int
+    buckets: list[BucketPublic]
+    lanes: list[LaneNowPublic]
+
+
 class QueueEntryPublic(Shape):
     """One queued item and its position in its lane."""
 

@@ -19,6 +19,7 @@ from wq.daemon.routers import (
     health,
     identity,
     pools,
+    stats,
     submissions,
     type_webhooks,
     webhooks,
@@ -72,6 +73,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         work_items.router,
         submissions.build_fallback_router(types),
         pools.router,
+        stats.router,
         webhooks.router,
         type_webhooks.build_router(types),
     ]

@@ -16,9 +16,9 @@ from textual import on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
 
-from wq.cli.items import ADMISSIONS, PHASES
 from wq.client.api import ApiClient
 from wq.client.errors import ClientError
+from wq.client.vocabulary import ADMISSIONS, PHASES
 from wq.tui.detail import ItemDetailScreen
 from wq.tui.dialogs import ConfirmScreen, PromptScreen
 from wq.tui.format import short

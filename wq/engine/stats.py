@@ -1,0 +1,203 @@
+"""Throughput, failures and waits over time, read from the audit trail and the items.
+
+Every state change has its audit row (`wq.engine.audit`), so the counts per time
+bucket are one grouped query over the window's rows, found through the index on
+`audit_log.at`; nothing is written on the hot path to keep them. The waits join the
+window's admissions and ends to their items by primary key: queued -> admitted is the
+item's `admitted_at - queued_at` (its latest admission), admitted -> done the end's
+time minus `admitted_at`. The cost follows the rows of the window, not the history.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    SQLColumnExpression,
+    and_,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+)
+from sqlalchemy.orm import Session
+
+from wq.engine.models import (
+    ACTIVE,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    LANES,
+    QUEUED,
+    AuditEntry,
+    WorkItem,
+)
+
+# What each counted series is in the audit trail: an event type, and for phase changes
+# the phase the item went to.
+CREATED = "created"
+ADMITTED_SERIES = "admitted"
+RETRIED = "retried"
+SERIES = (CREATED, ADMITTED_SERIES, COMPLETED, FAILED, RETRIED, CANCELLED)
+PHASE_CHANGED = "phase_changed"
+ENDS = (COMPLETED, FAILED, CANCELLED)
+# A bound on the durations read for the percentiles of one request: a window busier
+# than this takes its percentiles from the newest ones.
+MAX_DURATIONS = 200_000
+
+
+@dataclass
+class Bucket:
+    """The counts and waits of one step of the window."""
+
+    start: datetime
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SERIES, 0))
+    waits: list[float] = field(default_factory=list)  # queued -> admitted, seconds
+    runs: list[float] = field(default_factory=list)  # admitted -> done, seconds
+
+
+@dataclass(frozen=True)
+class LaneNow:
+    """A lane's queue at the time of the request."""
+
+    lane: str
+    depth: int
+    oldest_queued_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The window's buckets, oldest first, and the lanes now."""
+
+    start: datetime
+    end: datetime
+    step: timedelta
+    buckets: list[Bucket]
+    lanes: list[LaneNow]
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """The nearest-rank percentile of `values` (None for none)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _seconds_between(
+    session: Session, later: SQLColumnExpression[Any], earlier: SQLColumnExpression[Any]
+) -> ColumnElement[float]:
+    """`later - earlier` in seconds, as each database computes it."""
+    if session.get_bind().dialect.name == "postgresql":
+        return cast(func.extract("epoch", later - earlier), Float)
+    return (func.julianday(later) - func.julianday(earlier)) * 86400.0
+
+
+def _bucket_of(
+    session: Session, at: SQLColumnExpression[Any], start: datetime, step: timedelta
+) -> ColumnElement[int]:
+    """The index of the bucket `at` falls in (0: the oldest)."""
+    naive_start = (
+        start if session.get_bind().dialect.name == "postgresql" else start.replace(tzinfo=None)
+    )
+    return cast(
+        func.floor(_seconds_between(session, at, literal(naive_start)) / step.total_seconds()),
+        Float,
+    )
+
+
+def compute(
+    session: Session,
+    *,
+    end: datetime,
+    window: timedelta,
+    step: timedelta,
+    item_type: str | None = None,
+    project: str | None = None,
+) -> Stats:
+    """The stats of `[end - window, end)` in steps of `step`, filtered by type and project."""
+    start = end - window
+    buckets = [Bucket(start + step * index) for index in range(math.ceil(window / step))]
+    audit = AuditEntry
+    phase = audit.new_state["phase"].as_string()
+    bucket = _bucket_of(session, audit.at, start, step)
+    filters: list[ColumnElement[bool]] = [audit.at >= start, audit.at < end]
+    if project is not None:
+        filters.append(audit.new_state["project"].as_string() == project)
+    counted = or_(
+        audit.event_type.in_((CREATED, ADMITTED_SERIES, RETRIED)),
+        and_(audit.event_type == PHASE_CHANGED, phase.in_(ENDS)),
+    )
+    query = select(bucket, audit.event_type, phase, func.count()).where(*filters, counted)
+    if item_type is not None:
+        query = query.join(WorkItem, WorkItem.id == audit.work_item_id).where(
+            WorkItem.type == item_type
+        )
+    query = query.group_by(bucket, audit.event_type, phase)
+    for index, event_type, new_phase, count in session.execute(query):
+        series = new_phase if event_type == PHASE_CHANGED else event_type
+        _at(buckets, index).counts[series] += int(count)
+    for index, wait in _durations(session, filters, bucket, item_type, ADMITTED_SERIES):
+        _at(buckets, index).waits.append(wait)
+    ends = [*filters, audit.event_type == PHASE_CHANGED, phase.in_(ENDS)]
+    for index, run in _durations(session, ends, bucket, item_type, None):
+        _at(buckets, index).runs.append(run)
+    return Stats(start, end, step, buckets, lanes_now(session, item_type, project))
+
+
+def _at(buckets: list[Bucket], index: object) -> Bucket:
+    # A row stamped exactly at `end` or rounding at an edge stays in the window's ends.
+    return buckets[min(max(int(float(str(index))), 0), len(buckets) - 1)]
+
+
+def _durations(
+    session: Session,
+    filters: list[ColumnElement[bool]],
+    bucket: ColumnElement[int],
+    item_type: str | None,
+    event_type: str | None,
+) -> Iterable[tuple[object, float]]:
+    """(bucket, seconds) of the window's admissions (queued -> admitted) or ends."""
+    audit = AuditEntry
+    if event_type is not None:
+        duration = _seconds_between(session, WorkItem.admitted_at, WorkItem.queued_at)
+        wheres = [*filters, audit.event_type == event_type, WorkItem.queued_at.is_not(None)]
+    else:
+        duration = _seconds_between(session, audit.at, WorkItem.admitted_at)
+        wheres = list(filters)
+    wheres.append(WorkItem.admitted_at.is_not(None))
+    if item_type is not None:
+        wheres.append(WorkItem.type == item_type)
+    query = (
+        select(bucket, duration)
+        .join(WorkItem, WorkItem.id == audit.work_item_id)
+        .where(*wheres)
+        .order_by(audit.at.desc())
+        .limit(MAX_DURATIONS)
+    )
+    for index, seconds in session.execute(query):
+        if seconds is not None and seconds >= 0:
+            yield index, float(seconds)
+
+
+def lanes_now(session: Session, item_type: str | None, project: str | None) -> list[LaneNow]:
+    """Each lane's queued depth and oldest queued item, now."""
+    query = (
+        select(WorkItem.lane, func.count(), func.min(WorkItem.queued_at))
+        .where(WorkItem.admission == QUEUED, WorkItem.phase == ACTIVE)
+        .group_by(WorkItem.lane)
+    )
+    if item_type is not None:
+        query = query.where(WorkItem.type == item_type)
+    if project is not None:
+        query = query.where(WorkItem.project == project)
+    found = {lane: (int(depth), oldest) for lane, depth, oldest in session.execute(query)}
+    return [LaneNow(lane, *found.get(lane, (0, None))) for lane in LANES]
