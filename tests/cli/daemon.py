@@ -67,6 +67,7 @@ class RunningDaemon:
     gitlab: FakeGitLab
     openshift: FakeOpenShift
     dialect: str
+    database_url: str = ""
     admin: str = ""  # OpenShift token: read, submit, retry on every type
     reader: str = ""  # OpenShift token: read only
     extra: dict[str, Any] = field(default_factory=dict)
@@ -186,6 +187,7 @@ def running_daemon(root: Path, database_url: str, dialect: str) -> Iterator[Runn
             gitlab=gitlab,
             openshift=openshift,
             dialect=dialect,
+            database_url=database_url,
             admin=openshift.add_user("ada", ["admins"]),
             reader=openshift.add_user("rita", ["readers"]),
         )

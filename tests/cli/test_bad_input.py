@@ -115,7 +115,7 @@ def test_a_loopback_host_and_port_may_omit_the_scheme(cache_home: Path) -> None:
         (["status", "--id", ""], "an empty id is not an item id"),
         (["status", "--id", "../pools"], "'../pools' is not an item id"),
         (["retry", "--id", "not-a-uuid"], "'not-a-uuid' is not an item id"),
-        (["cancel", "2f6c", "x y"], "'x y' is not an item id"),
+        (["cancel", "2f6c1a", "x y"], "'x y' is not an item id"),
     ],
 )
 def test_a_malformed_id_is_a_usage_error_before_any_request(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -198,3 +199,32 @@ def test_pools_and_queue(daemon: RunningDaemon, cache_home: Path) -> None:
     assert queued["id"] in table.stdout and "normal" in table.stdout
     empty = invoke(["queue", "--project", PROJECT], env(daemon, cache_home))
     assert "nothing queued" in empty.stdout
+
+
+def test_status_of_an_unknown_type_names_the_known_ones(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    result = invoke(["status", "--type", "bogus"], env(daemon, cache_home))
+    assert result.code == 2 and result.stdout == "", result
+    assert result.stderr.splitlines()[0] == (
+        "wq: error: --type: 'bogus' is not a type this server knows (mr)"
+    )
+    known = invoke(["status", "--type", "mr", "--limit", "1", "--json"], env(daemon, cache_home))
+    assert known.code == 0, known
+
+
+@pytest.mark.parametrize("args", [[], ["-o", "wide"], ["-o", "plain"]])
+def test_tables_in_a_pipe_are_plain_lines(
+    daemon: RunningDaemon, cache_home: Path, args: list[str]
+) -> None:
+    project = f"{BLOCKED}/plain-{uuid.uuid4().hex[:8]}"
+    created = [daemon.submit(project=project)["id"] for _ in range(2)]
+    result = invoke(["status", "--project", project, *args], env(daemon, cache_home))
+    assert result.code == 0, result
+    header, *rows = result.stdout.splitlines()
+    # No rule or blank line, no trailing space: `awk '{print $1}'` gives the ids.
+    assert header.split()[:3] == ["ID", "TYPE", "PROJECT"]
+    assert [row.split()[0] for row in rows] == created[::-1]
+    assert all(line == line.rstrip() and line for line in result.stdout.splitlines())
+    pools = invoke(["pools", "--project", project, *args], env(daemon, cache_home))
+    assert [line.split()[0] for line in pools.stdout.splitlines()[1:]] == [project], pools

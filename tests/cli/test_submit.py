@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
-from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, cli_env, invoke
+from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, base_env, cli_env, invoke
+from tests.support.signals import default_sigint
+from tests.support.waiting import wait_for
 
 
 def env(daemon: RunningDaemon, cache_home: Path) -> dict[str, str | None]:
@@ -137,3 +143,41 @@ def test_a_too_long_project_is_said_in_characters(daemon: RunningDaemon, cache_h
         "wq: error: invalid request: project: at most 240 characters (got 306)"
     ), result
     assert "items" not in result.stderr, result
+
+
+def test_submit_wait_shows_the_queue_position_and_ctrl_c_says_how_to_follow(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    ahead = daemon.submit(project=BLOCKED)
+    args = mr_args(f"wq/cli-{uuid.uuid4().hex[:8]}", "--delete", "x", "--wait", project=BLOCKED)
+    env = base_env(tmp_path, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+    with daemon.api() as http:
+        queue = http.get("/api/queue", params={"project": BLOCKED}).json()
+    position = [entry["id"] for entry in queue].index(ahead["id"]) + 2
+    err = tmp_path / "wait.err"
+    with err.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wq", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            preexec_fn=default_sigint,
+        )
+    try:
+        said = f"queued at position {position} in the normal lane of {BLOCKED}"
+        wait_for(lambda: said.encode() in err.read_bytes(), timeout=60, message="the position")
+        time.sleep(1.5)  # a few polls more: nothing changed, nothing more is said
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 130
+    item_id = stdout.decode().split()[3].rstrip(":")  # "created mr item ID: ..."
+    lines = err.read_text().splitlines()
+    assert len(lines) == 2 and lines[0].endswith(f"] {said}"), lines
+    assert lines[1] == (
+        f"wq: interrupted; item {item_id} keeps going: "
+        f"follow it with wq status --id {item_id} --watch"
+    )

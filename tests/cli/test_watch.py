@@ -6,6 +6,7 @@ others write to a file as in a pipe, where each frame follows the last.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -71,3 +72,71 @@ def test_an_interval_out_of_range_is_a_usage_error(tmp_path: Path, interval: str
         result = invoke([command, "--watch", "--interval", interval], cli_env(tmp_path))
         assert result.code == 2, result
         assert "--interval" in result.stderr
+
+
+def test_watch_in_json_streams_one_line_per_change(daemon: RunningDaemon, tmp_path: Path) -> None:
+    project = f"{BLOCKED}/stream-{daemon.dialect}"
+    first = daemon.submit(project=project)
+    env = base_env(tmp_path, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+    out = tmp_path / "stream.out"
+    args = ["status", "--project", project, "--watch", "-o", "json", "--interval", "0.3"]
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wq", *args],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            preexec_fn=default_sigint,
+        )
+    try:
+        wait_for(shows(out, first["id"]), timeout=60, message="the first item")
+        second = daemon.submit(project=project)
+        wait_for(shows(out, second["id"]), timeout=60, message="the new item")
+        with daemon.api() as http:
+            cancelled = http.post(f"/api/work-items/{first['id']}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        wait_for(shows(out, '"phase":"cancelled"'), timeout=60, message="the change")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, stderr
+    documents = [json.loads(line) for line in out.read_text().splitlines()]
+    # Each item when first seen, then only what changed: the cancelled one.
+    assert [(d["id"], d["phase"]) for d in documents] == [
+        (first["id"], "active"),
+        (second["id"], "active"),
+        (first["id"], "cancelled"),
+    ]
+
+
+def test_pools_watch_in_json_streams_the_pool_that_changed(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    env = base_env(tmp_path, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+    out = tmp_path / "pools.out"
+    args = ["pools", "--project", BLOCKED, "--watch", "--json", "--interval", "0.3"]
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wq", *args],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            preexec_fn=default_sigint,
+        )
+    try:
+        wait_for(shows(out, BLOCKED), timeout=60, message="the pool")
+        daemon.submit(project=BLOCKED)
+        wait_for(lambda: len(out.read_bytes().splitlines()) >= 2, timeout=60, message="a change")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, stderr
+    before, after = [json.loads(line) for line in out.read_text().splitlines()][:2]
+    assert before["project"] == after["project"] == BLOCKED
+    assert after["normal"]["queued"] == before["normal"]["queued"] + 1

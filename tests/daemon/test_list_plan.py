@@ -3,7 +3,8 @@
 The list is newest first with a `(created_at, id)` cursor. Without an index in that
 order PostgreSQL sorted every item for every page. A database of its own with 20,000
 items (analyzed), the statement exactly as the endpoint sent it, custom and generic
-plans. PostgreSQL only (the plan is PostgreSQL's).
+plans; a short id's page (`id_prefix`) reads its range of the primary key. PostgreSQL
+only (the plan is PostgreSQL's).
 """
 
 from __future__ import annotations
@@ -98,3 +99,40 @@ def test_a_page_and_the_next_read_their_rows_not_every_item(
             report = f"page {number + 1}, {kind} plan:\n" + "\n".join(lines)
             assert not seq_scans(lines), report
             assert sum(scan.read for scan in scans(lines)) <= 3 * LIMIT, report
+
+
+def test_a_short_id_reads_its_range_of_the_primary_key(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    through_driver: list[Sent] = []
+    awaited = LoopReads.fetch_all
+
+    async def recorded(
+        reads: LoopReads, statement: Select[Any], params: Mapping[str, Any]
+    ) -> Sequence[Any]:
+        through_driver.append(Sent(driver_reads.sql_of(statement, reads.dialect), dict(params)))
+        return await awaited(reads, statement, params)
+
+    monkeypatch.setattr(LoopReads, "fetch_all", recorded)
+    with TestClient(create_app(runtime)) as client, capture(runtime.engine) as sent:
+        some = client.get("/api/work-items?limit=1", headers=headers).json()["items"][0]["id"]
+        sent.clear()
+        through_driver.clear()
+        found = client.get(f"/api/work-items?id_prefix={some[:8]}", headers=headers)
+        assert found.status_code == 200, found.text
+    assert some in [item["id"] for item in found.json()["items"]]
+    (statement,) = [
+        s
+        for s in sent + through_driver
+        if "FROM work_items" in s.statement and "LIMIT" in s.statement
+    ]
+    plan = explain(
+        runtime.config.database_url, "prefix", statement.statement, dict(statement.parameters)
+    )
+    for kind, lines in (("custom", plan.custom), ("generic", plan.generic)):
+        report = f"{kind} plan:\n" + "\n".join(lines)
+        assert not seq_scans(lines), report
+        # Its range of the primary key, not every item in the list's order.
+        assert "pk_work_items" in report and "ix_work_items_newest" not in report, report

@@ -20,7 +20,7 @@ from wq.cli.common import (
     usage_error,
 )
 from wq.cli.completion import complete_project
-from wq.cli.live import check_watchable, watch
+from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
 
 
@@ -92,15 +92,13 @@ def pools(
 ) -> None:
     """Per-project pools: in-flight against capacity and the queue per lane."""
     mode = output_mode(output, json_flag)
-    if watch_flag:
-        check_watchable(mode)
     with errors(), client(url, no_auth) as api:
 
         def fetch() -> list[dict[str, Any]]:
             return [api.pool(project)] if project else api.pools()
 
         if watch_flag:
-            watch(lambda: pools_view(fetch(), mode is Output.wide), interval=interval)
+            follow(mode, fetch, pools_view, interval=interval, key="project")
         else:
             emit(fetch(), mode, pools_view)
 
@@ -125,15 +123,13 @@ def queue(
     if lane is not None and lane not in ("alert", "normal"):
         usage_error(f"--lane: {lane!r} is not one of alert, normal")
     mode = output_mode(output, json_flag)
-    if watch_flag:
-        check_watchable(mode)
     with errors(), client(url, no_auth) as api:
 
         def fetch() -> list[dict[str, Any]]:
             return api.queue(project, lane=lane, limit=limit)
 
         if watch_flag:
-            watch(lambda: queue_view(fetch(), mode is Output.wide), interval=interval)
+            follow(mode, fetch, queue_view, interval=interval, key="id")
         else:
             emit(fetch(), mode, queue_view)
 

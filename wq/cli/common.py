@@ -6,9 +6,7 @@ Nothing here imports httpx or rich at import time: `wq --help` must stay fast.
 from __future__ import annotations
 
 import contextlib
-import enum
 import math
-import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -16,19 +14,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from wq.cli.completion import complete_id
+from wq.cli.output import Output as Output
+from wq.cli.output import emit
+from wq.cli.terminal import printable as printable
 
 if TYPE_CHECKING:
     from wq.client.api import ApiClient
     from wq.client.errors import ClientError
-
-
-class Output(enum.StrEnum):
-    """Output modes: human tables (`table`, `wide`) or complete machine documents."""
-
-    table = "table"
-    wide = "wide"
-    json = "json"
-    yaml = "yaml"
 
 
 UrlOption = Annotated[
@@ -49,7 +41,12 @@ OutputOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Short for -o json.")]
 WatchOption = Annotated[
-    bool, typer.Option("--watch", "-w", help="Redraw in place until Ctrl-C (tables only).")
+    bool,
+    typer.Option(
+        "--watch",
+        "-w",
+        help="Redraw in place until Ctrl-C; with -o json or yaml, print each change.",
+    ),
 ]
 ItemIdsArgument = Annotated[
     list[str] | None,
@@ -102,22 +99,6 @@ def client(url: str | None, no_auth: bool) -> ApiClient:
     return ApiClient(url, no_auth=no_auth)
 
 
-# C0 and C1 control characters but newline and tab: from a server's document they could
-# move the cursor, rewrite the screen or the clipboard, or set the window title. The
-# bidirectional overrides and isolates could show a name reversed (a project is free text).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(value: str) -> str:
-    """Text from a server made safe for a terminal: control characters shown as `\\x1b`."""
-    return _CONTROL.sub(_escaped, value)
-
-
 def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
     """Print one error line (and a hint) on stderr and exit with `code`.
 
@@ -153,19 +134,17 @@ def errors() -> Iterator[None]:
         raise typer.Exit(0) from None
 
 
-# An item id is a UUID; only its alphabet is checked here, so that a malformed id (or
-# an empty one, which would ask for another path of the API) is a usage error before
-# any request, while the server stays the judge of the rest (and may one day resolve
-# an unambiguous prefix).
-_ITEM_ID = re.compile(r"^[0-9A-Fa-f-]*[0-9A-Fa-f][0-9A-Fa-f-]*$")
-
-
 def checked_item_id(value: str) -> str:
-    """A plausible item id (hex digits and dashes), or a usage error (exit 2)."""
-    if not _ITEM_ID.match(value):
-        shown = f"{value!r}" if value else "an empty id"
-        usage_error(f"{shown} is not an item id (a UUID: hex digits and dashes)")
-    return value
+    """A whole item id, or a short one (at least 6 hex digits) for the server to
+    resolve (`wq.client.ids`); anything else is a usage error (exit 2) before any
+    request (an empty id would ask for another path of the API)."""
+    from wq.client.errors import UsageError
+    from wq.client.ids import checked
+
+    try:
+        return checked(value)
+    except UsageError as err:
+        usage_error(err.message)
 
 
 def item_ids(ids: list[str] | None, id_options: list[str] | None, command: str) -> list[str]:
@@ -187,18 +166,24 @@ def act_on_items(
     line: Callable[[dict[str, Any]], str],
     plural: str,
 ) -> None:
-    """Call the API for each id, then print the answers: documents, or one `line` each.
+    """Call the API for each id (a short one resolved first), then print the answers:
+    documents, or one `line` each.
 
     Exits with the first failure's code when any id failed (the others still ran).
     One id that fails is one error line, not that line and a count of one.
     """
-    from wq.cli.output import emit
+    from wq.client.ids import resolve
 
     with errors(), client(url, no_auth) as api:
+        action = call(api)
+
+        def act(item_id: str) -> dict[str, Any]:
+            return action(resolve(api, item_id))
+
         if len(ids) == 1:
-            done, first_error = [call(api)(ids[0])], None
+            done, first_error = [act(ids[0])], None
         else:
-            done, first_error = for_each_item(ids, call(api))
+            done, first_error = for_each_item(ids, act)
     if mode in (Output.json, Output.yaml):
         emit(done, mode, render)
     else:

@@ -49,7 +49,7 @@ def whoami(
     mode = output_mode(output, json_flag)
     with errors(), client(url, no_auth) as api:
         document = api.whoami()
-        if mode is Output.table:
+        if mode in (Output.table, Output.plain):
             typer.echo(identity_of(document))  # the name alone; no need to load rich
             return
         emit(document, mode, _whoami_view)

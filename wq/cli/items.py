@@ -31,7 +31,7 @@ from wq.cli.completion import (
     complete_project,
     complete_type,
 )
-from wq.cli.live import check_watchable, watch
+from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
 from wq.client.vocabulary import ADMISSIONS, PHASES
 
@@ -39,6 +39,14 @@ from wq.client.vocabulary import ADMISSIONS, PHASES
 def _check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> None:
     if value is not None and value not in choices:
         usage_error(f"{name}: {value!r} is not one of {', '.join(choices)}")
+
+
+def _check_type(api: Any, item_type: str) -> None:
+    """A usage error naming the server's types unless it knows `item_type` (the list
+    would be empty, as if there were no such items)."""
+    known = [entry["type"] for entry in api.submission_types()]
+    if item_type not in known:
+        usage_error(f"--type: {item_type!r} is not a type this server knows ({', '.join(known)})")
 
 
 def _summary(item: dict[str, Any]) -> str:
@@ -194,12 +202,10 @@ def status(
     _check_choice("--phase", phase, PHASES)
     _check_choice("--admission", admission, ADMISSIONS)
     mode = output_mode(output, json_flag)
-    if watch_flag:
-        check_watchable(mode)
     if item_id is not None and any(v is not None for v in (phase, item_type, project, admission)):
         usage_error("--id shows one item; the list filters do not apply to it")
     if item_id is not None:
-        checked_item_id(item_id)
+        item_id = checked_item_id(item_id)
     filters: dict[str, Any] = {
         "phase": phase,
         "type": item_type,
@@ -207,10 +213,15 @@ def status(
         "admission": admission,
     }
     with errors(), client(url, no_auth) as api:
+        if item_type is not None:
+            _check_type(api, item_type)
         if item_id is not None:
+            from wq.client.ids import resolve
+
+            whole_id = resolve(api, item_id)
 
             def fetch() -> Any:
-                return _with_position(api, api.item(item_id))
+                return _with_position(api, api.item(whole_id))
 
             renderer: Any = item_view
         else:
@@ -220,7 +231,7 @@ def status(
 
             renderer = list_view
         if watch_flag:
-            watch(lambda: renderer(fetch(), mode is Output.wide), interval=interval)
+            follow(mode, fetch, renderer, interval=interval, key=None if item_id else "id")
         else:
             emit(fetch(), mode, renderer)
 

@@ -6,27 +6,51 @@ so they are stable; tables are for reading and may change.
 
 from __future__ import annotations
 
+import enum
+import io
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from wq.cli.common import Output, printable
+from wq.cli.terminal import printable
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+
+class Output(enum.StrEnum):
+    """Output modes: human tables (`table`, `wide`, `plain`) or complete machine documents.
+
+    `plain` is the table without decoration (no rule or blank lines, no trailing
+    spaces), as every table is printed when stdout is not a terminal: for grep and awk.
+    """
+
+    table = "table"
+    wide = "wide"
+    plain = "plain"
+    json = "json"
+    yaml = "yaml"
+
+
+MACHINE = (Output.json, Output.yaml)
+# Wide enough that no row of a plain table is ever folded onto a second line.
+PLAIN_WIDTH = 100_000
+
 
 Renderer = Callable[[Any, bool], "RenderableType"]
 """Builds the human view of a document; the flag asks for the wide variant."""
 
 
-def console(stderr: bool = False) -> Console:
+def console(stderr: bool = False, *, file: IO[str] | None = None) -> Console:
     """A rich console; a wide page when the output is not a terminal (no truncation).
 
     Every string it prints is plain text: no rich markup or emoji codes (a project or an
     error holding `[/x]` would otherwise be styled, or crash the rendering) and no
-    control characters (see `printable`).
+    control characters (see `printable`). With `file`, it writes there without colours,
+    on a page as wide as any row (`plain_text`).
     """
     from rich.console import Console
     from rich.text import Text
@@ -36,10 +60,29 @@ def console(stderr: bool = False) -> Console:
             return super().render_str(printable(text), **options)
 
     settings: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False}
+    if file is not None:
+        return PlainConsole(
+            **settings, emoji=False, file=file, width=PLAIN_WIDTH, color_system=None
+        )
     out = PlainConsole(**settings, emoji=False)
     if not out.is_terminal:
         out = PlainConsole(**settings, emoji=False, width=max(out.width, 200))
     return out
+
+
+def plain_text(view: RenderableType) -> str:
+    """A view as plain lines: no blank or rule lines, no trailing spaces, no common
+    indent, no colours; empty for an empty view."""
+    buffer = io.StringIO()
+    console(file=buffer).print(view)
+    lines = [line.rstrip() for line in buffer.getvalue().splitlines()]
+    kept = "\n".join(line for line in lines if line.strip(" \u2500"))
+    return textwrap.dedent(kept) + "\n" if kept else ""
+
+
+def is_plain(mode: Output) -> bool:
+    """Whether a human view is printed plain: asked for, or stdout is not a terminal."""
+    return mode is Output.plain or not console().is_terminal
 
 
 def dump(data: Any, mode: Output) -> str:
@@ -54,11 +97,16 @@ def dump(data: Any, mode: Output) -> str:
 
 def emit(data: Any, mode: Output, renderer: Renderer) -> None:
     """Print a document in the chosen mode on stdout."""
-    if mode in (Output.json, Output.yaml):
+    if mode in MACHINE:
         sys.stdout.write(dump(data, mode))
         sys.stdout.flush()
         return
-    console().print(renderer(data, mode is Output.wide))
+    view = renderer(data, mode is Output.wide)
+    if is_plain(mode):
+        sys.stdout.write(plain_text(view))
+        sys.stdout.flush()
+        return
+    console().print(view)
 
 
 def table(*columns: str, title: str | None = None) -> Any:
@@ -66,7 +114,14 @@ def table(*columns: str, title: str | None = None) -> Any:
     from rich import box
     from rich.table import Table
 
-    result = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    result = Table(
+        box=box.SIMPLE_HEAD,
+        title=title,
+        title_justify="left",
+        caption_justify="left",
+        pad_edge=False,
+        show_edge=False,  # flush left, as its title and caption
+    )
     for column in columns:
         result.add_column(column, overflow="fold")
     return result

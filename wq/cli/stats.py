@@ -23,7 +23,7 @@ from wq.cli.common import (
     usage_error,
 )
 from wq.cli.completion import complete_project, complete_type
-from wq.cli.live import check_watchable, watch
+from wq.cli.live import follow
 from wq.cli.output import age, emit, table
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -132,15 +132,13 @@ def stats(
     chosen_step = step or default_step(window)
     check_bounds(window, chosen_step)
     mode = output_mode(output, json_flag)
-    if watch_flag:
-        check_watchable(mode)
     with errors(), client(url, no_auth) as api:
 
         def fetch() -> Any:
             return api.stats(window=window, step=chosen_step, item_type=item_type, project=project)
 
         if watch_flag:
-            watch(lambda: stats_view(fetch(), mode is Output.wide), interval=interval)
+            follow(mode, fetch, stats_view, interval=interval, key=None)
         else:
             emit(fetch(), mode, stats_view)
 

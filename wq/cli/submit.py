@@ -8,6 +8,7 @@ machine formats and `--wait`.
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -26,7 +27,7 @@ from wq.cli.common import (
     output_mode,
     printable,
 )
-from wq.cli.output import dump, emit, table
+from wq.cli.output import age, dump, emit, table
 
 TYPE_MODULES = ("wq.cli.submit_mr", "wq.cli.submit_task")
 
@@ -88,7 +89,8 @@ def report(
     """Print a submission's outcome; with `wait`, follow the item until `done` says so.
 
     Machine formats print one document, `{"action", "item"}`, the item as last seen.
-    A followed item that fails or is cancelled exits 1; a wait that times out exits 1.
+    A followed item that fails or is cancelled exits 1; a wait that times out exits 1;
+    Ctrl-C exits 130 saying how to follow the item, which goes on.
     """
     action, item = result["action"], result["item"]
     machine = mode in (Output.json, Output.yaml)
@@ -98,22 +100,74 @@ def report(
         if machine:
             emit(result, mode, _types_view)
         return
-    deadline = time.monotonic() + wait_timeout
-    outcome = done(item)
-    while outcome is None and item["phase"] == "active":
-        if time.monotonic() > deadline:
-            if machine:
-                typer.echo(dump({"action": action, "item": item}, mode), nl=False)
-            fail(f"still waiting after {wait_timeout:g}s: item {item['id']} is {item['phase']}", 1)
-        time.sleep(WAIT_INTERVAL)
-        item = api.item(item["id"])
-        outcome = done(item)
+    try:
+        item, outcome = _follow(api, action, item, mode, wait_timeout=wait_timeout, done=done)
+    except KeyboardInterrupt:
+        # The server goes on with the item: say so, and how to follow it again.
+        sys.stderr.write(
+            f"wq: interrupted; item {item['id']} keeps going: "
+            f"follow it with wq status --id {item['id']} --watch\n"
+        )
+        raise typer.Exit(130) from None
     if machine:
         typer.echo(dump({"action": action, "item": item}, mode), nl=False)
     if outcome is None:
         fail(f"item {item['id']} ended {item['phase']}: {item.get('error') or 'no error'}", 1)
     if not machine:
         typer.echo(printable(outcome))
+
+
+def _follow(
+    api: Any,
+    action: str,
+    item: dict[str, Any],
+    mode: Output,
+    *,
+    wait_timeout: float,
+    done: Done,
+) -> tuple[dict[str, Any], str | None]:
+    """Poll the item until `done` says so or it ends; each change of its progress is
+    one line on stderr (a pipe or a log gets no redraws). The item as last seen and
+    `done`'s line."""
+    started = time.monotonic()
+    deadline = started + wait_timeout
+    shown = ""
+    outcome = done(item)
+    while True:
+        finished = outcome is not None and item["phase"] == "active"  # e.g. an MR exists
+        now = "done" if finished else progress(item, api.queue_position(item))
+        if now != shown:
+            sys.stderr.write(f"[{age(time.monotonic() - started)}] {printable(now)}\n")
+            sys.stderr.flush()
+            shown = now
+        if outcome is not None or item["phase"] != "active":
+            return item, outcome
+        if time.monotonic() > deadline:
+            if mode in (Output.json, Output.yaml):
+                typer.echo(dump({"action": action, "item": item}, mode), nl=False)
+            fail(f"still waiting after {wait_timeout:g}s: item {item['id']} is {item['phase']}", 1)
+        time.sleep(WAIT_INTERVAL)
+        item = api.item(item["id"])
+        outcome = done(item)
+
+
+def progress(item: dict[str, Any], queue_entry: dict[str, Any] | None) -> str:
+    """Where a followed item is: queued (at which position), admitted, running, idle
+    (waiting for something outside), or its final phase."""
+    if item["phase"] != "active":
+        return str(item["phase"])
+    admission = item.get("admission")
+    if admission == "queued":
+        if queue_entry is None:
+            return "queued"
+        return (
+            f"queued at position {queue_entry['position']} in the "
+            f"{queue_entry['lane']} lane of {item['project']}"
+        )
+    details = item.get("details") or {}
+    if details.get("started_at") and not details.get("finished_at"):
+        return "running"
+    return str(admission)
 
 
 def register(app: typer.Typer) -> None:

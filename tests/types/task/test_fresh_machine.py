@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -42,6 +43,20 @@ def test_submit_task_and_cancel_against_the_embedded_daemon(
     document = json.loads(echo.stdout)
     assert document["action"] == "created" and document["item"]["phase"] == "completed"
     assert "hello from a file" in document["item"]["details"]["log_tail"]
+
+    # --wait says on stderr where the item is, one line each time that changes.
+    short = run_wq(
+        "submit", "task", "--project", "demo", "--kind", "sleep",
+        "--payload", '{"seconds": 3}', "--wait", env=cli, cwd=tmp_path,
+    )  # fmt: skip
+    assert short.returncode == 0, short.stderr
+    states = [line.split("] ", 1)[1] for line in short.stderr.splitlines()]
+    assert all(line.startswith("[") for line in short.stderr.splitlines()), short.stderr
+    assert "running" in states and states[-1] == "completed", short.stderr
+    assert all(a != b for a, b in itertools.pairwise(states)), short.stderr
+    # Queued only for a moment, if at all (admitted before its position was asked).
+    expected = {"queued at position 1 in the normal lane of demo", "queued", "admitted"}
+    assert set(states) <= {*expected, "running", "completed"}, short.stderr
 
     sleep = run_wq(
         "submit", "task", "--project", "demo", "--kind", "sleep",

@@ -68,6 +68,20 @@ ITEMS_CURSOR_TEXT = (
 )
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# Short ids: the TUI shows an id's first 8 hex digits, and people type those. At least
+# 6, so that a prefix names few items; as a range of the primary key (the prefix padded
+# with 0s, then with fs), which both databases read from its index.
+ID_PREFIX = r"^[0-9a-fA-F]{6,32}$"
+ID_PREFIX_TEXT = (
+    "only items whose id starts with these hex digits (6 to 32, without dashes): "
+    "resolves a short id"
+)
+
+
+def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The lowest and the highest id that start with these hex digits."""
+    return uuid.UUID(hex=prefix.ljust(32, "0")), uuid.UUID(hex=prefix.ljust(32, "f"))
+
 
 def _encode_cursor(item: Any) -> str:
     created = item.created_at
@@ -107,6 +121,9 @@ async def read_items(
     phase: Phase | None = None,
     project: Annotated[str | None, Query(pattern=NO_NUL)] = None,
     admission: Admission | None = None,
+    id_prefix: Annotated[
+        str | None, Query(max_length=32, pattern=ID_PREFIX, description=ID_PREFIX_TEXT)
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[
         str | None, Query(max_length=50, pattern=ITEMS_CURSOR, description=ITEMS_CURSOR_TEXT)
@@ -118,6 +135,8 @@ async def read_items(
     for name, value in zip(LIST_FILTERS, (type, phase, project, admission), strict=True):
         if value is not None:
             values[name] = value
+    if id_prefix is not None:
+        values["id_low"], values["id_high"] = id_range(id_prefix)
     if cursor is not None:
         values["after_created"], values["after_id"] = _decode_cursor(cursor)
     readable = principal.types_with("read")
