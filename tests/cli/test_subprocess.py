@@ -27,7 +27,7 @@ def test_shell_completion_completes_commands(tmp_path: Path) -> None:
         [str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["status"]
+    assert sorted(proc.stdout.split()) == ["stats", "status"]
     shown = subprocess.run(
         [str(script), "--show-completion", "bash"],
         env=base_env(tmp_path),

@@ -403,7 +403,8 @@ class ApiClient:
         for path, operations in sorted(document["paths"].items()):
             match = SUBMIT_PATH.match(path)
             post = operations.get("post")
-            if match and isinstance(post, dict):
+            # Other POSTs under /api/work-items/ (the bulk retry and cancel) are not types.
+            if match and isinstance(post, dict) and "submissions" in (post.get("tags") or []):
                 summary = post.get("summary")
                 found.append(
                     {
