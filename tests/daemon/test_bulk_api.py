@@ -77,6 +77,19 @@ def test_a_dry_run_lists_and_changes_nothing(runtime: Runtime, client: TestClien
     assert audited(runtime, "retried") == 0
 
 
+def test_ids_narrow_the_selection_to_what_was_confirmed(
+    runtime: Runtime, client: TestClient
+) -> None:
+    first, second = failed_items(runtime, "team/a", "boom", 2)
+    active = submit(runtime.sessions, runtime.registry, runtime.config, "team/a").item
+    assert active is not None
+    # An id that does not match the selector (an active item for a retry) is left out.
+    body = {"ids": [str(second), str(active.id)]}
+    results = client.post("/api/work-items/retry", json=body).json()["results"]
+    assert [(r["id"], r["outcome"]) for r in results] == [(str(second), "retried")]
+    assert phases(runtime, [first, second]) == ["failed", "active"]
+
+
 def test_cancel_takes_active_items_and_reports_each(runtime: Runtime, client: TestClient) -> None:
     active = []
     for _ in range(2):

@@ -147,14 +147,6 @@ def checked_item_id(value: str) -> str:
         usage_error(err.message)
 
 
-def item_ids(ids: list[str] | None, id_options: list[str] | None, command: str) -> list[str]:
-    """The ids named as arguments and with --id; a usage error when there are none."""
-    wanted = [*(id_options or []), *(ids or [])]
-    if not wanted:
-        usage_error(f"name at least one item: wq {command} --id ID")
-    return [checked_item_id(value) for value in wanted]
-
-
 def act_on_items(
     ids: list[str],
     *,

@@ -8,19 +8,15 @@ import typer
 
 from wq.cli.common import (
     IntervalOption,
-    ItemIdOptions,
-    ItemIdsArgument,
     JsonOption,
     NoAuthOption,
     Output,
     OutputOption,
     UrlOption,
     WatchOption,
-    act_on_items,
     checked_item_id,
     client,
     errors,
-    item_ids,
     output_mode,
     usage_error,
 )
@@ -236,34 +232,6 @@ def status(
             emit(fetch(), mode, renderer)
 
 
-def _retried_line(item: dict[str, Any]) -> str:
-    # Without `read` on the item's type the server answers only its id and phase.
-    admission = f", {item['admission']}" if "admission" in item else ""
-    return f"retried {item['id']}: {item['phase']}{admission}"
-
-
-def retry(
-    ids: ItemIdsArgument = None,
-    id_options: ItemIdOptions = None,
-    output: OutputOption = Output.table,
-    json_flag: JsonOption = False,
-    url: UrlOption = None,
-    no_auth: NoAuthOption = False,
-) -> None:
-    """Bring failed or cancelled items back to active (attempts reset)."""
-    act_on_items(
-        item_ids(ids, id_options, "retry"),
-        url=url,
-        no_auth=no_auth,
-        mode=output_mode(output, json_flag),
-        call=lambda api: api.retry,
-        render=list_view,
-        line=_retried_line,
-        plural="retries",
-    )
-
-
 def register(app: typer.Typer) -> None:
-    """Add the item commands."""
+    """Add `wq status`."""
     app.command("status")(status)
-    app.command("retry")(retry)

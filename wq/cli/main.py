@@ -25,6 +25,7 @@ from wq.cli import (
     deployer,
     identity,
     items,
+    retry,
     stats,
     submit,
     tui,
@@ -116,6 +117,7 @@ def root(
 
 submit.register(app)
 items.register(app)
+retry.register(app)
 cancel.register(app)
 admission.register(app)
 stats.register(app)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -23,6 +22,7 @@ from wq.cli.common import (
     usage_error,
 )
 from wq.cli.completion import complete_project, complete_type
+from wq.cli.durations import parse_seconds
 from wq.cli.live import follow
 from wq.cli.output import age, emit, table
 
@@ -36,8 +36,6 @@ WAITS = (
 DEFAULT_STEPS = 60
 MIN_STEP_SECONDS = 10
 MAX_WINDOW_SECONDS = 7 * 86400
-DURATION = re.compile(r"([1-9][0-9]*)([smhd])")
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def sparkline(values: Sequence[float | None]) -> str:
@@ -55,24 +53,17 @@ def sparkline(values: Sequence[float | None]) -> str:
     return "".join(bars)
 
 
-def _seconds(name: str, value: str) -> int:
-    match = DURATION.fullmatch(value)
-    if match is None:
-        usage_error(f"{name}: a number and a unit (s, m, h, d), e.g. 1h; got {value!r}")
-    return int(match.group(1)) * UNITS[match.group(2)]
-
-
 def check_bounds(window: str, step: str) -> None:
     """The server's bounds, said in the user's terms before any request."""
-    if _seconds("--window", window) > MAX_WINDOW_SECONDS:
+    if parse_seconds("--window", window) > MAX_WINDOW_SECONDS:
         usage_error(f"--window: at most 7d; got {window}")
-    if _seconds("--step", step) < MIN_STEP_SECONDS:
+    if parse_seconds("--step", step) < MIN_STEP_SECONDS:
         usage_error(f"--step: at least {MIN_STEP_SECONDS}s; got {step}")
 
 
 def default_step(window: str) -> str:
     """The step that cuts `window` into about DEFAULT_STEPS buckets (10s at least)."""
-    seconds = max(MIN_STEP_SECONDS, math.ceil(_seconds("--window", window) / DEFAULT_STEPS))
+    seconds = max(MIN_STEP_SECONDS, math.ceil(parse_seconds("--window", window) / DEFAULT_STEPS))
     return f"{seconds}s"
 
 

@@ -288,6 +288,18 @@ class ApiClient:
             shape=QueuePagePublic,
         )
 
+    def bulk(self, action: str, selector: dict[str, Any], *, dry_run: bool) -> Json:
+        """Retry or cancel (`action`) the items `selector` matches; one request for all."""
+        from wq.client.schemas import BulkPublic
+
+        body = {key: value for key, value in selector.items() if value is not None}
+        return self.request(
+            "POST",
+            f"/api/work-items/{action}",
+            json={**body, "dry_run": dry_run},
+            shape=BulkPublic,
+        )
+
     def stats(
         self,
         *,

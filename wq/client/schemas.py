@@ -166,6 +166,25 @@ class Pools(RootModel[list[PoolPublic]]):
     model_config = ConfigDict(strict=True, defer_build=True)
 
 
+# ------------------------------------------------------------------ bulk actions
+
+
+class BulkOutcomePublic(Shape):
+    """One selected item and what became of it."""
+
+    id: str
+    type: str
+    outcome: str
+    error: str | None = None
+
+
+class BulkPublic(Shape):
+    """A bulk retry's or cancel's outcomes; `more`: others match beyond the limit."""
+
+    results: list[BulkOutcomePublic]
+    more: bool
+
+
 # ------------------------------------------------------------------ stats
 
 

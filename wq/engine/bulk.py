@@ -34,6 +34,7 @@ class Selector:
     kind: str | None = None
     error_contains: str | None = None
     older_than: timedelta | None = None
+    ids: tuple[uuid.UUID, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ def statement(
     if selector.type is not None:
         allowed = [name for name in allowed if name == selector.type]
     conditions: list[ColumnElement[bool]] = [WorkItem.phase == _phase(action, selector.phase)]
+    if selector.ids is not None:
+        conditions.append(WorkItem.id.in_(selector.ids))
     if selector.project is not None:
         conditions.append(WorkItem.project == selector.project)
     if selector.error_contains:

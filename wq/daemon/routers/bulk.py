@@ -47,6 +47,13 @@ class BulkRequest(BaseModel):
     older_than_seconds: Annotated[float, Field(ge=0, le=10 * 365 * 86400)] | None = Field(
         None, description="in its state for longer than this"
     )
+    ids: (
+        Annotated[list[Annotated[uuid.UUID, Field(strict=False)]], Field(max_length=MAX_LIMIT)]
+        | None
+    ) = Field(
+        None,
+        description="only these of the matching items (what a dry run listed and was confirmed)",
+    )
     limit: Annotated[int, Field(ge=1, le=MAX_LIMIT), BeforeValidator(whole_number)] = 100
     dry_run: bool = Field(False, description="list what would be done, change nothing")
 
@@ -95,6 +102,7 @@ def _run(
         older_than=(
             None if body.older_than_seconds is None else timedelta(seconds=body.older_than_seconds)
         ),
+        ids=None if body.ids is None else tuple(body.ids),
     )
     # Types the caller may not act on are left out: their items are neither shown nor
     # counted, as an item of such a type is not found one at a time.

@@ -1,0 +1,93 @@
+"""`wq retry` and `wq cancel` with selectors against a real daemon: listed, confirmed, reported."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from tests.cli.daemon import BLOCKED, RunningDaemon, cli_env, invoke
+
+
+def env(daemon: RunningDaemon, cache_home: Path) -> dict[str, str | None]:
+    return cli_env(cache_home, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin)
+
+
+def queued(daemon: RunningDaemon, count: int) -> list[str]:
+    """Items in the blocked pool (they stay active and queued), each with its own label."""
+    label = f"bulk-{uuid.uuid4().hex[:8]}"
+    return [daemon.submit(project=BLOCKED, labels=[label])["id"] for _ in range(count)]
+
+
+def phase(daemon: RunningDaemon, item_id: str) -> str:
+    with daemon.api() as http:
+        return str(http.get(f"/api/work-items/{item_id}").json()["phase"])
+
+
+def test_cancel_then_retry_by_selector(daemon: RunningDaemon, cache_home: Path) -> None:
+    before = invoke(
+        ["cancel", "--project", BLOCKED, "--dry-run", "-o", "json"], env(daemon, cache_home)
+    )
+    assert before.code == 0, before
+    ids = queued(daemon, 2)
+
+    listed = invoke(["cancel", "--project", BLOCKED, "--dry-run"], env(daemon, cache_home))
+    assert listed.code == 0, listed
+    for item_id in ids:
+        assert f"would cancel {item_id} (mr)" in listed.stdout
+    assert [phase(daemon, item_id) for item_id in ids] == ["active", "active"]
+
+    cancelled = invoke(["cancel", "--project", BLOCKED, "--yes"], env(daemon, cache_home))
+    assert cancelled.code == 0, cancelled
+    for item_id in ids:
+        assert f"cancelled {item_id}" in cancelled.stdout
+        assert item_id in cancelled.stderr  # the list shown before acting
+    assert [phase(daemon, item_id) for item_id in ids] == ["cancelled", "cancelled"]
+
+    retried = invoke(
+        [
+            "retry",
+            "--phase",
+            "cancelled",
+            "--project",
+            BLOCKED,
+            "--limit",
+            "1",
+            "--yes",
+            "-o",
+            "json",
+        ],
+        env(daemon, cache_home),
+    )
+    assert retried.code == 0, retried
+    document = json.loads(retried.stdout)
+    oldest = json.loads(before.stdout)["results"]
+    expected = oldest[0]["id"] if oldest else ids[0]
+    assert [(r["id"], r["outcome"]) for r in document["results"]] == [(expected, "retried")]
+    assert "more items match" not in retried.stderr  # -o json: the document says `more`
+    assert document["more"] is True
+
+
+def test_without_a_terminal_a_selection_needs_yes(daemon: RunningDaemon, cache_home: Path) -> None:
+    ids = queued(daemon, 1)
+    result = invoke(["cancel", "--project", BLOCKED], env(daemon, cache_home))
+    assert result.code == 2, result
+    assert "needs --yes when nobody can answer" in result.stderr
+    assert phase(daemon, ids[0]) == "active"
+
+
+def test_nothing_matching_says_so(daemon: RunningDaemon, cache_home: Path) -> None:
+    result = invoke(["retry", "--project", "group/none", "--yes"], env(daemon, cache_home))
+    assert (result.code, result.stdout, result.stderr) == (0, "", "no items match\n")
+
+
+def test_names_and_selectors_are_not_mixed(daemon: RunningDaemon, cache_home: Path) -> None:
+    for args, message in (
+        (["retry"], "name at least one item (wq retry --id ID) or select them"),
+        (["cancel", "--id", "a" * 8, "--project", "x"], "name items or select them, not both"),
+        (["retry", "--phase", "active"], "--phase: retry takes failed or cancelled items"),
+        (["retry", "--older-than", "soon"], "--older-than: a number and a unit"),
+    ):
+        result = invoke(args, env(daemon, cache_home))
+        assert result.code == 2, (args, result)
+        assert message in result.stderr.splitlines()[0], (args, result.stderr)
