@@ -21,6 +21,7 @@ from wq.client.credentials import Credentials
 from wq.client.cursors import item_cursor, item_key
 from wq.daemon.routers.identity import WhoamiPublic
 from wq.daemon.routers.pools import PoolPublic, QueuePagePublic
+from wq.daemon.routers.stats import StatsPublic
 from wq.daemon.schemas import HistoryPage, PendingEventPage, WorkItemPage, WorkItemPublic
 
 URL = "http://wq.example:8080"
@@ -60,6 +61,51 @@ POOLS = [
     pool("team/web", 2, 0, 0, 0.0),
     pool("infra/dns", 4, 9, 0, 3600.0),
 ]
+
+
+def hour_of_stats(failed_at: tuple[int, ...] = (3, 41)) -> Any:
+    """An hour in minutes: steady completions, a burst at minute 50, failures where told."""
+    start = NOW - timedelta(hours=1)
+    buckets = []
+    for minute in range(60):
+        done = 4 + (12 if minute == 50 else minute % 3)
+        buckets.append(
+            {
+                "start": (start + timedelta(minutes=minute)).isoformat(),
+                "created": done + 1,
+                "admitted": done,
+                "completed": done,
+                "failed": 1 if minute in failed_at else 0,
+                "retried": 0,
+                "cancelled": 0,
+                "wait_p50_seconds": 2.0,
+                "wait_p95_seconds": 30.0,
+                "run_p50_seconds": 40.0,
+                "run_p95_seconds": 95.0,
+            }
+        )
+    lanes = [
+        {
+            "lane": "alert",
+            "depth": 1,
+            "oldest_queued_at": ago(seconds=60),
+            "oldest_wait_seconds": 60.0,
+        },
+        {
+            "lane": "normal",
+            "depth": 6,
+            "oldest_queued_at": ago(seconds=754),
+            "oldest_wait_seconds": 754.0,
+        },
+    ]
+    document = {
+        "start": start.isoformat(),
+        "end": NOW.isoformat(),
+        "step_seconds": 60,
+        "buckets": buckets,
+        "lanes": lanes,
+    }
+    return dump(StatsPublic, document)
 
 
 def dimension(name: str, status: str, *, until: str | None = None, detail: Any = None) -> Any:
@@ -203,8 +249,16 @@ class CannedServer:
     requests in flight at once per path, for the tests of the polling itself.
     """
 
-    def __init__(self, items: list[Any] | None = None, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        items: list[Any] | None = None,
+        delay: float = 0.0,
+        stats: Any = None,
+        pools: list[Any] | None = None,
+    ) -> None:
+        self.pools = pools  # None: the module's POOLS as they are at each request
         self.items = ITEMS if items is None else items
+        self.stats = hour_of_stats() if stats is None else stats
         self.delay = delay
         self.paths: list[str] = []
         self.item_limits: list[int] = []  # the `limit` of every item-list request
@@ -250,8 +304,10 @@ class CannedServer:
         body: Any
         if path == "/api/whoami":
             body = dump(WhoamiPublic, WHOAMI)
+        elif path == "/api/stats":
+            body = self.stats
         elif path == "/api/pools":
-            body = [dump(PoolPublic, p) for p in POOLS]
+            body = [dump(PoolPublic, p) for p in (POOLS if self.pools is None else self.pools)]
         elif path.startswith("/api/pools/"):
             project = path[len("/api/pools/") :]
             body = dump(PoolPublic, next(p for p in POOLS if p["project"] == project))

@@ -48,8 +48,8 @@ def test_an_unexpected_answer_is_shown_and_the_app_keeps_running(kind: str) -> N
 
     async def scenario(app: WqApp, pilot: Pilot[None], url: str) -> None:
         unexpected = f"unexpected answer from {url}: "
-        pools = await shows_error(app, pilot, type(app.screen), "GET /api/pools")
-        assert unexpected + "GET /api/pools" in pools
+        overview = await shows_error(app, pilot, type(app.screen), "GET /api/stats")
+        assert unexpected + "GET /api/stats" in overview
         await until(pilot, lambda: "unexpected answer" in str(app.sub_title), message="whoami")
         await pilot.press("i")
         items = await shows_error(app, pilot, ItemsScreen, "GET /api/work-items")

@@ -50,7 +50,7 @@ def test_outage_is_shown_and_recovered(tmp_path: Path, dialect: str) -> None:
 
 async def scenario(daemon: RunningDaemon, project: str) -> None:
     with api_for(daemon) as api:
-        app = WqApp(api, refresh=0.3)
+        app = WqApp(api, refresh=0.3, view="pools")
         async with app.run_test(size=(120, 36)) as pilot:
             table = app.screen.query_one("#pools", DataTable)
             status = app.screen.query_one(StatusLine)

@@ -26,7 +26,7 @@ Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
 
 def run(server: CannedServer, scenario: Scenario, refresh: float = 0.05) -> None:
     async def main() -> None:
-        app = WqApp(canned_api(server), refresh=refresh, clock=lambda: NOW)
+        app = WqApp(canned_api(server), refresh=refresh, clock=lambda: NOW, view="pools")
         async with app.run_test(size=(120, 36)) as pilot:
             await scenario(app, pilot)
 

@@ -21,9 +21,9 @@ SIZE = (120, 36)
 SnapCompare = Callable[..., bool]
 
 
-def make_app() -> WqApp:
+def make_app(view: str = "overview") -> WqApp:
     # A long refresh: the one poll each view makes is the one on screen.
-    return WqApp(canned_api(), refresh=3600.0, clock=lambda: NOW)
+    return WqApp(canned_api(), refresh=3600.0, clock=lambda: NOW, view=view)
 
 
 async def settle(pilot: Pilot[Any]) -> None:
@@ -62,7 +62,12 @@ def steps(*actions: Callable[[WqApp], object]) -> Callable[[Pilot[Any]], Awaitab
 
 
 def test_pools_view(snap_compare: SnapCompare) -> None:
-    assert snap_compare(make_app(), terminal_size=SIZE, run_before=steps())
+    assert snap_compare(make_app("pools"), terminal_size=SIZE, run_before=steps())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_overview(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert snap_compare(make_app(), terminal_size=size, run_before=steps())
 
 
 def test_queue_view(snap_compare: SnapCompare) -> None:

@@ -32,6 +32,7 @@ Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
 def run(daemon: RunningDaemon, scenario: Scenario, **options: Any) -> None:
     """Run the app on a 120x36 screen for one scenario."""
     token = options.pop("token", None)
+    options.setdefault("view", "pools")  # the scenarios start where their keys lead from
 
     async def main() -> None:
         with api_for(daemon, token) as api:

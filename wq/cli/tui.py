@@ -6,7 +6,10 @@ from typing import Annotated
 
 import typer
 
-from wq.cli.common import NoAuthOption, UrlOption, client, errors
+from wq.cli.common import NoAuthOption, UrlOption, client, errors, usage_error
+
+# The TUI's views (its modes), known here without importing Textual.
+VIEWS = ("overview", "pools", "queue", "items")
 
 
 def tui(
@@ -16,14 +19,25 @@ def tui(
     readonly: Annotated[
         bool, typer.Option("--readonly", help="Offer no action that changes state.")
     ] = False,
+    view: Annotated[
+        str,
+        typer.Option(
+            "--view",
+            help="The view shown first: overview, pools, queue or items.",
+            autocompletion=lambda: list(VIEWS),
+        ),
+    ] = "overview",
     url: UrlOption = None,
     no_auth: NoAuthOption = False,
 ) -> None:
-    """A live dashboard of pools, items and their history (? inside for keys)."""
+    """A live dashboard: the overview, pools, queues, items and their history (? inside
+    for keys)."""
+    if view not in VIEWS:
+        usage_error(f"--view: {view!r} is not one of {', '.join(VIEWS)}")
     with errors(), client(url, no_auth) as api:
         from wq.tui.app import WqApp
 
-        app = WqApp(api, refresh=refresh, readonly=readonly)
+        app = WqApp(api, refresh=refresh, readonly=readonly, view=view)
         app.run()
     if app.return_code:  # the app died (Textual has printed why): say so to the caller
         raise typer.Exit(app.return_code)

@@ -25,6 +25,7 @@ from wq.tui.format import short
 from wq.tui.help import HelpScreen
 from wq.tui.items import ItemsScreen
 from wq.tui.messages import Acted, Identified
+from wq.tui.overview import OverviewScreen
 from wq.tui.pools import PoolsScreen
 from wq.tui.queue import QueueScreen
 
@@ -39,12 +40,14 @@ class WqApp(App[None]):
     TITLE = "wq"
     CSS_PATH = Path(__file__).with_name("wq.tcss")
     MODES: ClassVar[dict[str, Any]] = {
+        "overview": OverviewScreen,
         "pools": PoolsScreen,
         "queue": QueueScreen,
         "items": ItemsScreen,
     }
-    DEFAULT_MODE = "pools"
+    DEFAULT_MODE = "overview"
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("o", "switch_mode('overview')", "Overview"),
         Binding("p", "switch_mode('pools')", "Pools"),
         Binding("u", "switch_mode('queue')", "Queue"),
         Binding("i", "switch_mode('items')", "Items"),
@@ -62,7 +65,12 @@ class WqApp(App[None]):
         refresh: float = 2.0,
         readonly: bool = False,
         clock: Callable[[], datetime] | None = None,
+        view: str = "overview",
     ) -> None:
+        if view not in self.MODES:
+            raise ValueError(f"no view {view!r}: one of {', '.join(self.MODES)}")
+        # The view shown first: Textual starts in DEFAULT_MODE, read by App.__init__.
+        self.DEFAULT_MODE = view  # type: ignore[misc]
         super().__init__()
         # Ages and countdowns read this clock (a fixed one makes snapshots repeatable).
         self.now: Callable[[], datetime] = clock or (lambda: datetime.now().astimezone())
@@ -146,6 +154,8 @@ class WqApp(App[None]):
         verb, args = words[0], words[1:]
         if verb in ("q", "quit"):
             self.exit()
+        elif verb in ("o", "overview"):
+            self.switch_mode("overview")
         elif verb in ("p", "pools"):
             self.switch_mode("pools")
         elif verb in ("u", "queue"):

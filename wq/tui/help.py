@@ -12,6 +12,8 @@ HELP = """\
 wq tui — keys
 
 Views
+  o   :overview         the first view: throughput and failures of the last hour,
+                        the lanes, what needs attention (enter: show it)
   p   :pools            per-project pools, most pressed first
                         (enter: that project's items, u: its queue)
   u   :queue [PROJECT]  a project's FIFO per lane and its admitted items

@@ -1,0 +1,105 @@
+"""The Overview: sparklines of the last hour, the queues now, and rows that lead elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Sparkline, Static
+
+from tests.tui.canned import NOW, CannedServer, canned_api, hour_of_stats
+from tests.tui.conftest import until
+from wq.tui.app import WqApp
+from wq.tui.items import ItemsScreen
+from wq.tui.overview import OverviewScreen
+from wq.tui.queue import QueueScreen
+
+Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
+
+
+def run(scenario: Scenario, server: CannedServer | None = None) -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(server or CannedServer()), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, OverviewScreen), message="overview")
+            screen = app.screen
+            assert isinstance(screen, OverviewScreen)
+            await until(pilot, lambda: screen.last_good is not None, message="the first poll")
+            await scenario(app, pilot)
+
+    asyncio.run(main())
+
+
+def attention_rows(app: WqApp) -> dict[str, list[Any]]:
+    table = app.screen.query_one("#attention", DataTable)
+    return {str(key.value): table.get_row(key) for key in table.rows}
+
+
+def test_the_overview_is_the_first_view_and_shows_the_hour() -> None:
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        done = app.screen.query_one("#spark-completed", Sparkline)
+        assert len(list(done.data or [])) == 60
+        assert max(done.data or []) == 16  # the burst at minute 50
+        failed = app.screen.query_one("#spark-failed", Sparkline)
+        assert sum(failed.data or []) == 2
+        now = str(app.screen.query_one("#now", Static).render())
+        assert "alert 1 queued (oldest 1m)" in now and "normal 6 queued" in now
+        rows = attention_rows(app)
+        assert rows["items:failed"][0] == "2 failed in the last hour"
+        assert rows["queue:team/api"][0] == "team/api: pool full, 6 queued"
+        assert "lane:normal" in rows
+
+    run(scenario)
+
+
+def test_enter_leads_to_the_view_that_explains_the_row() -> None:
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        table = app.screen.query_one("#attention", DataTable)
+        keys = [str(key.value) for key in table.rows]
+        table.move_cursor(row=keys.index("items:failed"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ItemsScreen), message="items")
+        assert app.filters == {"phase": "failed"}
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OverviewScreen), message="back")
+        table = app.screen.query_one("#attention", DataTable)
+        table.move_cursor(row=keys.index("queue:team/api"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, QueueScreen), message="queue")
+        assert app.queue_project == "team/api"
+
+    run(scenario)
+
+
+def test_a_quiet_system_says_so() -> None:
+    quiet = hour_of_stats(failed_at=())
+    quiet["lanes"] = [
+        {**lane, "depth": 0, "oldest_queued_at": None, "oldest_wait_seconds": None}
+        for lane in quiet["lanes"]
+    ]
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        rows = attention_rows(app)
+        assert "items:failed" not in rows
+        assert not any(key.startswith("lane:") for key in rows)
+        # The canned pools still hold full ones, most pressed first: all that is left.
+        assert next(iter(rows)) == "queue:team/api"
+        assert all(key.startswith("queue:") for key in rows)
+
+    run(scenario, CannedServer(stats=quiet))
+
+
+def test_nothing_to_look_at_is_all_quiet() -> None:
+    quiet = hour_of_stats(failed_at=())
+    quiet["lanes"] = [{**lane, "depth": 0, "oldest_wait_seconds": None} for lane in quiet["lanes"]]
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        assert attention_rows(app) == {
+            "pools": ["all quiet", "nothing failed in the last hour, no queue"]
+        }
+        now = str(app.screen.query_one("#now", Static).render())
+        assert now == "0 running · alert 0 queued · normal 0 queued · 0 projects with work"
+
+    run(scenario, CannedServer(stats=quiet, pools=[]))

@@ -1,0 +1,133 @@
+"""The Overview, the first view: is it healthy, and if not, where to look.
+
+Throughput and failures of the last hour, a bar per minute; each lane's queue now;
+then what needs attention (failures, full pools with a queue), each row leading with
+enter to the view that explains it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
+
+from wq.tui.format import age, pressure
+from wq.tui.polling import PollingScreen
+from wq.tui.status import StatusLine
+from wq.tui.table import RowTable, fill, selected_key
+
+SERIES = (("created", "created"), ("completed", "done"), ("failed", "failed"))
+WINDOW, STEP = "1h", "1m"
+# Full pools listed at most: the rest are one row away in Pools.
+MAX_FULL_POOLS = 5
+
+
+def _is_full(pool: dict[str, Any]) -> bool:
+    normal = pool["normal"]
+    return bool(normal["queued"]) and normal["in_flight"] >= normal["capacity"]
+
+
+def now_line(stats: dict[str, Any], pools: list[dict[str, Any]]) -> str:
+    """Running and queued work across every project, and the oldest wait per lane."""
+    running = sum(pool["normal"]["in_flight"] + pool["alert"]["in_flight"] for pool in pools)
+    lanes = [
+        f"{lane['lane']} {lane['depth']} queued"
+        + (f" (oldest {age(lane.get('oldest_wait_seconds'))})" if lane["depth"] else "")
+        for lane in stats["lanes"]
+    ]
+    projects = f"{len(pools)} project{'' if len(pools) == 1 else 's'} with work"
+    return f"{running} running · {' · '.join(lanes)} · {projects}"
+
+
+def attention(stats: dict[str, Any], pools: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The rows of "needs attention": (where enter leads, [what, detail])."""
+    rows: list[tuple[str, list[str]]] = []
+    failed = sum(bucket["failed"] for bucket in stats["buckets"])
+    if failed:
+        rows.append(("items:failed", [f"{failed} failed in the last hour", "enter: the failed"]))
+    for lane in stats["lanes"]:
+        if lane["depth"]:
+            waited = age(lane.get("oldest_wait_seconds"))
+            rows.append(
+                (
+                    f"lane:{lane['lane']}",
+                    [f"{lane['lane']} lane: {lane['depth']} queued", f"oldest waits {waited}"],
+                )
+            )
+    full = sorted((pool for pool in pools if _is_full(pool)), key=pressure)
+    for pool in full[:MAX_FULL_POOLS]:
+        queued = pool["normal"]["queued"]
+        waited = age(pool.get("oldest_queued_age_seconds"))
+        rows.append(
+            (
+                f"queue:{pool['project']}",
+                [f"{pool['project']}: pool full, {queued} queued", f"oldest waits {waited}"],
+            )
+        )
+    if len(full) > MAX_FULL_POOLS:
+        rows.append(("pools", [f"{len(full) - MAX_FULL_POOLS} more full pools", "enter: Pools"]))
+    if not rows:
+        rows.append(("pools", ["all quiet", "nothing failed in the last hour, no queue"]))
+    return rows
+
+
+class OverviewScreen(PollingScreen):
+    """Throughput, failures and queues at a glance, and what needs attention."""
+
+    BINDINGS = [Binding("enter", "open", "Show")]  # noqa: RUF012
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"Last hour, per minute ({WINDOW} in {STEP} steps)", classes="section")
+        for key, label in SERIES:
+            with Horizontal(classes="series"):
+                yield Label(label, classes="series-name")
+                yield Sparkline([], summary_function=max, id=f"spark-{key}")
+                yield Label("", id=f"total-{key}", classes="series-total")
+        yield Static("Now", classes="section")
+        yield Static("", id="now", markup=False)
+        yield Static("Needs attention (enter: show)", classes="section")
+        table: DataTable[str] = RowTable(id="attention", cursor_type="row")
+        table.add_column("what", key="what")
+        table.add_column("detail", key="detail")
+        yield table
+        yield StatusLine()
+        yield Footer()
+
+    def fetch(self) -> dict[str, Any]:
+        api = self.wq.api
+        return {"stats": api.stats(window=WINDOW, step=STEP), "pools": api.pools()}
+
+    def show(self, data: dict[str, Any]) -> None:
+        stats = data["stats"]
+        buckets = stats["buckets"]
+        for key, _ in SERIES:
+            values = [float(bucket[key]) for bucket in buckets]
+            self.query_one(f"#spark-{key}", Sparkline).data = values
+            last = int(values[-1]) if values else 0
+            self.query_one(f"#total-{key}", Label).update(f"{int(sum(values))} (now {last})")
+        self.query_one("#now", Static).update(now_line(stats, data["pools"]))
+        fill(self.query_one("#attention", DataTable), attention(stats, data["pools"]))
+        self.status.note("enter on a row shows what it counts")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open()
+
+    def action_open(self) -> None:
+        """The view that explains the row under the cursor."""
+        key = selected_key(self.query_one("#attention", DataTable))
+        if key is None:
+            return
+        kind, _, value = key.partition(":")
+        if kind == "items":
+            self.wq.show_items(phase=value)
+        elif kind == "queue":
+            self.wq.show_queue(value)
+        elif kind == "lane":
+            self.wq.show_queue()
+        else:
+            self.wq.switch_mode("pools")
