@@ -60,7 +60,6 @@ def test_unknown_item_is_exit_3(daemon: RunningDaemon, cache_home: Path) -> None
         ["status", "--admission", "nope"],
         ["status", "--id", "x", "--phase", "active"],
         ["status", "--bogus-flag"],
-        ["queue"],
         ["queue", "--project", "p", "--lane", "fast"],
         ["retry"],
         ["status", "-o", "xml"],

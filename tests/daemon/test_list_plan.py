@@ -136,3 +136,32 @@ def test_a_short_id_reads_its_range_of_the_primary_key(
         assert not seq_scans(lines), report
         # Its range of the primary key, not every item in the list's order.
         assert "pk_work_items" in report and "ix_work_items_newest" not in report, report
+
+
+def test_the_pools_read_their_partial_indexes_not_every_item(runtime: Runtime) -> None:
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with runtime.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE work_items SET admission = CASE WHEN random() < 0.5 THEN 'queued'"
+                " ELSE 'admitted' END, seq = 1 WHERE project = 'team/p7'"
+            )
+        )
+        conn.execute(text("ANALYZE work_items"))
+    with TestClient(create_app(runtime)) as client, capture(runtime.engine) as sent:
+        response = client.get("/api/pools", headers=headers)
+        assert response.status_code == 200, response.text
+    assert [pool["project"] for pool in response.json()] == ["team/p7"]
+    statements = [s for s in sent if "FROM work_items" in s.statement]
+    assert len(statements) == 2  # the usage per admission state, the failed counts
+    for number, statement in enumerate(statements):
+        plan = explain(
+            runtime.config.database_url,
+            f"pools-{number}",
+            statement.statement,
+            dict(statement.parameters),
+        )
+        for kind, lines in (("custom", plan.custom), ("generic", plan.generic)):
+            report = f"{kind} plan:\n" + "\n".join(lines)
+            assert not seq_scans(lines), report

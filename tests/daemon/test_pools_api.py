@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from urllib.parse import quote
 
 import pytest
@@ -15,7 +16,8 @@ from tests.support.chain import Behaviour, chain_registry
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.admission import dispatch
-from wq.engine.models import utcnow
+from wq.engine.items import set_phase
+from wq.engine.models import WorkItem, utcnow
 
 POOLS = {
     "default": {"capacity": 2, "alert_capacity": 1, "queued_autonomous_cap": 3},
@@ -178,3 +180,31 @@ def test_metrics_are_served_without_auth(pooled: tuple[Runtime, TestClient]) -> 
     assert response.status_code == 200, response.headers
     assert response.headers["content-type"].startswith("text/plain")
     assert "hummingbird_workqueue_events_total" in response.text
+
+
+def test_pools_and_queue_show_items_backing_off_and_failed_counts(
+    pooled: tuple[Runtime, TestClient],
+) -> None:
+    runtime, client = pooled
+    queued, waiting, admitted, failed = fill(runtime, "team/app", 4)
+    later = utcnow() + timedelta(minutes=5)
+    with runtime.sessions.begin() as session:
+        for item_id, admission, attempts in (
+            (waiting, "queued", 2),  # a start that failed twice: back in line, not before later
+            (admitted, "admitted", 1),  # an action that failed once, holding its slot
+        ):
+            item = session.get(WorkItem, item_id)
+            assert item is not None
+            item.admission, item.attempts, item.run_after = admission, attempts, later
+        item = session.get(WorkItem, failed)
+        assert item is not None
+        set_phase(session, item, "failed", actor="test", trigger={"source": "test"})
+    (pool,) = client.get("/api/pools").json()
+    assert (pool["backing_off"], pool["failed"]) == (2, 1)
+    assert pool["normal"]["queued"] == 2  # backing off is still in line
+    entries = {entry["id"]: entry for entry in client.get("/api/queue?project=team/app").json()}
+    assert entries[str(waiting)]["attempts"] == 2
+    assert datetime.fromisoformat(entries[str(waiting)]["run_after"]) == later
+    assert entries[str(queued)]["run_after"] is None
+    one = client.get("/api/pools/team/app").json()
+    assert (one["backing_off"], one["failed"]) == (2, 1)

@@ -163,7 +163,8 @@ ITEMS = [
         (12, {}),
         (11, {"phase": "failed", "admission": "done", "error": "GitLab said 409: conflict"}),
         (10, {"admission": "admitted", "admitted_at": ago(minutes=2), "project": "team/api"}),
-        (9, {}),
+        # Backing off: failed twice, back in line and not admitted before then.
+        (9, {"attempts": 2, "run_after": (NOW + timedelta(minutes=4)).isoformat()}),
         (8, {"phase": "cancelled", "admission": "done"}),
         (7, {"admission": "idle"}),
         (6, {}),
@@ -235,7 +236,19 @@ def queue_page(project: str, lane: str) -> Any:
     queued = [i for i in ITEMS if i["project"] == project and i["admission"] == "queued"]
     in_lane = sorted((i for i in queued if i["lane"] == lane), key=lambda i: i["seq"])
     entries = [
-        {key: entry[key] for key in ("id", "type", "project", "lane", "seq", "autonomous")}
+        {
+            key: entry[key]
+            for key in (
+                "id",
+                "type",
+                "project",
+                "lane",
+                "seq",
+                "autonomous",
+                "attempts",
+                "run_after",
+            )
+        }
         | {"position": position, "queued_at": entry["queued_at"]}
         for position, entry in enumerate(in_lane, start=1)
     ]

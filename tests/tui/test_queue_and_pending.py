@@ -6,6 +6,7 @@ submitted to the normal lane, and an event stored without a wake-up stays pendin
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -14,6 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
 from tests.cli.daemon import PROJECT, RunningDaemon
+from tests.tui.canned import NOW, canned_api, item_id
 from tests.tui.conftest import database, table_on_screen, until
 from tests.tui.test_views import project_of, rows, run, table_of
 from wq.engine.models import PendingEvent, WorkItem, utcnow
@@ -134,3 +136,19 @@ def test_detail_shows_pending_events_in_application_order(daemon: RunningDaemon)
         assert not screen.query_one("#pending", DataTable).display
 
     run(daemon, scenario)
+
+
+def test_an_entry_backing_off_says_when_it_is_tried_again() -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW, view="queue")
+        async with app.run_test(size=(120, 36)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, QueueScreen), message="queue")
+            table = app.screen.query_one("#queue-normal", DataTable)
+            await until(pilot, lambda: table.row_count > 0, message="the normal lane")
+            cells = {str(key.value): table.get_row(key) for key in table.rows}
+            assert cells[item_id(9)][-1] == "in 4m (2 failed)"
+            assert [row[-1] for key, row in cells.items() if key != item_id(9)] == [""] * (
+                len(cells) - 1
+            )
+
+    asyncio.run(main())

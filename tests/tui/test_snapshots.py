@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from tests.tui.canned import ITEMS, NOW, canned_api
 from wq.tui.app import WqApp
@@ -42,10 +43,20 @@ async def settle(pilot: Pilot[Any]) -> None:
         await pilot.pause(0.025)
     else:
         raise AssertionError("the view never loaded")
-    # Two idle passes: the refresh's layout (auto-height tables), then its paint.
+    # Idle passes until every table has measured its new rows (a DataTable sizes its
+    # columns on the next idle after rows arrive: a frame before that has the headers'
+    # widths), then one for the paint.
+    for _ in range(200):
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        if not any(_measuring(table) for table in app.screen.query(DataTable)):
+            break
     await pilot.pause()
-    await pilot.wait_for_scheduled_animations()
-    await pilot.pause()
+
+
+def _measuring(table: DataTable[Any]) -> bool:
+    # Textual's own flags for rows and cells whose widths are not taken into account yet.
+    return bool(table._require_update_dimensions or table._new_rows or table._updated_cells)
 
 
 def steps(*actions: Callable[[WqApp], object]) -> Callable[[Pilot[Any]], Awaitable[None]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +24,12 @@ from wq.cli.common import (
 from wq.cli.completion import complete_project
 from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
+from wq.client.pressure import most_pressed, pressure
+
+SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "pressure": pressure,
+    "name": lambda pool: pool["project"],
+}
 
 
 def _usage(lane: dict[str, Any]) -> str:
@@ -30,7 +38,16 @@ def _usage(lane: dict[str, Any]) -> str:
 
 def pools_view(pools: list[dict[str, Any]], wide: bool) -> Any:
     """Pools as a table: in-flight/capacity and queued per lane."""
-    columns = ["PROJECT", "NORMAL", "QUEUED", "ALERT", "ALERT QUEUED", "OLDEST QUEUED"]
+    columns = [
+        "PROJECT",
+        "NORMAL",
+        "QUEUED",
+        "ALERT",
+        "ALERT QUEUED",
+        "OLDEST QUEUED",
+        "BACKING OFF",
+        "FAILED",
+    ]
     if wide:
         columns += ["AUTONOMOUS QUEUED", "OLDEST QUEUED AT"]
     view = table(*columns)
@@ -42,6 +59,8 @@ def pools_view(pools: list[dict[str, Any]], wide: bool) -> Any:
             _usage(pool["alert"]),
             str(pool["alert"]["queued"]),
             age(pool.get("oldest_queued_age_seconds")),
+            str(pool.get("backing_off", 0)),
+            str(pool.get("failed", 0)),
         ]
         if wide:
             row += [
@@ -54,9 +73,18 @@ def pools_view(pools: list[dict[str, Any]], wide: bool) -> Any:
     return view
 
 
+def next_try(entry: dict[str, Any]) -> str:
+    """For an entry backing off: when it may be admitted again, after how many failures."""
+    until = age(entry.get("run_after"))
+    if not until.startswith("in "):
+        return ""
+    failures = entry.get("attempts") or 0
+    return f"{until} (backing off, {failures} failed)" if failures else until
+
+
 def queue_view(entries: list[dict[str, Any]], wide: bool) -> Any:
     """A project's queue in admission order."""
-    columns = ["POSITION", "LANE", "ID", "TYPE", "WAITING"]
+    columns = ["POSITION", "LANE", "ID", "TYPE", "WAITING", "NEXT TRY"]
     if wide:
         columns += ["SEQ", "AUTONOMOUS", "QUEUED AT"]
     view = table(*columns)
@@ -67,6 +95,7 @@ def queue_view(entries: list[dict[str, Any]], wide: bool) -> Any:
             entry["id"],
             entry["type"],
             age(entry.get("queued_at")),
+            next_try(entry),
         ]
         if wide:
             row += [str(entry["seq"]), text(entry["autonomous"]), text(entry.get("queued_at"))]
@@ -83,6 +112,13 @@ def pools(
             help="Only this project (shown even when idle).", autocompletion=complete_project
         ),
     ] = None,
+    sort: Annotated[
+        str,
+        typer.Option(
+            help="pressure (most pressed first, as the TUI) or name.",
+            autocompletion=lambda: list(SORTS),
+        ),
+    ] = "pressure",
     output: OutputOption = Output.table,
     json_flag: JsonOption = False,
     watch_flag: WatchOption = False,
@@ -90,12 +126,16 @@ def pools(
     url: UrlOption = None,
     no_auth: NoAuthOption = False,
 ) -> None:
-    """Per-project pools: in-flight against capacity and the queue per lane."""
+    """Per-project pools, most pressed first: in-flight against capacity, the queue per
+    lane, items backing off and failed."""
+    if sort not in SORTS:
+        usage_error(f"--sort: {sort!r} is not one of {', '.join(SORTS)}")
     mode = output_mode(output, json_flag)
     with errors(), client(url, no_auth) as api:
 
         def fetch() -> list[dict[str, Any]]:
-            return [api.pool(project)] if project else api.pools()
+            found = [api.pool(project)] if project else api.pools()
+            return sorted(found, key=SORTS[sort])
 
         if watch_flag:
             follow(mode, fetch, pools_view, interval=interval, key="project")
@@ -106,7 +146,10 @@ def pools(
 def queue(
     project: Annotated[
         str,
-        typer.Option(help="The project whose queue to show.", autocompletion=complete_project),
+        typer.Option(
+            help="The project whose queue to show (default: the most pressed).",
+            autocompletion=complete_project,
+        ),
     ] = "",
     lane: Annotated[str | None, typer.Option(help="Only this lane (alert or normal).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Show at most this many.")] = 100,
@@ -117,13 +160,19 @@ def queue(
     url: UrlOption = None,
     no_auth: NoAuthOption = False,
 ) -> None:
-    """A project's queued items in admission order (alert lane first)."""
-    if not project:
-        usage_error("name the project: wq queue --project GROUP/PROJECT")
+    """A project's queued items in admission order (alert lane first); without
+    --project, the most pressed project's (as `wq pools` lists them first)."""
     if lane is not None and lane not in ("alert", "normal"):
         usage_error(f"--lane: {lane!r} is not one of alert, normal")
     mode = output_mode(output, json_flag)
     with errors(), client(url, no_auth) as api:
+        if not project:
+            chosen = most_pressed(api.pools())
+            if chosen is None:
+                sys.stderr.write("no project has queued or in-flight work\n")
+                return
+            sys.stderr.write(f"the queue of {chosen}, the most pressed project\n")
+            project = chosen
 
         def fetch() -> list[dict[str, Any]]:
             return api.queue(project, lane=lane, limit=limit)

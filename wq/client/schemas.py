@@ -158,6 +158,8 @@ class PoolPublic(Shape):
     queued_autonomous: int
     oldest_queued_at: str | None
     oldest_queued_age_seconds: float | None
+    backing_off: int = 0
+    failed: int = 0
 
 
 class Pools(RootModel[list[PoolPublic]]):
@@ -234,6 +236,8 @@ class QueueEntryPublic(Shape):
     seq: int
     autonomous: bool
     queued_at: str | None
+    attempts: int = 0
+    run_after: str | None = None
 
 
 class QueueEntries(RootModel[list[QueueEntryPublic]]):

@@ -5,12 +5,22 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Integer, cast, func, select
+from sqlalchemy import Integer, Select, and_, case, cast, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from wq.engine.config import Config
-from wq.engine.models import ADMITTED, ALERT_LANE, LANES, NORMAL_LANE, QUEUED, WorkItem
+from wq.engine.models import (
+    ADMITTED,
+    ALERT_LANE,
+    FAILED,
+    LANES,
+    NORMAL_LANE,
+    QUEUED,
+    WorkItem,
+    utcnow,
+)
 from wq.engine.store import inline
 
 
@@ -34,6 +44,10 @@ class PoolStatus:
     lanes: dict[str, LaneUsage] = field(default_factory=dict)
     queued_autonomous: int = 0
     oldest_queued_at: datetime | None = None
+    # Queued or admitted items that failed an attempt and wait to be taken again.
+    backing_off: int = 0
+    # Items of the project in phase failed (they hold nothing, but someone should look).
+    failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,24 +62,43 @@ class QueueEntry:
     seq: int
     autonomous: bool
     queued_at: datetime | None
+    attempts: int = 0
+    # Later than now for an item backing off: it is not taken before then.
+    run_after: datetime | None = None
 
 
-def pool_statuses(session: Session, config: Config, project: str | None = None) -> list[PoolStatus]:
-    """Pool usage of every project with queued or admitted work (or of one project)."""
-    query = (
-        select(
-            WorkItem.project,
-            WorkItem.lane,
-            WorkItem.admission,
-            func.count(),
-            func.sum(cast(WorkItem.autonomous, Integer)),
-            func.min(WorkItem.queued_at),
-        )
-        .where(WorkItem.admission.in_((QUEUED, ADMITTED)))
-        .group_by(WorkItem.project, WorkItem.lane, WorkItem.admission)
+def _usage(admission: str, now: datetime, project: str | None) -> Select[Any]:
+    """Per project and lane: count, autonomous, oldest wait, backing off.
+
+    One statement per admission state: an equality matches that state's partial index
+    (`IN (queued, admitted)` matches neither and reads the whole table).
+    """
+    backing_off = case((and_(WorkItem.run_after > now, WorkItem.attempts > 0), 1), else_=0)
+    columns: list[Any] = [
+        WorkItem.project,
+        WorkItem.lane,
+        literal(admission),
+        func.count(),
+        func.sum(cast(WorkItem.autonomous, Integer)),
+        func.min(WorkItem.queued_at),
+        func.sum(backing_off),
+    ]
+    query: Select[Any] = (
+        select(*columns)
+        .where(WorkItem.admission == inline(admission))
+        .group_by(WorkItem.project, WorkItem.lane)
     )
     if project is not None:
         query = query.where(WorkItem.project == project)
+    return query
+
+
+def pool_statuses(
+    session: Session, config: Config, project: str | None = None, now: datetime | None = None
+) -> list[PoolStatus]:
+    """Pool usage of every project with queued or admitted work (or of one project)."""
+    now = now or utcnow()
+    query = union_all(_usage(QUEUED, now, project), _usage(ADMITTED, now, project))
     statuses: dict[str, PoolStatus] = {}
 
     def status_of(name: str) -> PoolStatus:
@@ -83,8 +116,9 @@ def pool_statuses(session: Session, config: Config, project: str | None = None) 
             )
         return statuses[name]
 
-    for name, lane, admission, count, autonomous, oldest in session.execute(query):
+    for name, lane, admission, count, autonomous, oldest, backing_off in session.execute(query):
         status = status_of(name)
+        status.backing_off += int(backing_off or 0)
         usage = status.lanes[lane] if lane in LANES else status.lanes[NORMAL_LANE]
         if admission == QUEUED:
             usage.queued += int(count)
@@ -97,6 +131,15 @@ def pool_statuses(session: Session, config: Config, project: str | None = None) 
             usage.in_flight += int(count)
     if project is not None:
         status_of(project)
+    if statuses:
+        # (project, phase) index: one range per project shown.
+        failed = (
+            select(WorkItem.project, func.count())
+            .where(WorkItem.project.in_(sorted(statuses)), WorkItem.phase == inline(FAILED))
+            .group_by(WorkItem.project)
+        )
+        for name, count in session.execute(failed):
+            statuses[name].failed = int(count)
     return [statuses[name] for name in sorted(statuses)]
 
 
@@ -152,6 +195,8 @@ def queue_page(
             seq=item.seq or 0,
             autonomous=item.autonomous,
             queued_at=item.queued_at,
+            attempts=item.attempts,
+            run_after=item.run_after,
         )
         for position, item in enumerate(page, start=ahead + 1)
     ]

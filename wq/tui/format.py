@@ -97,19 +97,6 @@ def last_line(text: str | None) -> str | None:
     return lines[-1] if lines else None
 
 
-def pressure(pool: dict[str, Any]) -> tuple[int, float, float, str]:
-    """Sort key, most pressed first: alert work waiting, queued per slot, oldest age."""
-    normal, alert = pool["normal"], pool["alert"]
-    queued = normal["queued"] + alert["queued"]
-    slots = max(1, normal["capacity"] + alert["capacity"])
-    return (
-        -int(alert["queued"] > 0),
-        -queued / slots,
-        -float(pool.get("oldest_queued_age_seconds") or 0.0),
-        pool["project"],
-    )
-
-
 __all__ = [
     "age",
     "bar",
@@ -118,7 +105,6 @@ __all__ = [
     "dimension_label",
     "dimension_mark",
     "moment",
-    "pressure",
     "short",
     "short_id",
     "state_change",

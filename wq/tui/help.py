@@ -15,7 +15,8 @@ Views
   o   :overview         the first view: throughput and failures of the last hour,
                         the lanes, what needs attention (enter: show it)
   p   :pools            per-project pools, most pressed first
-                        (enter: that project's items, u: its queue)
+                        (enter: that project's items, u: its queue,
+                        s: sort by name / by pressure)
   u   :queue [PROJECT]  a project's FIFO per lane and its admitted items
   i   :items            work items, newest first (enter: detail, esc: back)
       :items k=v ...    filter on the server: type, phase, project, admission

@@ -14,7 +14,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 
-from wq.tui.format import age, pressure
+from wq.client.pressure import pressure
+from wq.tui.format import age
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import RowTable, fill, selected_key

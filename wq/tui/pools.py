@@ -8,12 +8,25 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
-from wq.tui.format import age, bar, pressure
+from wq.client.pressure import pressure
+from wq.tui.format import age, bar
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import RowTable, fill, selected_key
 
-COLUMNS = ("project", "normal", "alert", "queued normal", "queued alert", "autonomous", "oldest")
+COLUMNS = (
+    "project",
+    "normal",
+    "alert",
+    "queued normal",
+    "queued alert",
+    "autonomous",
+    "oldest",
+    "backing off",
+    "failed",
+)
+# The orders `s` steps through: most pressed first (as `wq pools`), or by name.
+SORTS = {"pressure": pressure, "name": lambda pool: pool["project"]}
 
 
 class PoolsScreen(PollingScreen):
@@ -22,7 +35,13 @@ class PoolsScreen(PollingScreen):
     BINDINGS = [  # noqa: RUF012
         Binding("enter", "open", "Items of project"),
         Binding("u", "queue", "Queue of project"),
+        Binding("s", "sort", "Sort"),
     ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort = "pressure"
+        self.data: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -37,9 +56,10 @@ class PoolsScreen(PollingScreen):
         return self.wq.api.pools()
 
     def show(self, data: list[dict[str, Any]]) -> None:
+        self.data = data
         table = self.query_one("#pools", DataTable)
         rows = []
-        for pool in sorted(data, key=pressure):
+        for pool in sorted(data, key=SORTS[self.sort]):
             normal, alert = pool["normal"], pool["alert"]
             cells = [
                 pool["project"],
@@ -49,10 +69,18 @@ class PoolsScreen(PollingScreen):
                 str(alert["queued"]),
                 f"{pool['queued_autonomous']}/{pool['queued_autonomous_cap']}",
                 age(pool.get("oldest_queued_age_seconds")),
+                str(pool.get("backing_off", 0) or ""),
+                str(pool.get("failed", 0) or ""),
             ]
             rows.append((str(pool["project"]), cells))
         fill(table, rows)
-        self.status.note(f"{len(data)} project{'' if len(data) == 1 else 's'} with work")
+        count = f"{len(data)} project{'' if len(data) == 1 else 's'} with work"
+        self.status.note(f"{count}, sorted by {self.sort}")
+
+    def action_sort(self) -> None:
+        """The other order: by pressure or by name."""
+        self.sort = "name" if self.sort == "pressure" else "pressure"
+        self.show(self.data)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # The table's own `enter` binding selects the row: that is what opens it.

@@ -9,6 +9,7 @@ capacity, so one page) show how long they have held their slot.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
 from textual.app import ComposeResult
@@ -16,7 +17,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Static
 
-from wq.tui.format import age, pressure, short_id
+from wq.client.pressure import most_pressed
+from wq.tui.format import age, short_id
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import RowTable, fill, selected_key
@@ -24,10 +26,19 @@ from wq.tui.table import RowTable, fill, selected_key
 PAGE = 100
 ADMITTED_PAGE = 500
 LANES = ("alert", "normal")
-LANE_COLUMNS = ("#", "id", "type", "auto", "waiting")
+LANE_COLUMNS = ("#", "id", "type", "auto", "waiting", "next try")
 # Admitted items are always active (a terminal phase frees the slot): no phase column, and
 # short ids so the pane fits beside the lanes (enter, y and c use the full id).
 ADMITTED_COLUMNS = ("id", "type", "lane", "holding", "attempts")
+
+
+def next_try(entry: dict[str, Any], now: datetime) -> str:
+    """`in 9m (3 failed)` for an entry backing off: not admitted before then."""
+    until = age(entry.get("run_after"), now=now)
+    if not until.startswith("in "):
+        return ""
+    failures = entry.get("attempts") or 0
+    return f"{until} ({failures} failed)" if failures else until
 
 
 @dataclass
@@ -83,11 +94,10 @@ class QueueScreen(PollingScreen):
         api = self.wq.api
         project = self.wq.queue_project
         if project is None:
-            # No project chosen yet: the most pressed one, as the Pools view sorts them.
-            pools = sorted(api.pools(), key=pressure)
-            if not pools:
+            # No project chosen yet: the most pressed one, as `wq queue` takes it.
+            project = most_pressed(api.pools())
+            if project is None:
                 return QueueData(project=None)
-            project = str(pools[0]["project"])
         data = QueueData(project=project, pool=api.pool(project))
         same = project == self.project
         for lane in LANES:
@@ -126,6 +136,7 @@ class QueueScreen(PollingScreen):
                             entry["type"],
                             "✓" if entry.get("autonomous") else "",
                             age(entry.get("queued_at"), now=now),
+                            next_try(entry, now),
                         ],
                     )
                     for entry in data.lanes.get(lane, [])

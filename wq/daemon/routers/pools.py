@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from wq.daemon.auth import Principal
@@ -53,6 +53,10 @@ class PoolPublic(BaseModel):
     queued_autonomous: int
     oldest_queued_at: datetime | None
     oldest_queued_age_seconds: float | None
+    backing_off: int = Field(
+        0, description="queued or admitted items that failed an attempt and wait to be retried"
+    )
+    failed: int = Field(0, description="the project's items in phase failed")
 
     @classmethod
     def of(cls, status: pools.PoolStatus) -> PoolPublic:
@@ -70,6 +74,8 @@ class PoolPublic(BaseModel):
             oldest_queued_age_seconds=(
                 round((utcnow() - oldest).total_seconds(), 3) if oldest else None
             ),
+            backing_off=status.backing_off,
+            failed=status.failed,
         )
 
 
@@ -86,6 +92,10 @@ class QueueEntryPublic(BaseModel):
     seq: int
     autonomous: bool
     queued_at: datetime | None
+    attempts: int = 0
+    run_after: datetime | None = Field(
+        None, description="later than now for an item backing off: not admitted before then"
+    )
 
 
 class QueuePagePublic(BaseModel):
