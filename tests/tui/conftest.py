@@ -75,3 +75,15 @@ async def table_on_screen(app: App[None], pilot: Pilot[None], selector: str) -> 
     """The current screen's table `selector`, once that screen has composed it."""
     await until(pilot, lambda: app.screen.query(selector), message=f"the table {selector}")
     return app.screen.query_one(selector, DataTable)
+
+
+def measuring(table: DataTable[Any]) -> bool:
+    """Whether the table still has rows or cells whose widths it has not taken into
+    account (it sizes its columns on the next idle: a frame before has old widths)."""
+    return bool(table._require_update_dimensions or table._new_rows or table._updated_cells)
+
+
+async def measured(pilot: Pilot[None], table: DataTable[Any]) -> None:
+    """Wait until `table` has sized its columns for what it holds, then for the paint."""
+    await until(pilot, lambda: not measuring(table), message="the table's column widths")
+    await pilot.pause()

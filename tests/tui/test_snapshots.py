@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from tests.tui.canned import ITEMS, NOW, canned_api
+from tests.tui.conftest import measuring
 from wq.tui.app import WqApp
 from wq.tui.polling import PollingScreen
 
@@ -49,14 +50,9 @@ async def settle(pilot: Pilot[Any]) -> None:
     for _ in range(200):
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()
-        if not any(_measuring(table) for table in app.screen.query(DataTable)):
+        if not any(measuring(table) for table in app.screen.query(DataTable)):
             break
     await pilot.pause()
-
-
-def _measuring(table: DataTable[Any]) -> bool:
-    # Textual's own flags for rows and cells whose widths are not taken into account yet.
-    return bool(table._require_update_dimensions or table._new_rows or table._updated_cells)
 
 
 def steps(*actions: Callable[[WqApp], object]) -> Callable[[Pilot[Any]], Awaitable[None]]:

@@ -29,6 +29,7 @@ from wq.cli.completion import (
 )
 from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
+from wq.client.shown import attempts as attempts_shown
 from wq.client.vocabulary import ADMISSIONS, PHASES
 
 
@@ -67,7 +68,7 @@ def list_view(items: list[dict[str, Any]], wide: bool) -> Any:
             item["project"],
             item["phase"],
             item["admission"],
-            str(item["attempts"]),
+            attempts_shown(item),
             age(item.get("updated_at")),
         ]
         if wide:
@@ -108,7 +109,7 @@ def item_view(item: dict[str, Any], wide: bool) -> Any:
         ("PHASE", item["phase"]),
         ("ADMISSION", item["admission"]),
         ("QUEUE POSITION", _position(item)),
-        ("ATTEMPTS", item["attempts"]),
+        ("ATTEMPTS", attempts_shown(item)),
         ("LAST ERROR", item.get("error")),
         *_not_before(item),
         ("CREATED", f"{item['created_at']} ({age(item['created_at'])} ago)"),

@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
+from wq.client.shown import attempts as attempts_shown
 from wq.tui.format import (
     age,
     dimension_header,
@@ -222,7 +223,7 @@ class ItemsScreen(PollingScreen):
                 item["phase"],
                 item["admission"],
                 age(item.get("updated_at"), now=now),
-                str(item["attempts"]),
+                attempts_shown(item),
             ],
             marks={dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]},
             error=short(last_line(item.get("error")), ERROR_WIDTH),

@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.conftest import Store
 from tests.engine.helpers import audit_types
 from tests.types.task.helpers import submit, task, task_daemon, wait
+from wq.client.shown import attempts as attempts_shown
 from wq.engine.models import utcnow
 from wq.types.task import TaskRuntime
 from wq.types.task.gc import collect
@@ -45,6 +46,11 @@ def test_non_zero_exit_fails_with_the_log_tail_in_error(store: Store, tmp_path: 
         assert failed.exit_status == 3
         assert failed.error is not None
         assert "exit status 3" in failed.error and "something broke" in failed.error
+        # The run started once and failed: `attempts` (failures in a row of one action)
+        # is 0, and the API says how many runs there were, as `wq status` shows them.
+        shown = client.get(f"/api/work-items/{item['id']}").json()
+        assert (shown["attempts"], shown["details"]["runs"]) == (0, 1)
+        assert attempts_shown(shown) == "1"
 
 
 def test_argv_template_takes_project_and_payload_without_a_shell(

@@ -46,6 +46,7 @@ class TaskItem(WorkItem):
         "payload",
         "runner",
         "run_id",
+        "run_generation",
         "started_at",
         "finished_at",
         "exit_status",
@@ -75,6 +76,9 @@ class TaskItem(WorkItem):
             "payload": source.payload,
             "runner": source.runner,
             "run_id": source.run_id,
+            # Runs started so far: `attempts` counts failures in a row of one action, and
+            # a run that ended badly fails the task without one.
+            "runs": source.run_generation,
             "started_at": started.isoformat() if started else None,
             "finished_at": finished.isoformat() if finished else None,
             "exit_status": source.exit_status,
