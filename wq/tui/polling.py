@@ -10,7 +10,7 @@ screen and show in the status line; the first good answer clears them.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 from textual import on, work
 from textual.screen import Screen
@@ -18,11 +18,9 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from wq.client.errors import ClientError
+from wq.tui.dashboard import Dashboard
 from wq.tui.messages import Failed, Loaded
 from wq.tui.status import StatusLine
-
-if TYPE_CHECKING:
-    from wq.tui.app import WqApp
 
 MAX_BACKOFF = 30.0
 
@@ -38,12 +36,9 @@ class PollingScreen(Screen[None]):
         self._timer: Timer | None = None
 
     @property
-    def wq(self) -> WqApp:
-        """The app, typed."""
-        from wq.tui.app import WqApp
-
-        assert isinstance(self.app, WqApp)
-        return self.app
+    def wq(self) -> Dashboard:
+        """The app, as the views see it (`wq.tui.dashboard`)."""
+        return cast(Dashboard, self.app)
 
     # Subclasses ------------------------------------------------------------------
 
