@@ -10,6 +10,7 @@ refresh costs about as much as with one page, and the cursor stays on its item.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,14 @@ PROJECT_WIDTH = 24
 ERROR_WIDTH = 40
 # From this many loaded items on, the heap is settled when the list doubles.
 FREEZE_FROM = 1000
+# The orders `s` steps through; None keeps the API's (newest first), which paging needs
+# to load more: another order sorts only the loaded rows.
+SORTS: list[tuple[str, Callable[[dict[str, Any]], Any] | None]] = [
+    ("newest", None),
+    ("time in state", lambda item: item.get("updated_at") or ""),
+    ("phase", lambda item: item["phase"]),
+    ("project", lambda item: item["project"]),
+]
 # Rows refreshed above and below those on screen: what a page key or two brings into view.
 MARGIN = 40
 
@@ -69,6 +78,7 @@ class ItemsScreen(PollingScreen):
         Binding("enter", "open", "Detail"),
         Binding("f", "server_filters", "Filters"),
         Binding("slash", "text_filter", "Find", key_display="/"),
+        Binding("s", "sort", "Sort"),
         Binding("r", "retry", "Retry"),
         Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
@@ -81,6 +91,7 @@ class ItemsScreen(PollingScreen):
         self.rows: dict[str, _Row] = {}
         self.filters: dict[str, str] = {}
         self.text = ""
+        self.sort = SORTS[0][0]
         self.dimensions: list[str] = []
         self._spans: list[Span] = []
         self._planned_filters: dict[str, str] = {}
@@ -184,6 +195,9 @@ class ItemsScreen(PollingScreen):
         """
         table = self.table
         shown = self.shown_items()
+        order = dict(SORTS)[self.sort]
+        if order is not None:  # stable: the API's newest first among equals
+            shown = sorted(shown, key=order)
         keys = [str(item["id"]) for item in shown]
         known = set(self.dimensions)
         if (
@@ -208,8 +222,10 @@ class ItemsScreen(PollingScreen):
         fill(table, [(key, self._cells(self.rows[key])) for key in keys])
         described = " ".join(f"{key}={value}" for key, value in sorted(self.filters.items()))
         shown_count = f"{len(shown)}/{len(self.items)}" if self.text else str(len(self.items))
+        counted = f"{shown_count} items" if shown else "no items"
+        sorted_by = "" if order is None else f"  sorted by {self.sort} (loaded rows)"
         self.status.note(
-            f"{shown_count} items{' (more below)' if self.more else ''}"
+            f"{counted}{' (more below)' if self.more else ''}{sorted_by}"
             f"{'  filters: ' + described if described else ''}"
             f"{'  /' + self.text if self.text else ''}"
         )
@@ -276,6 +292,13 @@ class ItemsScreen(PollingScreen):
                 self.render_rows()
 
         self.wq.prompt("/", self.text, apply)
+
+    def action_sort(self) -> None:
+        """The next order of the loaded rows: newest (the API's), longest in its state,
+        by phase, by project."""
+        names = [name for name, _ in SORTS]
+        self.sort = names[(names.index(self.sort) + 1) % len(names)]
+        self.render_rows()
 
     def action_retry(self) -> None:
         """Retry the item under the cursor, after confirmation."""

@@ -1,0 +1,56 @@
+"""The Items view's `s` (the loaded rows by time in state, phase, project) and its empty
+state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from textual.widgets import DataTable
+
+from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api
+from tests.tui.conftest import table_on_screen, until
+from wq.tui.app import WqApp
+from wq.tui.status import StatusLine
+from wq.tui.table import key_at
+
+
+def order(table: DataTable[Any]) -> list[str]:
+    return [str(key_at(table, row)) for row in range(table.row_count)]
+
+
+def test_s_steps_through_the_orders_and_back_to_newest() -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(120, 36)) as pilot:
+            table = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == len(ITEMS), message="the items")
+            newest = order(table)
+            status = app.screen.query_one(StatusLine)
+            expected = {
+                "time in state": sorted(ITEMS, key=lambda i: i["updated_at"]),
+                "phase": sorted(ITEMS, key=lambda i: i["phase"]),
+                "project": sorted(ITEMS, key=lambda i: i["project"]),
+            }
+            for name, items in expected.items():
+                await pilot.press("s")
+                want = [item["id"] for item in items]
+                await until(pilot, lambda want=want: order(table) == want, message=name)
+                assert f"sorted by {name}" in status.extra
+            await pilot.press("s")
+            await until(pilot, lambda: order(table) == newest, message="newest again")
+            assert "sorted" not in status.extra
+
+    asyncio.run(main())
+
+
+def test_an_empty_list_says_no_items() -> None:
+    async def main() -> None:
+        app = WqApp(
+            canned_api(CannedServer(items=[])), refresh=3600, clock=lambda: NOW, view="items"
+        )
+        async with app.run_test(size=(80, 24)) as pilot:
+            status = app.screen.query_one(StatusLine)
+            await until(pilot, lambda: status.extra.startswith("no items"), message="no items")
+
+    asyncio.run(main())
