@@ -841,3 +841,35 @@ def test_list_pages_only_what_the_caller_may_read(store: Store, runtime: Runtime
     seen = [item["id"] for item in first["items"] + second["items"]]
     assert seen == [str(item_id) for item_id in reversed(chain_ids)]
     assert second["next_cursor"] is None
+
+
+def test_search_finds_items_by_project_error_or_id_prefix(
+    runtime: Runtime, client: TestClient
+) -> None:
+    from tests.engine.helpers import submit
+    from wq.engine.items import set_phase
+    from wq.engine.models import WorkItem
+
+    ids = {}
+    for name, project in (("alpha", "team/Alpha_1"), ("beta", "team/beta"), ("gamma", "x/gamma")):
+        intake = submit(runtime.sessions, runtime.registry, runtime.config, project)
+        assert intake.item is not None
+        ids[name] = str(intake.item.id)
+    with runtime.sessions.begin() as session:
+        item = session.get(WorkItem, uuid.UUID(ids["gamma"]))
+        assert item is not None
+        set_phase(session, item, "failed", actor="t", trigger={"source": "t"}, error="Disk FULL")
+
+    def found(text: str) -> set[str]:
+        response = client.get("/api/work-items", params={"search": text})
+        assert response.status_code == 200, response.text
+        return {item["id"] for item in response.json()["items"]}
+
+    assert found("alpha") == {ids["alpha"]}  # any case
+    assert found("team/") == {ids["alpha"], ids["beta"]}
+    assert found("disk full") == {ids["gamma"]}  # the error
+    assert found(ids["beta"][:8]) == {ids["beta"]}  # the id as the TUI shows it
+    assert found("a_1") == {ids["alpha"]}  # `_` and `%` are text, not patterns
+    assert found("%") == set()
+    filtered = client.get("/api/work-items", params={"search": "team/", "project": "team/beta"})
+    assert {item["id"] for item in filtered.json()["items"]} == {ids["beta"]}

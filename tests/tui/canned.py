@@ -282,6 +282,15 @@ class CannedServer:
     def items_page(self, params: httpx.QueryParams) -> Any:
         keys = ("type", "phase", "project", "admission")
         found = [i for i in self.items if all(i[k] == params[k] for k in keys if k in params)]
+        if "search" in params:  # as the daemon searches: project or error, or the id's start
+            text = params["search"].lower()
+            found = [
+                i
+                for i in found
+                if text in i["project"].lower()
+                or text in (i["error"] or "").lower()
+                or i["id"].startswith(text)
+            ]
         # As the daemon pages: newest first by (created_at, id), the cursor the keyset
         # position of the item before the page.
         found.sort(key=item_key, reverse=True)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 from sqlalchemy.orm import Session
 from textual.app import App
 from textual.pilot import Pilot
@@ -80,10 +81,25 @@ async def table_on_screen(app: App[None], pilot: Pilot[None], selector: str) -> 
 def measuring(table: DataTable[Any]) -> bool:
     """Whether the table still has rows or cells whose widths it has not taken into
     account (it sizes its columns on the next idle: a frame before has old widths)."""
-    return bool(table._require_update_dimensions or table._new_rows or table._updated_cells)
+    if table._require_update_dimensions or table._new_rows or table._updated_cells:
+        return True
+    for index, column in enumerate(table.ordered_columns):
+        widest = max(
+            (
+                cell_len(str(table.get_row_at(row)[index]))
+                for row in range(min(table.row_count, 50))
+            ),
+            default=0,
+        )
+        if column.auto_width and column.content_width < widest:
+            return True
+    return False
 
 
 async def measured(pilot: Pilot[None], table: DataTable[Any]) -> None:
     """Wait until `table` has sized its columns for what it holds, then for the paint."""
     await until(pilot, lambda: not measuring(table), message="the table's column widths")
+    # Lines rendered before are cached with the widths of then: draw them anew.
+    table._clear_caches()
+    table.refresh()
     await pilot.pause()

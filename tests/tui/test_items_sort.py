@@ -1,5 +1,5 @@
-"""The Items view's `s` (the loaded rows by time in state, phase, project) and its empty
-state."""
+"""The Items view's `s` (the loaded rows by time in state, phase, project), `/` (the
+loaded rows and the server's matches) and its empty state."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 from textual.widgets import DataTable
 
-from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api
+from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api, item
 from tests.tui.conftest import table_on_screen, until
 from wq.tui.app import WqApp
+from wq.tui.items import ItemsScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import key_at
 
@@ -52,5 +53,26 @@ def test_an_empty_list_says_no_items() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             status = app.screen.query_one(StatusLine)
             await until(pilot, lambda: status.extra.startswith("no items"), message="no items")
+
+    asyncio.run(main())
+
+
+def test_slash_finds_on_the_server_what_is_not_loaded() -> None:
+    old = item(1, phase="failed", admission="done", error="certificate expired")
+    items = [item(n) for n in range(400, 1, -1)] + [old]
+    server = CannedServer(items=items)
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(120, 36)) as pilot:
+            table = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count > 0, message="the first page")
+            screen = app.screen
+            assert isinstance(screen, ItemsScreen)
+            assert old["id"] not in [str(i["id"]) for i in screen.items]  # not loaded
+            await pilot.press("slash")
+            await until(pilot, lambda: app.screen.query("#prompt-input"), message="the prompt")
+            await pilot.press(*"certificate", "enter")
+            await until(pilot, lambda: order(table) == [old["id"]], message="the server's match")
 
     asyncio.run(main())

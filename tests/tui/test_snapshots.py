@@ -1,4 +1,4 @@
-"""SVG snapshots of each view at 120x36 (pytest-textual-snapshot), from a canned API.
+"""SVG snapshots of each view at 80x24 and 200x50 (pytest-textual-snapshot), from a canned API.
 
 Everything on screen is fixed: ids, timestamps, and the clock the ages are computed
 against. Update after a deliberate change with `pytest tests/tui/test_snapshots.py
@@ -19,7 +19,8 @@ from tests.tui.conftest import measuring
 from wq.tui.app import WqApp
 from wq.tui.polling import PollingScreen
 
-SIZE = (120, 36)
+# A standard terminal, and a large one.
+SIZES = pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
 SnapCompare = Callable[..., bool]
 
 
@@ -52,6 +53,11 @@ async def settle(pilot: Pilot[Any]) -> None:
         await pilot.wait_for_scheduled_animations()
         if not any(measuring(table) for table in app.screen.query(DataTable)):
             break
+    # A table's rendered lines are cached: drop them, so that the frame is drawn with the
+    # widths it has now (a frame drawn from lines cached before was seen at 80x24).
+    for table in app.screen.query(DataTable):
+        table._clear_caches()
+        table.refresh()
     await pilot.pause()
 
 
@@ -68,30 +74,34 @@ def steps(*actions: Callable[[WqApp], object]) -> Callable[[Pilot[Any]], Awaitab
     return run_before
 
 
-def test_pools_view(snap_compare: SnapCompare) -> None:
-    assert snap_compare(make_app("pools"), terminal_size=SIZE, run_before=steps())
+@SIZES
+def test_pools_view(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert snap_compare(make_app("pools"), terminal_size=size, run_before=steps())
 
 
-@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+@SIZES
 def test_overview(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     assert snap_compare(make_app(), terminal_size=size, run_before=steps())
 
 
-def test_queue_view(snap_compare: SnapCompare) -> None:
+@SIZES
+def test_queue_view(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     run_before = steps(lambda app: app.show_queue("team/api"))
-    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
 
 
-def test_items_view(snap_compare: SnapCompare) -> None:
+@SIZES
+def test_items_view(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     assert snap_compare(
-        make_app(), terminal_size=SIZE, run_before=steps(lambda app: app.show_items())
+        make_app(), terminal_size=size, run_before=steps(lambda app: app.show_items())
     )
 
 
-def test_item_detail_view(snap_compare: SnapCompare) -> None:
+@SIZES
+def test_item_detail_view(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     failed = next(item for item in ITEMS if item["phase"] == "failed")
     run_before = steps(lambda app: app.open_item(failed["id"]))
-    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
 
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,7 +21,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, Select, any_, bindparam, inspect, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    String,
+    any_,
+    bindparam,
+    cast,
+    func,
+    inspect,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, defer, lazyload, sessionmaker
 from starlette.concurrency import run_in_threadpool
@@ -217,6 +230,7 @@ def list_statement(values: dict[str, Any], *, after: bool, postgres: bool) -> Se
     filters = frozenset(values) & frozenset(LIST_FILTERS)
     restricted = "readable" in values
     id_range = "id_low" in values
+    searching = "search" in values
 
     def build() -> Select[Any]:
         rows: Any = ITEMS
@@ -233,14 +247,37 @@ def list_statement(values: dict[str, Any], *, after: bool, postgres: bool) -> Se
                 bindparam("after_id", type_=ITEMS.c.id.type),
             )
             query = query.where(tuple_(rows.c.created_at, rows.c.id) < position)
+        if searching:
+            query = query.where(_search(rows, postgres=postgres))
         if restricted:  # in SQL, so that pages stay full and cursors exact
             query = query.where(_one_of(rows.c.type, "readable", postgres=postgres))
         limit = bindparam("limit", type_=Integer)
         newest_first = (rows.c.created_at.desc(), rows.c.id.desc())
         return page_select(query.order_by(*newest_first).limit(limit))
 
-    key = ("list", tuple(sorted(filters)), after, restricted, id_range, postgres)
+    key = ("list", tuple(sorted(filters)), after, restricted, id_range, searching, postgres)
     return _built(key, build)
+
+
+def search_values(text: str) -> dict[str, str]:
+    """The bound values of a `search` for `text`: LIKE patterns, lower case, escaped."""
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return {"search": f"%{escaped}%", "search_id": f"{escaped}%"}
+
+
+def _search(rows: Any, *, postgres: bool) -> Any:
+    """Items whose project or error holds the bound `search` text (any case), or whose
+    id starts with it. It walks the list's order until a page is full: narrow it with
+    the other filters on a large history."""
+    text = bindparam("search", type_=String)
+    # PostgreSQL writes a uuid with dashes, SQLite keeps 32 hex digits: the id is
+    # compared as each shows it (the TUI shows its first 8 digits, the same in both).
+    item_id = func.lower(cast(rows.c.id, String))
+    return or_(
+        func.lower(rows.c.project).like(text, escape="\\"),
+        func.lower(rows.c.error).like(text, escape="\\"),
+        item_id.like(bindparam("search_id", type_=String), escape="\\"),
+    )
 
 
 def _id_range_rows() -> Any:

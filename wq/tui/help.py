@@ -22,7 +22,9 @@ Views
       :items k=v ...    filter on the server: type, phase, project, admission
       :items all        drop the server filters
   f                     edit the server filters on the : line
-  /                     filter the loaded items by text (id, type, project...)
+  /                     find items by text: the loaded ones (id, type, project...)
+                        and the server's (project, error, start of the id)
+  s                     sort the loaded items: time in state, phase, project, newest
 
 Actions on the item under the cursor
   r   retry it (asks first; not with --readonly or without the retry permission)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
+from wq.client.cursors import item_key
 from wq.client.shown import attempts as attempts_shown
 from wq.tui.format import (
     age,
@@ -59,6 +60,8 @@ class ItemsData:
 
     answers: list[Answer]
     filters: dict[str, str]
+    # The server's matches of the `/` text (its first page), loaded or not.
+    found: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +98,8 @@ class ItemsScreen(PollingScreen):
         self.dimensions: list[str] = []
         self._spans: list[Span] = []
         self._planned_filters: dict[str, str] = {}
+        self._planned_text = ""
+        self.found: list[dict[str, Any]] = []
         self._frozen_at = 0
 
     @property
@@ -117,6 +122,7 @@ class ItemsScreen(PollingScreen):
         # On the UI thread: which rows the user can see decides what the worker fetches.
         filters = dict(self.wq.filters)
         self._planned_filters = filters
+        self._planned_text = self.text
         if filters != self.filters:
             self._spans = ItemList().plan([], PAGE)
             return
@@ -136,7 +142,12 @@ class ItemsScreen(PollingScreen):
         def page(limit: int, cursor: str | None) -> Any:
             return self.wq.api.items_page(limit=limit, cursor=cursor, **filters)
 
-        return ItemsData(fetch_spans(self._spans, page), filters)
+        found = []
+        if self._planned_text:
+            # `/` looks on the server too, for what is not loaded.
+            answer = self.wq.api.items_page(limit=PAGE, search=self._planned_text, **filters)
+            found = list(answer.get("items", []))
+        return ItemsData(fetch_spans(self._spans, page), filters, found)
 
     def show(self, data: ItemsData) -> None:
         if data.filters != self.filters:  # a new list: start from its top
@@ -150,8 +161,11 @@ class ItemsScreen(PollingScreen):
         for answer in data.answers:
             for item in answer.items:
                 self.rows[str(item["id"])] = self._row(item, now)
-        if len(self.rows) > 2 * len(self.items) + PAGE:  # forget rows of items that left
-            loaded = {str(item["id"]) for item in self.items}
+        self.found = data.found
+        for item in self.found:
+            self.rows[str(item["id"])] = self._row(item, now)
+        if len(self.rows) > 2 * len(self.items) + 2 * PAGE:  # forget rows of items that left
+            loaded = {str(item["id"]) for item in (*self.items, *self.found)}
             self.rows = {key: row for key, row in self.rows.items() if key in loaded}
         self.render_rows(fresh)
         self._settle_heap()
@@ -174,11 +188,12 @@ class ItemsScreen(PollingScreen):
         return self.query_one("#items", DataTable)
 
     def shown_items(self) -> list[dict[str, Any]]:
-        """The loaded items that match the `/` text."""
+        """The loaded items that match the `/` text, with the server's matches of it
+        that are not loaded, newest first."""
         if not self.text:
             return self.items
         needle = self.text.lower()
-        return [
+        matched = [
             item
             for item in self.items
             if any(
@@ -186,6 +201,13 @@ class ItemsScreen(PollingScreen):
                 for key in ("id", "type", "project", "phase", "admission", "error")
             )
         ]
+        if self._planned_text != self.text:  # the server has not been asked yet
+            return matched
+        seen = {str(item["id"]) for item in matched}
+        more = [item for item in self.found if str(item["id"]) not in seen]
+        if not more:
+            return matched
+        return sorted([*matched, *more], key=item_key, reverse=True)
 
     def render_rows(self, fresh: set[str] | None = None) -> None:
         """Show the loaded items: in place, or rebuilt when the dimension columns change.
@@ -290,6 +312,7 @@ class ItemsScreen(PollingScreen):
             if text is not None:
                 self.text = text.strip()
                 self.render_rows()
+                self.schedule(0)  # and ask the server for what is not loaded
 
         self.wq.prompt("/", self.text, apply)
 

@@ -32,6 +32,7 @@ from wq.daemon.reads import (
     list_statement,
     page_documents,
     page_documents_on_loop,
+    search_values,
     shown_only,
 )
 from wq.daemon.schemas import (
@@ -124,6 +125,18 @@ async def read_items(
     id_prefix: Annotated[
         str | None, Query(max_length=32, pattern=ID_PREFIX, description=ID_PREFIX_TEXT)
     ] = None,
+    search: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=NO_NUL,
+            description=(
+                "items whose project or error holds this text (any case) or whose id starts"
+                " with it; walks the items newest first until the page is full"
+            ),
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[
         str | None, Query(max_length=50, pattern=ITEMS_CURSOR, description=ITEMS_CURSOR_TEXT)
@@ -137,6 +150,8 @@ async def read_items(
             values[name] = value
     if id_prefix is not None:
         values["id_low"], values["id_high"] = id_range(id_prefix)
+    if search is not None:
+        values.update(search_values(search))
     if cursor is not None:
         values["after_created"], values["after_id"] = _decode_cursor(cursor)
     readable = principal.types_with("read")
