@@ -19,6 +19,7 @@ from textual.binding import Binding, BindingType
 from wq.client.api import ApiClient
 from wq.client.errors import ClientError
 from wq.client.vocabulary import ADMISSIONS, PHASES
+from wq.tui.commands import ProjectCommands
 from wq.tui.dashboard import Dashboard
 from wq.tui.detail import ItemDetailScreen
 from wq.tui.dialogs import ConfirmScreen, PromptScreen
@@ -47,6 +48,7 @@ class WqApp(App[None]):
         "items": ItemsScreen,
     }
     DEFAULT_MODE = "overview"
+    COMMANDS = App.COMMANDS | {ProjectCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("o", "switch_mode('overview')", "Overview"),
         Binding("p", "switch_mode('pools')", "Pools"),

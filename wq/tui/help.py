@@ -37,6 +37,9 @@ Moving
   up/down  j/k          one row      pgup/pgdn     one page
   home/end  g/G         first/last row
 
+  ctrl+p  the command palette: type part of a project's name for its items
+          or its queue
+
   ?   this help (esc closes)      q  :q  ctrl+c   quit
 
 Views refresh by themselves. When the server fails, the status line says so
