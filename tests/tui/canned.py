@@ -7,6 +7,7 @@ over an `httpx.MockTransport`. Ages are computed against `NOW`, the app's clock.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -275,6 +276,7 @@ class CannedServer:
         self.delay = delay
         self.paths: list[str] = []
         self.item_limits: list[int] = []  # the `limit` of every item-list request
+        self.bulk: list[tuple[str, Any]] = []  # (action, selector) of each bulk request
         self.in_flight: dict[str, int] = {}
         self.most_in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -324,6 +326,13 @@ class CannedServer:
     def answer(self, request: httpx.Request) -> httpx.Response:
         path, params = request.url.path, request.url.params
         body: Any
+        if request.method == "POST" and path in ("/api/work-items/retry", "/api/work-items/cancel"):
+            # The bulk actions: every named id done, as a server that found them so.
+            selector = json.loads(request.content)
+            self.bulk.append((path.rsplit("/", 1)[1], selector))
+            done = "retried" if path.endswith("retry") else "cancelled"
+            results = [{"id": i, "type": "mr", "outcome": done} for i in selector["ids"]]
+            return httpx.Response(200, json={"results": results, "more": False})
         if path == "/api/whoami":
             body = dump(WhoamiPublic, WHOAMI)
         elif path == "/api/stats":

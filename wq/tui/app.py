@@ -207,6 +207,48 @@ class WqApp(App[None]):
         """Ask, then cancel an active item; refused as retry is (the same permission)."""
         self._confirm("cancel", item, done)
 
+    def confirm_many(
+        self, action: str, items: list[dict[str, Any]], done: Callable[[], None]
+    ) -> None:
+        """Ask once, then retry or cancel every item in one request per phase."""
+        refused = sorted({item["type"] for item in items if not self.may_retry(item["type"])})
+        if refused:
+            reason = "read-only mode" if self.readonly else f"no retry permission on {refused[0]}"
+            self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._act_many(action, items, done)
+
+        question = f"{action.capitalize()} the {len(items)} marked items?"
+        self.push_screen(ConfirmScreen(question), answered)
+
+    @work(thread=True, exit_on_error=False, group="action")
+    def _act_many(self, action: str, items: list[dict[str, Any]], done: Callable[[], None]) -> None:
+        # The bulk routes take one phase a request: a retry sends the failed and the
+        # cancelled apart; the ids keep each to exactly the marked items.
+        phases = ["active"] if action == "cancel" else ["failed", "cancelled"]
+        outcomes: list[dict[str, Any]] = []
+        try:
+            for phase in phases:
+                ids = [item["id"] for item in items if item["phase"] == phase]
+                if ids:
+                    selector = {"ids": ids, "phase": phase, "limit": len(ids)}
+                    outcomes += self.api.bulk(action, selector, dry_run=False)["results"]
+        except ClientError as err:
+            self.call_from_thread(
+                self.notify, f"{action} failed: {err.message}", severity="error", markup=False
+            )
+        else:
+            done_count = sum(1 for o in outcomes if o["outcome"] != "skipped")
+            left = len(items) - done_count
+            note = f"{action}: {done_count} of {len(items)} marked items"
+            self.call_from_thread(
+                self.notify, note + (f", {left} not (not in a state for it)" if left else "")
+            )
+        self.call_from_thread(done)
+
     def _confirm(self, action: str, item: dict[str, Any], done: Callable[[], None]) -> None:
         # The keys stay live without the permission, so that pressing one says why.
         if not self.may_retry(item["type"]):

@@ -49,3 +49,8 @@ class Dashboard(Protocol):
 
     def confirm_cancel(self, item: dict[str, Any], done: Callable[[], None]) -> None:
         """Ask, then cancel the item."""
+
+    def confirm_many(
+        self, action: str, items: list[dict[str, Any]], done: Callable[[], None]
+    ) -> None:
+        """Ask once, then retry or cancel all of these items."""

@@ -26,7 +26,8 @@ Views
                         and the server's (project, error, start of the id)
   s                     sort the loaded items: time in state, phase, project, newest
 
-Actions on the item under the cursor
+Actions on the item under the cursor (or on the marked items)
+  space  mark it (or unmark it) in Items: r and c then act on all the marked ones
   r   retry it (asks first; not with --readonly or without the retry permission)
   c   cancel it (asks first; same rules as r)
   y   copy its id

@@ -82,6 +82,7 @@ class ItemsScreen(PollingScreen):
         Binding("f", "server_filters", "Filters"),
         Binding("slash", "text_filter", "Find", key_display="/"),
         Binding("s", "sort", "Sort"),
+        Binding("space", "mark", "Mark"),
         Binding("r", "retry", "Retry"),
         Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
@@ -95,6 +96,7 @@ class ItemsScreen(PollingScreen):
         self.filters: dict[str, str] = {}
         self.text = ""
         self.sort = SORTS[0][0]
+        self.marked: set[str] = set()
         self.dimensions: list[str] = []
         self._spans: list[Span] = []
         self._planned_filters: dict[str, str] = {}
@@ -246,6 +248,8 @@ class ItemsScreen(PollingScreen):
         shown_count = f"{len(shown)}/{len(self.items)}" if self.text else str(len(self.items))
         counted = f"{shown_count} items" if shown else "no items"
         sorted_by = "" if order is None else f"  sorted by {self.sort} (loaded rows)"
+        if self.marked:
+            sorted_by += f"  {len(self.marked)} marked (r, c: act on them; space: unmark)"
         self.status.note(
             f"{counted}{' (more below)' if self.more else ''}{sorted_by}"
             f"{'  filters: ' + described if described else ''}"
@@ -253,9 +257,10 @@ class ItemsScreen(PollingScreen):
         )
 
     def _row(self, item: dict[str, Any], now: Any) -> _Row:
+        marked = str(item["id"]) in self.marked
         return _Row(
             fixed=[
-                short_id(item["id"]),
+                ("▶" if marked else "") + short_id(item["id"]),
                 item["type"],
                 short_middle(item["project"], PROJECT_WIDTH),
                 item["phase"],
@@ -323,14 +328,43 @@ class ItemsScreen(PollingScreen):
         self.sort = names[(names.index(self.sort) + 1) % len(names)]
         self.render_rows()
 
+    def action_mark(self) -> None:
+        """Mark the item under the cursor for r and c (or unmark it), then go down."""
+        item = self.current()
+        if item is None:
+            return
+        key = str(item["id"])
+        self.marked.symmetric_difference_update({key})
+        self.rows[key] = self._row(item, self.wq.now())
+        self.render_rows()
+        self.table.action_cursor_down()
+
+    def _marked_items(self, keys: set[str] | None = None) -> list[dict[str, Any]]:
+        by_id = {str(item["id"]): item for item in (*self.items, *self.found)}
+        return [by_id[key] for key in sorted(self.marked if keys is None else keys) if key in by_id]
+
+    def _acted_on_marks(self) -> None:
+        keys, self.marked = self.marked, set()
+        now = self.wq.now()
+        for item in self._marked_items(keys):
+            self.rows[str(item["id"])] = self._row(item, now)
+        self.render_rows()
+        self.schedule(0)
+
     def action_retry(self) -> None:
-        """Retry the item under the cursor, after confirmation."""
+        """Retry the marked items, or the one under the cursor, after confirmation."""
+        if self.marked:
+            self.wq.confirm_many("retry", self._marked_items(), done=self._acted_on_marks)
+            return
         item = self.current()
         if item is not None:
             self.wq.confirm_retry(item, done=lambda: self.schedule(0))
 
     def action_cancel(self) -> None:
-        """Cancel the item under the cursor, after confirmation."""
+        """Cancel the marked items, or the one under the cursor, after confirmation."""
+        if self.marked:
+            self.wq.confirm_many("cancel", self._marked_items(), done=self._acted_on_marks)
+            return
         item = self.current()
         if item is not None:
             self.wq.confirm_cancel(item, done=lambda: self.schedule(0))
