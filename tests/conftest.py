@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -174,3 +175,16 @@ def managers(store: Store) -> Iterator[list[object]]:
     yield started
     for manager in started:
         manager.stop(grace=2)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Prometheus's `promtool` (Debian's `prometheus` package, which `.ci/run` installs):
+    skipped without it on a laptop, a failure in CI."""
+    found = shutil.which("promtool")
+    if found is None:
+        message = "promtool is not installed (Debian package `prometheus`)"
+        if REQUIRE_PG:  # CI: the check must run, not vanish
+            pytest.fail(message)
+        pytest.skip(message)
+    return found

@@ -3,8 +3,7 @@ unit tests under deploy/grafana/tests (each alert fires on the series that shoul
 fire it, after its `for:`, with its labels and annotations, and stays silent on series
 that should not).
 
-Without `promtool` (Debian's `prometheus` package, which `.ci/run` installs) the tests
-skip on a laptop and fail in CI."""
+Without `promtool` (the `promtool` fixture) the tests skip on a laptop and fail in CI."""
 
 from __future__ import annotations
 
@@ -13,26 +12,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-
-from tests.conftest import REQUIRE_PG
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
 RULES = GRAFANA / "wq-alerts.yaml"
 UNIT_TESTS = sorted((GRAFANA / "tests").glob("*.yaml"))
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool is not installed (Debian package `prometheus`)"
-        if REQUIRE_PG:  # CI: the check must run, not vanish
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def run(promtool: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
