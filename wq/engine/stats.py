@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Float,
+    Integer,
     SQLColumnExpression,
     and_,
     cast,
@@ -110,7 +111,7 @@ def _bucket_of(
     )
     return cast(
         func.floor(_seconds_between(session, at, literal(naive_start)) / step.total_seconds()),
-        Float,
+        Integer,
     )
 
 
@@ -153,9 +154,9 @@ def compute(
     return Stats(start, end, step, buckets, lanes_now(session, item_type, project))
 
 
-def _at(buckets: list[Bucket], index: object) -> Bucket:
+def _at(buckets: list[Bucket], index: int) -> Bucket:
     # A row stamped exactly at `end` or rounding at an edge stays in the window's ends.
-    return buckets[min(max(int(float(str(index))), 0), len(buckets) - 1)]
+    return buckets[min(max(int(index), 0), len(buckets) - 1)]
 
 
 def _durations(
@@ -164,7 +165,7 @@ def _durations(
     bucket: ColumnElement[int],
     item_type: str | None,
     event_type: str | None,
-) -> Iterable[tuple[object, float]]:
+) -> Iterable[tuple[int, float]]:
     """(bucket, seconds) of the window's admissions (queued -> admitted) or ends."""
     audit = AuditEntry
     if event_type is not None:
