@@ -156,7 +156,8 @@ def test_a_scripted_scenario_shows_in_the_metrics(
     assert (value(after, decisions, tier="local", outcome="allowed") or 0) >= 5
     # Database gauges: all three items are active and idle again, nothing waits.
     assert value(after, S + "items", type="chain", phase="active", admission="idle") == 3
-    assert value(after, S + "pool_queued", **app) is None
+    assert value(after, S + "pool_queued", **app) == 0  # idle now, still a series
+    assert value(after, S + "pool_in_flight", **app) == 0
     assert value(after, S + "pending_events") == 0
 
     # HTTP: route templates with `{id}`, unmatched paths and odd methods folded, no probes.

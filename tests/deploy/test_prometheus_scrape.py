@@ -112,13 +112,16 @@ def test_prometheus_scrapes_what_the_dashboard_and_alerts_use(
     daemon.wait_healthy()
     _, token = read_token(tmp_path, daemon.url)
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=daemon.url, headers=headers, timeout=10.0) as http:
-        for kind, payload in (("echo", {"message": "hi"}), ("sleep", {"seconds": 2})) * 2:
-            body = {"project": "demo", "kind": kind, "payload": payload}
-            assert http.post("/api/work-items/task", json=body).status_code == 201
     target = daemon.url.removeprefix("http://")
     with prometheus_scraping(target, tmp_path) as prometheus:
         eventually(lambda: query(prometheus, 'up{job="wq"} == 1'), "the daemon up")
+        # Submitted once Prometheus scrapes, so that it sees the counters rise; the long
+        # sleep holds a slot of the demo pool for the pool gauges.
+        work = [("echo", {"message": "hi"}), ("sleep", {"seconds": 2})] * 2
+        with httpx.Client(base_url=daemon.url, headers=headers, timeout=10.0) as http:
+            for kind, payload in [("sleep", {"seconds": 600}), *work]:
+                body = {"project": "demo", "kind": kind, "payload": payload}
+                assert http.post("/api/work-items/task", json=body).status_code == 201
         done = eventually(
             lambda: query(
                 prometheus,

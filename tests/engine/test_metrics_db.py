@@ -117,6 +117,25 @@ def test_pools_items_and_pending_events_come_from_the_database(store: Store) -> 
     assert value(samples, "db_metrics_errors_total") == 0
 
 
+def test_a_pool_that_goes_idle_reads_zero_rather_than_vanishing(store: Store) -> None:
+    config = make_config(store.url, pools=POOLS, metrics={"cache_seconds": 0})
+    registry = chain_registry(Behaviour())
+    item = submit(store.sessions, registry, config, "team/app").item
+    assert item is not None
+    dispatch(store.sessions, config, clock=utcnow)
+    metrics, _ = collecting(store, config)
+    app = {"project": "team/app", "lane": "normal"}
+    assert value(scrape(metrics), "pool_in_flight", **app) == 1
+    with store.sessions.begin() as session:
+        session.execute(
+            update(WorkItem).where(WorkItem.id == item.id).values(phase="done", admission="done")
+        )
+    samples = scrape(metrics)
+    assert value(samples, "pool_in_flight", **app) == 0
+    assert value(samples, "pool_queued", **app) == 0
+    assert value(samples, "pool_capacity", **app) == 1
+
+
 def test_the_audit_archive_backlog_and_its_age_while_archival_is_on(store: Store) -> None:
     now = utcnow()
     with store.sessions.begin() as session:

@@ -171,6 +171,9 @@ class DatabaseCollector(Collector):
         self.budget_seconds = config.metrics.budget_seconds
         self._snapshot: Snapshot | None = None
         self._errors = 0
+        # Pools once seen keep their series at 0 when they go idle: a series that
+        # vanishes reads as "no data" on a dashboard and ends an alert's `for`.
+        self._pools_seen: set[str] = set()
         self._outage = Outage(
             log,
             during="scrapes serve the last reading until it is back",
@@ -285,7 +288,8 @@ class DatabaseCollector(Collector):
             for (item_type, phase, admission), count in sorted(snapshot.items.items()):
                 items.add_metric([item_type, phase, admission], count)
             pools = set(snapshot.in_flight) | set(snapshot.queued)
-            for project in sorted({project for project, _ in pools}):
+            self._pools_seen |= {project for project, _ in pools}
+            for project in sorted(self._pools_seen):
                 pool = self.config.pool_for(project)
                 limits = {ALERT_LANE: pool.alert_capacity, NORMAL_LANE: pool.capacity}
                 for lane in LANES:
