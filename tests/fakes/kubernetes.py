@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -288,6 +290,24 @@ class FakeKubernetes:
             return _json(self.pods[(namespace, name)])
         text = self.logs.get((namespace, name), "")
         tail = query.get("tailLines", [""])[0]
+        shown = text
         if tail:
-            text = "".join(text.splitlines(keepends=True)[-int(tail) :])
-        return 200, {"Content-Type": "text/plain"}, text.encode()
+            shown = "".join(text.splitlines(keepends=True)[-int(tail) :])
+        if query.get("follow", [""])[0] == "true":
+            return 200, {"Content-Type": "text/plain"}, self._follow(namespace, name, shown, text)
+        return 200, {"Content-Type": "text/plain"}, shown.encode()
+
+    def _follow(self, namespace: str, name: str, shown: str, seen: str) -> Iterator[bytes]:
+        """The log as the API server streams it with `follow=true`: what is there, then
+        what the container writes, until the pod has ended (or is deleted)."""
+        yield shown.encode()
+        while True:
+            with self._lock:
+                pod = self.pods.get((namespace, name))
+                text = self.logs.get((namespace, name), "")
+            if text.startswith(seen) and len(text) > len(seen):
+                yield text[len(seen) :].encode()
+                seen = text
+            if pod is None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            time.sleep(0.05)

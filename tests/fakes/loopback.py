@@ -19,7 +19,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -125,8 +125,9 @@ def make_tls(directory: Path) -> TlsFiles:
     return files
 
 
-Answer = tuple[int, dict[str, str], bytes]
-"""What a listener writes back: status, headers (Content-Type included) and body bytes."""
+Answer = tuple[int, dict[str, str], bytes | Iterator[bytes]]
+"""What a listener writes back: status, headers (Content-Type included) and body bytes,
+or an iterator of them for a body streamed until it ends (then the connection closes)."""
 
 Serve = Callable[[str, str, dict[str, str], bytes], Answer | None]
 """`serve(method, target, headers, body)`: the answer, or None to drop the connection."""
@@ -173,6 +174,9 @@ class _ListenerHandler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
         status, headers, data = answer
+        if not isinstance(data, bytes):
+            self._stream(status, headers, data)
+            return
         if status in (204, 304):
             data = b""
         self.send_response(status)
@@ -182,6 +186,19 @@ class _ListenerHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if method != "HEAD" and data:
             self.wfile.write(data)
+
+    def _stream(self, status: int, headers: dict[str, str], chunks: Iterator[bytes]) -> None:
+        """A body written as it is produced, ended by closing the connection (no length)."""
+        self.close_connection = True
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            for chunk in chunks:
+                self.wfile.write(chunk)
+                self.wfile.flush()
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 

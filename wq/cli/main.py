@@ -25,6 +25,7 @@ from wq.cli import (
     deployer,
     identity,
     items,
+    logs,
     retry,
     stats,
     submit,
@@ -119,6 +120,7 @@ submit.register(app)
 items.register(app)
 retry.register(app)
 cancel.register(app)
+logs.register(app)
 admission.register(app)
 stats.register(app)
 identity.register(app)

@@ -12,6 +12,7 @@ one instance between its worker threads (`@work(thread=True)`); httpx's client a
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -57,6 +58,10 @@ def _busy_wait(response: httpx.Response) -> int | None:
     if not (value.isascii() and value.isdigit()) or int(value) > BUSY_RETRY_AFTER_SECONDS:
         return None
     return int(value)
+
+
+def _authorization(token: Token | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token.value}"} if token is not None else {}
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -153,9 +158,16 @@ class ApiClient:
         json: Json,
         token: Token | None,
     ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token.value}"} if token is not None else {}
+        with self._transport_errors(method, path):
+            return self._http.request(
+                method, path, params=params, json=json, headers=_authorization(token)
+            )
+
+    @contextlib.contextmanager
+    def _transport_errors(self, method: str, path: str) -> Iterator[None]:
+        """httpx's failures to reach the server as `ServerUnreachable`, in words."""
         try:
-            return self._http.request(method, path, params=params, json=json, headers=headers)
+            yield
         except httpx.ConnectError as err:
             reason = "connection refused" if "refused" in str(err).lower() else str(err)
             raise ServerUnreachable(
@@ -394,6 +406,34 @@ class ApiClient:
         return self.request(
             "POST", f"/api/work-items/{quote(item_id, safe='')}/cancel", shape=CancelPublic
         )
+
+    def logs(self, item_id: str, *, tail: int | None = None, follow: bool = False) -> Iterator[str]:
+        """A task's output as the server sends it; with `follow`, until the run ends
+        (no read timeout then: a run may be silent for long)."""
+        path = f"/api/work-items/{item_id}/logs"
+        params = {"tail": tail, "follow": "true" if follow else None}
+        params = {key: value for key, value in params.items() if value is not None}
+        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, CONNECT_TIMEOUT))
+        if follow:
+            timeout = httpx.Timeout(self.timeout, connect=timeout.connect, read=None)
+        token = self.credentials.current()
+        for attempt in range(2):
+            with (
+                self._transport_errors("GET", path),
+                self._http.stream(
+                    "GET", path, params=params, headers=_authorization(token), timeout=timeout
+                ) as response,
+            ):
+                if response.status_code == 401 and token is not None and attempt == 0:
+                    replacement = self.credentials.rejected(token)
+                    if replacement is not None:
+                        token = replacement
+                        continue
+                if not response.is_success:
+                    response.read()
+                    self._parse(response, f"GET {path}", token)
+                yield from response.iter_text()
+                return
 
     def submit(self, item_type: str, payload: Json) -> Json:
         """Submit an item of a type: `{"action": ..., "item": {...}}`."""

@@ -36,6 +36,10 @@ RETRY_AFTER_SECONDS = 1
 # Paths that are never shed (exact paths, and prefixes).
 NEVER_SHED = frozenset({"/healthz", "/readyz", "/metrics"})
 NEVER_SHED_PREFIXES = ("/api/webhooks/",)
+# Streams that stay open as long as their reader follows (a task's output): shed at
+# their start like any request, but not counted as in progress afterwards; they wait
+# on their own thread each, and their number has its own bound (`wq.daemon.streams`).
+STREAM_SUFFIXES = ("/logs",)
 # An overload ends this long after its last refusal: under a sustained one, requests
 # are let in between refusals, and each would otherwise end and begin an episode.
 QUIET_SECONDS = 10.0
@@ -105,6 +109,9 @@ class LoadShedding:
             return
         if self.backlog.active:
             self.backlog.ended()
+        if scope["path"].endswith(STREAM_SUFFIXES):
+            await self.app(scope, receive, send)
+            return
         self.in_progress += 1
         try:
             await self.app(scope, receive, send)

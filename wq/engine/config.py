@@ -59,6 +59,9 @@ class ServerConfig(_Section):
     # A request arriving while this many wait for one of those threads, or while
     # request_threads + this many are in progress, is answered 503 at once.
     max_waiting_requests: PositiveInt = 32
+    # Output streams (`GET /api/work-items/{id}/logs`) open at once; each holds a
+    # thread of its own while it lasts. One more is answered 503.
+    max_output_streams: PositiveInt = 64
 
 
 class DatabaseConfig(_Section):

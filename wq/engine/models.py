@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -320,6 +321,30 @@ class AuditEntry(Base):
     # an archiver that claimed it may upload it before another one may.
     archived_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     archive_claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class Replica(Base):
+    """One running daemon, as its heartbeat last wrote it (removed on a clean shutdown).
+
+    A row whose heartbeat is older than three of its intervals belongs to a replica
+    that is lost: killed, frozen or cut off from the database.
+    """
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    version: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    heartbeat_seconds: Mapped[float] = mapped_column(Float)
+    workers_busy: Mapped[int] = mapped_column(Integer)
+    workers_total: Mapped[int] = mapped_column(Integer)
+    leases_held: Mapped[int] = mapped_column(Integer)
+    consumes_events: Mapped[bool] = mapped_column(Boolean)
+    last_event_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    db_round_trip_ms: Mapped[float | None] = mapped_column(Float)
 
 
 class SequenceCounter(Base):

@@ -7,7 +7,7 @@ engine looks them up by the item's `type` and knows nothing else about it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -111,6 +111,15 @@ class SubmissionRejected(ValueError):
 
 class PermanentFailure(Exception):
     """A failure that retrying cannot fix: the item goes to `failed` at once."""
+
+
+class NoOutput(Exception):
+    """The item has no output to show from here; the message says why (and where it is)."""
+
+
+# `output(sessions, item, tail_lines, follow)`: the text the item's external work
+# writes (a task's run), as `Runner.output` yields it; raises `NoOutput`.
+OutputReader = Callable[["sessionmaker[Session]", WorkItem, int | None, bool], Iterator[str]]
 
 
 @dataclass(frozen=True)
@@ -256,6 +265,8 @@ class ItemType:
     # are held at least this long, so that no replica takes an item over while the
     # exiting one's call may still be in flight.
     request_timeout_seconds: float = 0.0
+    # The output of an item's external work, for `GET /api/work-items/{id}/logs`.
+    output: OutputReader | None = None
 
 
 class UnknownType(LookupError):

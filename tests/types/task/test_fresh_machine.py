@@ -82,7 +82,7 @@ def test_submit_task_and_cancel_against_the_embedded_daemon(
 
     unknown = run_wq("submit", "task", "--project", "demo", "--kind", "nope", env=cli, cwd=tmp_path)
     assert unknown.returncode != 0 and "Traceback" not in unknown.stderr
-    assert "unknown task kind 'nope' (known: echo, sleep)" in unknown.stderr
+    assert "unknown task kind 'nope' (known: count, echo, sleep)" in unknown.stderr
     bad = run_wq(
         "submit", "task", "--project", "demo", "--kind", "echo", "--payload", "{", env=cli,
         cwd=tmp_path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -92,6 +93,31 @@ def test_a_job_is_created_labelled_from_the_template_and_followed(
     fake.finish("wq-run-1", succeeded=True, log="working\nall done\n")
     done = runner.poll("wq-run-1")
     assert done.state == SUCCEEDED and done.exit_code == 0 and "all done" in done.log_tail
+
+
+def test_the_pods_log_is_followed_through_the_api_until_the_pod_ends(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    runner = make_runner(fake, tmp_path)
+    runner.start(spec())
+    fake.set_log("wq-run-1", "one\n")
+    received: list[str] = []
+
+    def follow() -> None:
+        received.extend(runner.output("wq-run-1", tail_lines=None, follow=True))
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    wait(lambda: "".join(received) == "one\n", message="the first line")
+    fake.set_log("wq-run-1", "one\ntwo\n")
+    wait(lambda: "".join(received) == "one\ntwo\n", message="a line written later")
+    assert follower.is_alive()  # the pod still runs: the stream stays open
+    fake.finish("wq-run-1", succeeded=True, log="one\ntwo\nthree\n")
+    follower.join(timeout=30)
+    assert not follower.is_alive() and "".join(received) == "one\ntwo\nthree\n"
+    assert any("/log?" in target and "follow=true" in target for _, target in fake.requests)
+    last = "".join(runner.output("wq-run-1", tail_lines=1, follow=False))
+    assert last == "three\n"
 
 
 def test_failure_and_deadline_keep_exit_code_reason_and_tail(

@@ -78,6 +78,7 @@ def register(
     from wq.types.task.gitlab_rules import handle as handle_event
     from wq.types.task.gitlab_rules import make_resolver
     from wq.types.task.models import TaskItem
+    from wq.types.task.output import make_output
     from wq.types.task.schemas import submission_schema
     from wq.types.task.settings import parse_settings
     from wq.types.task.submit import submit_from_api
@@ -138,5 +139,6 @@ def register(
             tickers=tuple(tickers),
             webhooks=tuple(webhooks),
             settings=TaskRuntime(parsed, runners),
+            output=make_output(runners),
         )
     )

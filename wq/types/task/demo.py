@@ -1,7 +1,9 @@
 """The built-in demo kinds of the embedded default: `python -m wq.types.task.demo KIND`.
 
 `echo` prints the payload it got on stdin; `sleep` waits `payload.seconds` (default
-5) and says so. Enough to watch tasks queue, run and finish on a fresh machine.
+5) and says so; `count` prints a line a second up to `payload.to` (default 30), every
+fifth on stderr, for a live log to follow. Enough to watch tasks queue, run and
+finish on a fresh machine.
 """
 
 from __future__ import annotations
@@ -27,8 +29,18 @@ def main() -> None:
         print(f"sleeping {seconds:g} s", flush=True)
         time.sleep(seconds)
         print("done", flush=True)
+    elif kind == "count":
+        to = payload.get("to", 30)
+        if isinstance(to, bool) or not isinstance(to, int) or to < 0:
+            sys.stderr.write(f"count: to must be a whole number >= 0, not {to!r}\n")
+            raise SystemExit(2)
+        for number in range(1, to + 1):
+            stream = sys.stderr if number % 5 == 0 else sys.stdout
+            print(f"{number} of {to}", file=stream, flush=True)
+            if number < to:
+                time.sleep(1)
     else:
-        sys.stderr.write(f"unknown demo kind {kind!r} (echo, sleep)\n")
+        sys.stderr.write(f"unknown demo kind {kind!r} (echo, sleep, count)\n")
         raise SystemExit(2)
 
 

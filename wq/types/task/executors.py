@@ -105,6 +105,7 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
             ) from None
         task.run_generation = generation
         task.run_id = spec.run_id
+        task.started_by = ctx.actor
         task.started_at = ctx.now
         task.deadline_at = ctx.now + timedelta(seconds=kind.timeout_seconds)
         task.next_check_at = ctx.now + timedelta(seconds=settings.poll_interval_seconds)

@@ -32,6 +32,9 @@ class TaskItem(WorkItem):
     runner: Mapped[str] = mapped_column(String(64))
     run_id: Mapped[str | None] = mapped_column(String(255))
     run_generation: Mapped[int] = mapped_column(Integer, default=0)
+    # The worker that started the current run (`host:pid/worker-N`): the `command`
+    # runner's output is on that machine.
+    started_by: Mapped[str | None] = mapped_column(String(255))
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     next_check_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
@@ -47,6 +50,7 @@ class TaskItem(WorkItem):
         "runner",
         "run_id",
         "run_generation",
+        "started_by",
         "started_at",
         "finished_at",
         "exit_status",
@@ -79,6 +83,7 @@ class TaskItem(WorkItem):
             # Runs started so far: `attempts` counts failures in a row of one action, and
             # a run that ended badly fails the task without one.
             "runs": source.run_generation,
+            "started_by": source.started_by,
             "started_at": started.isoformat() if started else None,
             "finished_at": finished.isoformat() if finished else None,
             "exit_status": source.exit_status,

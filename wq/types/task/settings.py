@@ -162,6 +162,15 @@ def _demo_kinds() -> dict[str, KindConfig]:
                 "properties": {"seconds": {"type": "number", "minimum": 0}},
             },
         ),
+        "count": KindConfig(
+            scope="project",
+            command=[*demo, "count"],
+            timeout_seconds=3600,
+            payload_schema={
+                "type": "object",
+                "properties": {"to": {"type": "integer", "minimum": 0, "maximum": 86400}},
+            },
+        ),
     }
 
 

@@ -8,6 +8,7 @@ at the runner, never in memory.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
@@ -20,6 +21,10 @@ RunState = Literal["running", "succeeded", "failed", "missing"]
 
 class RunnerUnavailable(Exception):
     """The run could not be started (the runner is unreachable or refused it)."""
+
+
+class RunNotHere(Exception):
+    """The run's output cannot be read from this process (another machine holds it)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,16 @@ class Runner(Protocol):
 
     def remove(self, run_id: str) -> None:
         """Delete what the run left (its directory, its Job); idempotent."""
+
+    def output(self, run_id: str, *, tail_lines: int | None, follow: bool) -> Iterator[str]:
+        """The run's output as it was written: its last `tail_lines` lines (all when
+        None), then, when following, what it writes next until the run ends.
+
+        The iterator blocks only briefly: while nothing new comes it yields `""` about
+        once a second, so that its reader can stop. Raises `RunNotHere` when this
+        process cannot read the run, `RunnerUnavailable` when the runner is unreachable.
+        """
+        ...
 
 
 def run_id_for(item_id: uuid.UUID, generation: int) -> str:

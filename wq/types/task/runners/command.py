@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,13 @@ from wq.types.task.runners import (
     RUNNING,
     SUCCEEDED,
     RunnerUnavailable,
+    RunNotHere,
     RunSpec,
     RunState,
     RunStatus,
     tail,
 )
+from wq.types.task.runners.logfile import read_growing, tail_offset
 from wq.types.task.runners.supervise import write_json
 from wq.types.task.settings import CommandRunnerConfig
 
@@ -255,6 +258,20 @@ class CommandRunner:
             self._signal_group(run_dir, signal.SIGKILL)
             self._wait_exit(run_dir, self.config.kill_grace_seconds)
         self.poll(run_id)  # reap our supervisor if it was ours
+
+    def output(self, run_id: str, *, tail_lines: int | None, follow: bool) -> Iterator[str]:
+        """The run's `output.log`, from its last `tail_lines` lines, followed until the
+        run has ended (its exit status is written, or its supervisor is gone)."""
+        run_dir = self._dir(run_id)
+        if not run_dir.is_dir():
+            raise RunNotHere(f"no run directory {run_dir} on this machine")
+        path = run_dir / "output.log"
+        return read_growing(
+            path,
+            tail_offset(path, tail_lines),
+            follow=follow,
+            ended=lambda: self.poll(run_id).state != RUNNING,
+        )
 
     def remove(self, run_id: str) -> None:
         """Delete the run's directory (after it ended)."""

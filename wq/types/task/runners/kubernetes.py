@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -171,13 +173,16 @@ class KubernetesRunner:
         )
         return jobs[0] if jobs else None
 
-    def _log_tail(self, run_id: str) -> tuple[str, int | None]:
+    def _newest_pod(self, run_id: str) -> Pod | None:
         pods = list(
             self.client.list(Pod, namespace=self.config.namespace, labels={"job-name": run_id})
         )
-        if not pods:
+        return max(pods, key=_created_at) if pods else None
+
+    def _log_tail(self, run_id: str) -> tuple[str, int | None]:
+        pod = self._newest_pod(run_id)
+        if pod is None:
             return "", None
-        pod = max(pods, key=_created_at)
         exit_code = None
         for status in (pod.status.containerStatuses or []) if pod.status else []:
             if status.state and status.state.terminated:
@@ -215,6 +220,36 @@ class KubernetesRunner:
             code = exit_code if exit_code is not None else 1
             return RunStatus(FAILED, exit_code=code, log_tail=log_tail, reason=f"({reason})")
         return RunStatus(RUNNING, log_tail=log_tail)
+
+    def output(self, run_id: str, *, tail_lines: int | None, follow: bool) -> Iterator[str]:
+        """The log of the run's newest Pod; when following, the API server's own log
+        stream (`follow=true`), after waiting for the Pod to start if it has not yet."""
+        try:
+            yield from self._pod_log(run_id, tail_lines, follow)
+        except ApiError as err:
+            raise RunnerUnavailable(f"reading the log of {run_id}: {err.status.message}") from None
+        except httpx.HTTPError as err:
+            raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
+
+    def _pod_log(self, run_id: str, tail_lines: int | None, follow: bool) -> Iterator[str]:
+        while True:
+            pod = self._newest_pod(run_id)
+            name = pod.metadata.name if pod is not None and pod.metadata else None
+            if name is not None:
+                try:
+                    lines = self.client.log(
+                        name, namespace=self.config.namespace, follow=follow, tail_lines=tail_lines
+                    )
+                except ApiError as err:
+                    if err.status.code not in (400, 404):  # 400: its container is not started
+                        raise
+                else:
+                    yield from lines
+                    return
+            if not follow or self.poll(run_id).state != RUNNING:
+                return
+            yield ""
+            time.sleep(1.0)
 
     def _delete(self, run_id: str) -> None:
         try:

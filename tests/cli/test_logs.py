@@ -1,0 +1,106 @@
+"""`wq logs` against a real embedded daemon: a running task's output as it is written,
+`-f` to the run's end, `--tail`, and Ctrl-C that leaves the task running."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.daemon.test_daemon_process import (  # noqa: F401 - fixtures
+    Daemon,
+    clean_env,
+    daemons,
+    no_system_config,
+    read_token,
+    run_wq,
+    start_daemon,
+)
+from tests.support.waiting import wait_for
+
+LINE_DEADLINE = 60.0
+
+
+def embedded(started: list[Daemon], root: Path) -> tuple[Daemon, httpx.Client, dict[str, str]]:
+    daemon = start_daemon(started, root, clean_env(root))
+    daemon.wait_healthy()
+    _, token = read_token(root, daemon.url)
+    http = httpx.Client(
+        base_url=daemon.url, headers={"Authorization": f"Bearer {token}"}, timeout=10.0
+    )
+    return daemon, http, clean_env(root, WQ_URL=daemon.url, WQ_TOKEN=token)
+
+
+def count(http: httpx.Client, to: int) -> dict[str, Any]:
+    body = {"project": "demo", "kind": "count", "payload": {"to": to}}
+    created = http.post("/api/work-items/task", json=body)
+    assert created.status_code == 201, created.text
+    item: dict[str, Any] = created.json()["item"]
+    return item
+
+
+def following(item_id: str, env: dict[str, str], root: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "wq", "logs", "-f", item_id],
+        env=env,
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_logs_follow_prints_each_line_as_the_run_writes_it(
+    daemons: list[Daemon],  # noqa: F811
+    tmp_path: Path,
+    no_system_config: None,  # noqa: F811
+) -> None:
+    _, http, env = embedded(daemons, tmp_path)
+    item = count(http, 4)
+    follower = following(item["id"][:8], env, tmp_path)
+    assert follower.stdout is not None
+    first = follower.stdout.readline()
+    # The first line arrived while the task was still running (it counts for 3 s more).
+    assert first == "1 of 4\n"
+    assert http.get(f"/api/work-items/{item['id']}").json()["phase"] == "active"
+    rest, errors = follower.communicate(timeout=LINE_DEADLINE)
+    assert follower.returncode == 0, errors
+    assert rest == "2 of 4\n3 of 4\n4 of 4\n"  # the fifth would be on stderr: same stream
+    wait_for(
+        lambda: http.get(f"/api/work-items/{item['id']}").json()["phase"] == "completed",
+        timeout=LINE_DEADLINE,
+        message="the task completed",
+    )
+    tail = run_wq("logs", item["id"], "--tail", "2", env=env, cwd=tmp_path)
+    assert (tail.returncode, tail.stdout) == (0, "3 of 4\n4 of 4\n"), tail.stderr
+    missing = run_wq("logs", "abcdef12", env=env, cwd=tmp_path)
+    assert missing.returncode == 3
+    assert missing.stderr == "wq: error: not found: no work item id starts with abcdef12\n"
+
+
+def test_ctrl_c_stops_following_and_the_task_goes_on(
+    daemons: list[Daemon],  # noqa: F811
+    tmp_path: Path,
+    no_system_config: None,  # noqa: F811
+) -> None:
+    _, http, env = embedded(daemons, tmp_path)
+    item = count(http, 600)
+    follower = following(item["id"], env, tmp_path)
+    assert follower.stdout is not None
+    assert follower.stdout.readline() == "1 of 600\n"
+    follower.send_signal(signal.SIGINT)
+    _, errors = follower.communicate(timeout=LINE_DEADLINE)
+    assert follower.returncode == 130
+    assert f"stopped following; the task goes on (`wq status --id {item['id'][:8]}`)" in errors
+    assert "Traceback" not in errors
+    time.sleep(1.5)  # the task still counts
+    shown = http.get(f"/api/work-items/{item['id']}").json()
+    assert (shown["phase"], shown["admission"]) == ("active", "admitted")
+    later = run_wq("logs", item["id"], "--tail", "1", env=env, cwd=tmp_path)
+    assert later.returncode == 0 and later.stdout not in ("", "1 of 600\n"), later
+    assert http.post(f"/api/work-items/{item['id']}/cancel").status_code == 202

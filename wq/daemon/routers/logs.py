@@ -1,0 +1,88 @@
+"""A work item's output (a task's run), streamed as it is written: `GET .../logs`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from wq.daemon.auth import Principal, authorize_item, authorize_lookup
+from wq.daemon.contract import api_responses
+from wq.daemon.deps import PrincipalDep, read_sessions
+from wq.daemon.runtime import Runtime
+from wq.daemon.streams import StreamSlots, relay
+from wq.engine import items as item_service
+from wq.engine.models import WorkItem
+from wq.engine.registry import NoOutput
+
+router = APIRouter(prefix="/api/work-items", tags=["work items"])
+
+TEXT = "text/plain; charset=utf-8"
+
+
+def _slots(request: Request) -> StreamSlots:
+    state = request.app.state
+    slots: StreamSlots | None = getattr(state, "output_streams", None)
+    if slots is None:
+        slots = state.output_streams = StreamSlots(state.runtime.config.server.max_output_streams)
+    return slots
+
+
+def _open(
+    request: Request, principal: Principal, item_id: uuid.UUID, tail: int | None, follow: bool
+) -> Iterator[str]:
+    """The item's output reader, after the caller's `read` on its type is checked."""
+    sessions = read_sessions(request)
+    with sessions() as session:
+        item = session.get(WorkItem, item_id)
+        if item is None:
+            raise item_service.ItemNotFound(str(item_id))
+        authorize_item(request, principal, "read", item.id, item.type)
+        runtime: Runtime = request.app.state.runtime
+        output = runtime.registry.get(item.type).output
+        if output is None:
+            raise NoOutput(f"{item.type} items have no output of their own (see their history)")
+        return output(sessions, item, tail, follow)
+
+
+@router.get(
+    "/{item_id}/logs",
+    response_class=StreamingResponse,
+    responses={
+        **api_responses(404, 409, 503),
+        200: {"content": {TEXT: {"schema": {"type": "string"}}}, "description": "The output"},
+    },
+)
+async def read_item_logs(
+    request: Request,
+    item_id: uuid.UUID,
+    principal: PrincipalDep,
+    follow: Annotated[
+        bool, Query(description="keep the answer open and send what the run writes next")
+    ] = False,
+    tail: Annotated[
+        int | None, Query(ge=0, le=1_000_000, description="only the last N lines at first")
+    ] = None,
+) -> StreamingResponse:
+    """A task's output (stdout and stderr as written): what the run wrote so far, or its
+    last `tail` lines; with `follow`, the answer stays open until the run ends. After
+    the run ended, its whole log while the runner keeps it, else the tail the task kept.
+    409 when there is none to show here (not started yet, or on another machine)."""
+    authorize_lookup(principal, "read")
+    slots = _slots(request)
+    if slots.full():
+        message = f"{slots.limit} output streams are open, the most allowed; try again shortly"
+        raise HTTPException(503, message, {"Retry-After": "5"})
+    try:
+        chunks = await run_in_threadpool(_open, request, principal, item_id, tail, follow)
+    except NoOutput as err:
+        raise HTTPException(409, str(err)) from None
+    return StreamingResponse(
+        relay(chunks, slots, request.is_disconnected, name=str(item_id)),
+        media_type=TEXT,
+        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+    )
