@@ -273,6 +273,7 @@ class CannedServer:
         self.pools = pools  # None: the module's POOLS as they are at each request
         self.items = ITEMS if items is None else items
         self.stats = hour_of_stats() if stats is None else stats
+        self.logs: dict[str, str] = {}  # a task's output so far, by item id
         self.delay = delay
         self.paths: list[str] = []
         self.item_limits: list[int] = []  # the `limit` of every item-list request
@@ -346,6 +347,8 @@ class CannedServer:
             body = queue_page(params["project"], path.rsplit("/", 1)[1])
         elif path == "/api/work-items":
             body = self.items_page(params)
+        elif path.endswith("/logs"):
+            return self.output(path.split("/")[-2], params)
         elif path.endswith("/history"):
             body = dump(HistoryPage, {"entries": HISTORY, "next_cursor": None})
         elif path.endswith("/pending-events"):
@@ -355,6 +358,16 @@ class CannedServer:
         else:
             return httpx.Response(404, json={"error": f"not canned: {path}"})
         return httpx.Response(200, json=body)
+
+    def output(self, item_id: str, params: httpx.QueryParams) -> httpx.Response:
+        """A task's output as the daemon sends it: text, its last `tail` lines."""
+        if item_id not in self.logs:
+            error = "the task has not started a run yet (follow it to wait for one)"
+            return httpx.Response(409, json={"error": error})
+        lines = self.logs[item_id].splitlines(keepends=True)
+        tail = int(params.get("tail", len(lines)))
+        text = "".join(lines[len(lines) - tail :] if tail else [])
+        return httpx.Response(200, text=text, headers={"Content-Type": "text/plain"})
 
 
 def canned_api(server: CannedServer | None = None) -> ApiClient:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from textual.widget import Widget
-from textual.widgets import Static
+from textual.widgets import Log, Static
 
 from tests.tui.canned import NOW, CannedServer, canned_api, item
 from tests.tui.conftest import until
@@ -55,5 +55,68 @@ def test_a_big_document_is_previewed_and_the_output_shown_as_text() -> None:
             # Under 120 columns the document is below the summary, with the whole width.
             pane = screen.query_one("#details-pane")
             assert pane.size.width >= 76, pane.size
+
+    asyncio.run(main())
+
+
+RUNNING = item(
+    2,
+    type="task",
+    phase="active",
+    admission="admitted",
+    details={"kind": "count", "payload": {"to": 9}, "log_tail": "1 of 9"},
+)
+
+
+def test_l_opens_a_tasks_live_output_and_follows_it_until_closed() -> None:
+    async def main() -> None:
+        server = CannedServer(items=[RUNNING, item(3, type="mr")])
+        server.logs[RUNNING["id"]] = "1 of 9\n2 of 9\n\x1b[31mred\x1b[0m 3 of 9\n"
+        app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(100, 40)) as pilot:
+            app.open_item(RUNNING["id"])
+            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
+            screen = app.screen
+            assert isinstance(screen, ItemDetailScreen)
+            await until(pilot, lambda: screen.item is not None, message="the item")
+            log = screen.query_one("#log", Log)
+            assert not log.display
+            await pilot.press("l")
+            await until(pilot, lambda: log.line_count >= 3, message="the live output")
+            assert log.lines[:3] == ["1 of 9", "2 of 9", "\\x1b[31mred\\x1b[0m 3 of 9"]
+            assert not screen.query_one("#output", Static).display  # the kept tail gives way
+            title = screen.query_one("#output-title", Static)
+            assert "live" in str(title.render())
+            # What the run writes next shows at the next refresh.
+            server.logs[RUNNING["id"]] += "4 of 9\n"
+            screen.schedule(0)
+            await until(pilot, lambda: "4 of 9" in log.lines, message="the next line")
+            await pilot.press("l")
+            await pilot.pause()
+            assert not log.display and screen.query_one("#output", Static).display
+            requests = server.paths.count(f"/api/work-items/{RUNNING['id']}/logs")
+            screen.schedule(0)
+            await pilot.pause(0.2)
+            assert server.paths.count(f"/api/work-items/{RUNNING['id']}/logs") == requests
+
+    asyncio.run(main())
+
+
+def test_l_on_an_item_without_output_says_so() -> None:
+    async def main() -> None:
+        mr = item(3, type="mr")
+        app = WqApp(canned_api(CannedServer(items=[mr])), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(100, 40)) as pilot:
+            app.open_item(mr["id"])
+            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
+            screen = app.screen
+            assert isinstance(screen, ItemDetailScreen)
+            await until(pilot, lambda: screen.item is not None, message="the item")
+            await pilot.press("l")
+            await pilot.pause()
+            assert not screen.query_one("#log", Log).display
+            assert "mr items have no output of their own" in [
+                str(notice.message) for notice in app._notifications
+            ]
 
     asyncio.run(main())

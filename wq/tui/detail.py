@@ -11,9 +11,10 @@ from typing import Any
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Log, Static
 
 from wq.cli.common import printable
+from wq.client.errors import ClientError
 from wq.tui.format import (
     age,
     compact,
@@ -29,6 +30,8 @@ from wq.tui.table import RowTable, fill
 
 HISTORY_LIMIT = 100
 PENDING_LIMIT = 50
+# The live output pane (`l`) shows this many of the run's last lines.
+LOG_LINES = 200
 SUMMARY = (
     "id",
     "type",
@@ -92,6 +95,7 @@ class DetailData:
     pending: list[dict[str, Any]]
     more_pending: bool = False
     details: Details | None = None
+    log: str | None = None  # the run's last lines, while the log pane is open
 
 
 def _until(until: str | None, now: datetime) -> str:
@@ -110,6 +114,7 @@ class ItemDetailScreen(PollingScreen):
         Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
         Binding("o", "page", "Open details"),
+        Binding("l", "log", "Live output"),
     ]
 
     def __init__(self, item_id: str) -> None:
@@ -117,6 +122,9 @@ class ItemDetailScreen(PollingScreen):
         self.item_id = item_id
         self.item: dict[str, Any] | None = None
         self.details: Details | None = None
+        self.following = False  # the live output pane is open
+        self._following_now = False  # what the fetch running now was asked for
+        self._log_text: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -127,6 +135,7 @@ class ItemDetailScreen(PollingScreen):
                     yield Static("", id="details", markup=False)
             yield Static("Output (last lines)", classes="section", id="output-title")
             yield Static("", id="output", markup=False)
+            yield Log(id="log", max_lines=LOG_LINES * 2)
             yield Static("Dimensions", classes="section", id="dimensions-title")
             dimensions: DataTable[str] = RowTable(id="dimensions", cursor_type="row")
             for column in ("dimension", "state", "pending until", "updated", "detail"):
@@ -145,6 +154,9 @@ class ItemDetailScreen(PollingScreen):
         yield StatusLine()
         yield Footer()
 
+    def prepare(self) -> None:
+        self._following_now = self.following
+
     def fetch(self) -> DetailData:
         api = self.wq.api
         item = api.item(self.item_id)
@@ -156,7 +168,19 @@ class ItemDetailScreen(PollingScreen):
             pending["events"],
             bool(pending.get("next_cursor")),
             Details.of(item.get("details") or {}),
+            self._fetch_log() if self._following_now else None,
         )
+
+    def _fetch_log(self) -> str:
+        """The run's last lines as the server has them now, or why there are none.
+
+        Read again at each refresh rather than held open: a silent run then holds no
+        connection, and the view's back-off covers a server that went away."""
+        try:
+            text = "".join(self.wq.api.logs(self.item_id, tail=LOG_LINES))
+        except ClientError as err:
+            return f"({err.message})"
+        return printable(text) if text else "(no output yet)"
 
     def show(self, data: DetailData) -> None:
         item = self.item = data.item
@@ -170,6 +194,7 @@ class ItemDetailScreen(PollingScreen):
             )
         )
         self._show_details(data.details or Details.of(item.get("details") or {}))
+        self._show_log(data.log)
         dimensions = self.query_one("#dimensions", DataTable)
         fill(
             dimensions,
@@ -221,6 +246,36 @@ class ItemDetailScreen(PollingScreen):
         output.display = bool(details.output)
         self.query_one("#output-title", Static).display = bool(details.output)
         self.details = details
+
+    def _show_log(self, text: str | None) -> None:
+        """The live output pane in place of the kept tail, while it is open."""
+        log = self.query_one("#log", Log)
+        log.display = self.following
+        if self.following:
+            self.query_one("#output", Static).display = False
+            self.query_one("#output-title", Static).update(
+                f"Output (live, last {LOG_LINES} lines; l closes)"
+            )
+            self.query_one("#output-title", Static).display = True
+        else:
+            self.query_one("#output-title", Static).update("Output (last lines)")
+        if text is not None and text != self._log_text:
+            log.clear()
+            log.write(text)
+            self._log_text = text
+
+    def action_log(self) -> None:
+        """Open (or close) the live output pane of a task."""
+        if self.item is not None and self.item.get("type") != "task":
+            self.notify(f"{self.item.get('type')} items have no output of their own")
+            return
+        self.following = not self.following
+        self._log_text = None
+        if self.details is not None:
+            details, self.details = self.details, None
+            self._show_details(details)
+        self._show_log(None)
+        self.schedule(0)
 
     def action_page(self) -> None:
         """The whole details document in $PAGER (the terminal is handed over meanwhile)."""

@@ -33,6 +33,7 @@ Actions on the item under the cursor (or on the marked items)
   y   copy its id
   enter  open its detail (dimensions, pending events, history)
   o   in the detail: the whole details document in $PAGER
+  l   in a task's detail: its live output (the run's last lines; l closes it)
 
 Moving
   up/down  j/k          one row      pgup/pgdn     one page
