@@ -26,6 +26,7 @@ from wq.cli import (
     identity,
     items,
     logs,
+    replicas,
     retry,
     stats,
     submit,
@@ -121,6 +122,7 @@ items.register(app)
 retry.register(app)
 cancel.register(app)
 logs.register(app)
+replicas.register(app)
 admission.register(app)
 stats.register(app)
 identity.register(app)

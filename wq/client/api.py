@@ -266,6 +266,13 @@ class ApiClient:
         result: list[Json] = self.request("GET", "/api/pools", shape=Pools)
         return result
 
+    def replicas(self) -> list[Json]:
+        """Every daemon sharing the database: alive first, then lost."""
+        from wq.client.schemas import Replicas
+
+        result: list[Json] = self.request("GET", "/api/replicas", shape=Replicas)
+        return result
+
     def pool(self, project: str) -> Json:
         """One project's pool."""
         from wq.client.schemas import PoolPublic

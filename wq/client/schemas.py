@@ -168,6 +168,34 @@ class Pools(RootModel[list[PoolPublic]]):
     model_config = ConfigDict(strict=True, defer_build=True)
 
 
+# ------------------------------------------------------------------ replicas
+
+
+class ReplicaPublic(Shape):
+    """One daemon sharing the database, as its last heartbeat described it."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    state: str
+    started_at: str
+    heartbeat_age_seconds: float | int
+    workers_busy: int
+    workers_total: int
+    leases_held: int
+    being_rescued: int
+    consumes_events: bool
+    last_event_at: str | None
+    db_round_trip_ms: float | int | None
+
+
+class Replicas(RootModel[list[ReplicaPublic]]):
+    """Every replica."""
+
+    model_config = ConfigDict(strict=True, defer_build=True)
+
+
 # ------------------------------------------------------------------ bulk actions
 
 

@@ -21,6 +21,7 @@ from wq.daemon.routers import (
     identity,
     logs,
     pools,
+    replicas,
     stats,
     submissions,
     type_webhooks,
@@ -79,6 +80,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         submissions.build_fallback_router(types),
         pools.router,
         stats.router,
+        replicas.router,
         webhooks.router,
         type_webhooks.build_router(types),
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,8 +22,9 @@ from wq.engine.db import (
 )
 from wq.engine.metrics import METRICS_KEY, Metrics
 from wq.engine.metrics_db import DatabaseCollector
-from wq.engine.processing import ProcessingManager
+from wq.engine.processing import ProcessingManager, default_owner
 from wq.engine.registry import TypeRegistry
+from wq.engine.replicas import ReplicaHeartbeat, ReplicaReport
 from wq.engine.sqs import SqsConsumer, queue_url_from_env
 from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 from wq.types import KNOWN_TYPES, load_all_models
@@ -49,6 +50,38 @@ class Runtime:
     timeouts: Timeouts = DEFAULT_TIMEOUTS
     # The API's reads: no BEGIN/ROLLBACK round trips on PostgreSQL (see `autocommit_reads`).
     api_read_sessions: sessionmaker[Session] | None = None
+    heartbeat: ReplicaHeartbeat | None = None
+    # When the GitLab webhook last received an event (the SQS consumer keeps its own).
+    webhook_received_at: datetime | None = None
+
+    def start_heartbeat(self) -> ReplicaHeartbeat:
+        """Start writing this daemon's row in `replicas` (`wq replicas`)."""
+        owner = self.manager.owner if self.manager is not None else default_owner()
+        self.heartbeat = ReplicaHeartbeat(
+            self.sessions,
+            owner,
+            self.report,
+            interval=self.config.processing.replica_heartbeat_seconds,
+        )
+        self.heartbeat.start()
+        return self.heartbeat
+
+    def report(self) -> ReplicaReport:
+        """What this daemon's heartbeat says of it."""
+        received = [
+            moment
+            for moment in (
+                self.webhook_received_at,
+                self.consumer.last_received_at if self.consumer is not None else None,
+            )
+            if moment is not None
+        ]
+        return ReplicaReport(
+            workers_busy=self.manager.busy if self.manager is not None else 0,
+            workers_total=self.config.processing.workers if self.manager is not None else 0,
+            consumes_events=self.consumer is not None or self.webhook_secret is not None,
+            last_event_at=max(received) if received else None,
+        )
 
     def start_processing(self) -> ProcessingManager:
         """Create and start the processing manager (scheduler, workers, sweep)."""

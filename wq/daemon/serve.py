@@ -168,6 +168,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             listener.start()
         consumer = runtime.start_consumer()
         archiver = runtime.start_archiver()
+        heartbeat = runtime.start_heartbeat()
         if archiver is not None:
             log.info("audit archive: %s", archiver.archive.location)
         if consumer is not None:
@@ -190,6 +191,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             if consumer is not None:
                 consumer.stop()
             manager.stop()  # bounded by the grace that began with the signal
+            heartbeat.stop()
             if listener is not None:
                 listener.stop()
             if archiver is not None:

@@ -89,6 +89,9 @@ class ProcessingConfig(_Section):
     sweep_interval_seconds: PositiveFloat = 300.0
     poll_interval_seconds: PositiveFloat = 5.0
     shutdown_grace_seconds: PositiveFloat = 30.0
+    # How often a daemon writes its row in `replicas` (`wq replicas`); one not written
+    # for three of these is shown as lost.
+    replica_heartbeat_seconds: PositiveFloat = 10.0
 
 
 class PoolConfig(_Section):

@@ -44,6 +44,7 @@ from wq.engine.models import (
     utcnow,
 )
 from wq.engine.outage import Outage, is_unavailable
+from wq.engine.replicas import count_alive
 from wq.engine.store import inline
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class Snapshot:
     queued_autonomous: dict[tuple[str, str], int] = field(default_factory=dict)
     oldest_queued_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
     pending_events: int = 0
+    replicas_alive: int = 0
+    replicas_lost: int = 0
     # Audit entries not archived to S3 yet (read only while archival is on).
     audit_backlog: int | None = None
     oldest_unarchived_at: datetime | None = None
@@ -138,6 +141,7 @@ def read_snapshot(session: Session, types: Sequence[str], *, archiving: bool = F
     snapshot.pending_events = int(
         session.execute(select(func.count()).select_from(PendingEvent)).scalar_one()
     )
+    snapshot.replicas_alive, snapshot.replicas_lost = count_alive(session, utcnow())
     if archiving:
         snapshot.audit_backlog = int(session.execute(audit_backlog_query()).scalar_one())
         snapshot.oldest_unarchived_at = session.execute(
@@ -273,6 +277,13 @@ class DatabaseCollector(Collector):
             labels=lanes,
         )
         pending = GaugeMetricFamily(f"{p}pending_events", "Stored events not applied yet.")
+        alive = GaugeMetricFamily(
+            f"{p}replicas_alive", "Daemons whose heartbeat is recent (`wq replicas`)."
+        )
+        lost = GaugeMetricFamily(
+            f"{p}replicas_lost",
+            "Daemons whose heartbeat stopped without a clean shutdown (kept an hour).",
+        )
         backlog = GaugeMetricFamily(
             f"{p}audit_archive_backlog",
             "Audit entries not archived to S3 yet (only while archival is on).",
@@ -302,10 +313,12 @@ class DatabaseCollector(Collector):
                     waited = 0.0 if since is None else (now - since).total_seconds()
                     oldest.add_metric([project, lane], max(0.0, waited))
             pending.add_metric([], snapshot.pending_events)
+            alive.add_metric([], snapshot.replicas_alive)
+            lost.add_metric([], snapshot.replicas_lost)
             if snapshot.audit_backlog is not None:
                 backlog.add_metric([], snapshot.audit_backlog)
                 since = snapshot.oldest_unarchived_at
                 age = 0.0 if since is None else (now - since).total_seconds()
                 behind.add_metric([], max(0.0, age))
         yield from (items, in_flight, capacity, queued, autonomous, oldest, pending)
-        yield from (backlog, behind)
+        yield from (alive, lost, backlog, behind)

@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine.envelope import DEFAULT_MAX_DECODED_BYTES, decode_message
 from wq.engine.events import DEFAULT_MAX_FUTURE_SKEW, ingest
 from wq.engine.metrics import metrics_of
+from wq.engine.models import utcnow
 from wq.engine.registry import TypeRegistry
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class SqsConsumer:
         self._redrive: bool | None = None
         self._redrive_checked = 0.0
         self._thread = threading.Thread(target=self._run, name="wq-sqs", daemon=True)
+        self.last_received_at: datetime | None = None  # when a message last came
 
     def start(self) -> None:
         """Start polling in the background."""
@@ -230,6 +232,8 @@ class SqsConsumer:
             self.metrics.sqs_receive_errors.inc()
             raise
         messages: list[dict[str, Any]] = response.get("Messages", [])
+        if messages:
+            self.last_received_at = utcnow()
         with self._busy:
             if self._stopping.is_set():
                 self._release(messages)

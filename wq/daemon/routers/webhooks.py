@@ -23,6 +23,7 @@ from wq.daemon.deps import RuntimeDep
 from wq.daemon.routers.type_webhooks import NO_NUL, request_body
 from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
 from wq.engine.events import ingest
+from wq.engine.models import utcnow
 
 router = APIRouter(prefix="/api/webhooks", tags=["events"])
 # What `event_from_payload` needs: the kind in `object_kind`, or in `event_type` when
@@ -70,6 +71,7 @@ async def receive_gitlab_event(
     if x_gitlab_token is None or not hmac.compare_digest(x_gitlab_token.encode(), secret.encode()):
         raise webhook_refused("missing or wrong X-Gitlab-Token")  # audited
     log_decision(request, "allow", "webhook:gitlab", {"tier": "webhook"})
+    runtime.webhook_received_at = utcnow()
     try:
         document = parse_json(await request.body())
     except UndecodableMessage as err:
