@@ -22,6 +22,7 @@ from wq.client.credentials import Credentials
 from wq.client.cursors import item_cursor, item_key
 from wq.daemon.routers.identity import WhoamiPublic
 from wq.daemon.routers.pools import PoolPublic, QueuePagePublic
+from wq.daemon.routers.replicas import ReplicaPublic
 from wq.daemon.routers.stats import StatsPublic
 from wq.daemon.schemas import HistoryPage, PendingEventPage, WorkItemPage, WorkItemPublic
 
@@ -118,6 +119,33 @@ def dimension(name: str, status: str, *, until: str | None = None, detail: Any =
         "pending_until": until,
         "updated_at": ago(minutes=3),
     }
+
+
+def replica(n: int, state: str = "alive", **fields: Any) -> Any:
+    """A daemon's row as `GET /api/replicas` shows it."""
+    beat = 2.0 if state == "alive" else 95.0
+    return {
+        "id": f"wq-{n}:1",
+        "host": f"wq-{n}",
+        "pid": 1,
+        "version": "0.1.0",
+        "state": state,
+        "started_at": ago(hours=3),
+        "heartbeat_at": ago(seconds=beat),
+        "heartbeat_age_seconds": beat,
+        "heartbeat_seconds": 10.0,
+        "workers_busy": 3,
+        "workers_total": 10,
+        "leases_held": 3,
+        "being_rescued": 0,
+        "consumes_events": n == 1,
+        "last_event_at": ago(seconds=40) if n == 1 else None,
+        "db_round_trip_ms": 0.8,
+        **fields,
+    }
+
+
+REPLICAS = [replica(1), replica(2)]
 
 
 def item(n: int, **fields: Any) -> Any:
@@ -269,7 +297,9 @@ class CannedServer:
         delay: float = 0.0,
         stats: Any = None,
         pools: list[Any] | None = None,
+        replicas: list[Any] | None = None,
     ) -> None:
+        self.replicas = REPLICAS if replicas is None else replicas
         self.pools = pools  # None: the module's POOLS as they are at each request
         self.items = ITEMS if items is None else items
         self.stats = hour_of_stats() if stats is None else stats
@@ -336,6 +366,8 @@ class CannedServer:
             return httpx.Response(200, json={"results": results, "more": False})
         if path == "/api/whoami":
             body = dump(WhoamiPublic, WHOAMI)
+        elif path == "/api/replicas":
+            body = [dump(ReplicaPublic, replica) for replica in self.replicas]
         elif path == "/api/stats":
             body = self.stats
         elif path == "/api/pools":

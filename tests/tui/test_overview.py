@@ -9,7 +9,7 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Sparkline, Static
 
-from tests.tui.canned import NOW, CannedServer, canned_api, hour_of_stats
+from tests.tui.canned import NOW, POOLS, CannedServer, canned_api, hour_of_stats, replica
 from tests.tui.conftest import until
 from wq.tui.app import WqApp
 from wq.tui.items import ItemsScreen
@@ -103,3 +103,33 @@ def test_nothing_to_look_at_is_all_quiet() -> None:
         assert now == "0 running · alert 0 queued · normal 0 queued · 0 projects with work"
 
     run(scenario, CannedServer(stats=quiet, pools=[]))
+
+
+def test_lost_replicas_items_backing_off_and_waiting_events_need_attention() -> None:
+    stats = hour_of_stats(failed_at=())
+    stats["pending_events"] = 4
+    pools = [{**POOLS[0], "backing_off": 3}]
+    replicas = [replica(1), replica(2, state="lost", being_rescued=2)]
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        rows = attention_rows(app)
+        assert rows["replicas"] == [
+            "replica wq-2:1 lost",
+            "no heartbeat for 1m, 2 items being rescued",
+        ]
+        assert rows["pools"] == ["3 items backing off", "after failed tries; enter: Pools"]
+        assert rows["items:active"] == ["4 events waiting", "stored, not applied yet"]
+        listed = app.screen.query_one("#replicas", DataTable)
+        assert [listed.get_row(key)[:2] for key in listed.rows] == [
+            ["wq-1:1", "alive"],
+            ["wq-2:1", "lost"],
+        ]
+        title = str(app.screen.query_one("#replicas-title", Static).render())
+        assert title == "Replicas: 1 alive, 1 lost"
+        table = app.screen.query_one("#attention", DataTable)
+        table.move_cursor(row=0)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.focused is listed
+
+    run(scenario, CannedServer(stats=stats, pools=pools, replicas=replicas))

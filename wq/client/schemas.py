@@ -251,6 +251,7 @@ class StatsPublic(Shape):
     step_seconds: int
     buckets: list[BucketPublic]
     lanes: list[LaneNowPublic]
+    pending_events: int = 0
 
 
 class QueueEntryPublic(Shape):

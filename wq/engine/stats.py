@@ -38,6 +38,7 @@ from wq.engine.models import (
     LANES,
     QUEUED,
     AuditEntry,
+    PendingEvent,
     WorkItem,
 )
 
@@ -82,6 +83,7 @@ class Stats:
     step: timedelta
     buckets: list[Bucket]
     lanes: list[LaneNow]
+    pending_events: int = 0  # stored for the items and not applied yet, now
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -151,7 +153,8 @@ def compute(
     ends = [*filters, audit.event_type == PHASE_CHANGED, phase.in_(ENDS)]
     for index, run in _durations(session, ends, bucket, item_type, None):
         _at(buckets, index).runs.append(run)
-    return Stats(start, end, step, buckets, lanes_now(session, item_type, project))
+    lanes = lanes_now(session, item_type, project)
+    return Stats(start, end, step, buckets, lanes, pending_events_now(session, item_type, project))
 
 
 def _at(buckets: list[Bucket], index: int) -> Bucket:
@@ -202,3 +205,15 @@ def lanes_now(session: Session, item_type: str | None, project: str | None) -> l
         query = query.where(WorkItem.project == project)
     found = {lane: (int(depth), oldest) for lane, depth, oldest in session.execute(query)}
     return [LaneNow(lane, *found.get(lane, (0, None))) for lane in LANES]
+
+
+def pending_events_now(session: Session, item_type: str | None, project: str | None) -> int:
+    """Events stored and not applied yet (of the type's or project's items, if given)."""
+    query = select(func.count()).select_from(PendingEvent)
+    if item_type is not None or project is not None:
+        query = query.join(WorkItem, WorkItem.id == PendingEvent.work_item_id)
+    if item_type is not None:
+        query = query.where(WorkItem.type == item_type)
+    if project is not None:
+        query = query.where(WorkItem.project == project)
+    return int(session.execute(query).scalar_one())

@@ -275,6 +275,10 @@ class ItemDetailScreen(PollingScreen):
             details, self.details = self.details, None
             self._show_details(details)
         self._show_log(None)
+        if self.following:  # in view at once, on a short terminal too
+            self.call_after_refresh(
+                self.query_one("#output-title", Static).scroll_visible, top=True
+            )
         self.schedule(0)
 
     def action_page(self) -> None:

@@ -1,8 +1,9 @@
 """The Overview, the first view: is it healthy, and if not, where to look.
 
 Throughput and failures of the last hour, a bar per minute; each lane's queue now;
-then what needs attention (failures, full pools with a queue), each row leading with
-enter to the view that explains it.
+what needs attention (failures, items backing off, full pools with a queue, events
+waiting, lost replicas), each row leading with enter to the view that explains it;
+then the replicas.
 """
 
 from __future__ import annotations
@@ -43,12 +44,35 @@ def now_line(stats: dict[str, Any], pools: list[dict[str, Any]]) -> str:
     return f"{running} running · {' · '.join(lanes)} · {projects}"
 
 
-def attention(stats: dict[str, Any], pools: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+def attention(
+    stats: dict[str, Any], pools: list[dict[str, Any]], replicas: list[dict[str, Any]]
+) -> list[tuple[str, list[str]]]:
     """The rows of "needs attention": (where enter leads, [what, detail])."""
     rows: list[tuple[str, list[str]]] = []
+    for replica in replicas:
+        if replica["state"] == "lost":
+            rescued = replica["being_rescued"]
+            rows.append(
+                (
+                    "replicas",
+                    [
+                        f"replica {replica['id']} lost",
+                        f"no heartbeat for {age(replica['heartbeat_age_seconds'])}"
+                        + (f", {rescued} items being rescued" if rescued else ""),
+                    ],
+                )
+            )
     failed = sum(bucket["failed"] for bucket in stats["buckets"])
     if failed:
         rows.append(("items:failed", [f"{failed} failed in the last hour", "enter: the failed"]))
+    backing_off = sum(pool.get("backing_off", 0) for pool in pools)
+    if backing_off:
+        rows.append(
+            ("pools", [f"{backing_off} items backing off", "after failed tries; enter: Pools"])
+        )
+    pending = stats.get("pending_events", 0)
+    if pending:
+        rows.append(("items:active", [f"{pending} events waiting", "stored, not applied yet"]))
     for lane in stats["lanes"]:
         if lane["depth"]:
             waited = age(lane.get("oldest_wait_seconds"))
@@ -75,6 +99,23 @@ def attention(stats: dict[str, Any], pools: list[dict[str, Any]]) -> list[tuple[
     return rows
 
 
+def replica_rows(replicas: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The replicas table: alive ones first, as the server orders them."""
+    return [
+        (
+            replica["id"],
+            [
+                replica["id"],
+                replica["state"],
+                f"{age(replica['heartbeat_age_seconds'])} ago",
+                f"{replica['workers_busy']}/{replica['workers_total']}",
+                str(replica["leases_held"]),
+            ],
+        )
+        for replica in replicas
+    ]
+
+
 class OverviewScreen(PollingScreen):
     """Throughput, failures and queues at a glance, and what needs attention."""
 
@@ -95,12 +136,21 @@ class OverviewScreen(PollingScreen):
         table.add_column("what", key="what")
         table.add_column("detail", key="detail")
         yield table
+        yield Static("Replicas", classes="section", id="replicas-title")
+        replicas: DataTable[str] = RowTable(id="replicas", cursor_type="row")
+        for column in ("replica", "state", "heartbeat", "workers", "leases"):
+            replicas.add_column(column, key=column)
+        yield replicas
         yield StatusLine()
         yield Footer()
 
     def fetch(self) -> dict[str, Any]:
         api = self.wq.api
-        return {"stats": api.stats(window=WINDOW, step=STEP), "pools": api.pools()}
+        return {
+            "stats": api.stats(window=WINDOW, step=STEP),
+            "pools": api.pools(),
+            "replicas": api.replicas(),
+        }
 
     def show(self, data: dict[str, Any]) -> None:
         stats = data["stats"]
@@ -111,7 +161,14 @@ class OverviewScreen(PollingScreen):
             last = int(values[-1]) if values else 0
             self.query_one(f"#total-{key}", Label).update(f"{int(sum(values))} (now {last})")
         self.query_one("#now", Static).update(now_line(stats, data["pools"]))
-        fill(self.query_one("#attention", DataTable), attention(stats, data["pools"]))
+        replicas = data["replicas"]
+        fill(self.query_one("#attention", DataTable), attention(stats, data["pools"], replicas))
+        fill(self.query_one("#replicas", DataTable), replica_rows(replicas))
+        alive = sum(replica["state"] == "alive" for replica in replicas)
+        self.query_one("#replicas-title", Static).update(
+            f"Replicas: {alive} alive"
+            + (f", {len(replicas) - alive} lost" if alive < len(replicas) else "")
+        )
         self.status.note("enter on a row shows what it counts")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -130,5 +187,7 @@ class OverviewScreen(PollingScreen):
             self.wq.show_queue(value)
         elif kind == "lane":
             self.wq.show_queue()
+        elif kind == "replicas":
+            self.query_one("#replicas", DataTable).focus()
         else:
             self.wq.switch_mode("pools")

@@ -61,6 +61,7 @@ class StatsPublic(BaseModel):
     step_seconds: int
     buckets: list[BucketPublic]
     lanes: list[LaneNowPublic]
+    pending_events: int = 0  # events stored and not applied yet, now
 
 
 def parse_duration(name: str, text: str) -> timedelta:
@@ -155,4 +156,5 @@ def read_stats(
             )
             for lane in found.lanes
         ],
+        pending_events=found.pending_events,
     )
