@@ -66,7 +66,7 @@ def test_replicas_alive_lost_after_a_kill_and_gone_after_a_clean_stop(
     pg_url: str,
 ) -> None:
     run_wq("db", "migrate", env=clean_env(tmp_path, WQ_DATABASE_URL=pg_url), cwd=tmp_path)
-    first, first_env = start(daemons, tmp_path / "a", pg_url)
+    first, _ = start(daemons, tmp_path / "a", pg_url)
     second, second_env = start(daemons, tmp_path / "b", pg_url)
     pids = {first.proc.pid, second.proc.pid}
     both = wait_for(
