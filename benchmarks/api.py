@@ -116,11 +116,18 @@ def percentile(values: list[float], fraction: float) -> float:
 class Daemon:
     """`wq daemon` as a subprocess with a private cache (for its local token)."""
 
-    def __init__(self, url: str, root: Path, server: dict[str, int]) -> None:
+    def __init__(
+        self,
+        url: str,
+        root: Path,
+        server: dict[str, int],
+        document: dict[str, Any] | None = None,
+    ) -> None:
         self.root = root
         self.port = free_port()
         config = root / "config.yml"
-        config.write_text(yaml.safe_dump(daemon_config(url, server)), encoding="utf-8")
+        document = document or daemon_config(url, server)
+        config.write_text(yaml.safe_dump(document), encoding="utf-8")
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("WQ_", "WORKQUEUE_"))},
             "XDG_CACHE_HOME": str(root / "cache"),

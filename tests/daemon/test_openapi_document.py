@@ -44,6 +44,8 @@ ERRORS = {
     ("get", "/api/queue"): {401, 403, 422, 431, 503},
     ("get", "/api/queue/{lane}"): {401, 403, 422, 431, 503},
     ("get", "/api/stats"): {401, 403, 422, 431, 503},
+    ("get", "/api/replicas"): {401, 403, 422, 431, 503},
+    ("get", "/api/work-items/{item_id}/logs"): {401, 403, 404, 409, 422, 431, 503},
     ("post", "/api/work-items/retry"): {400, 401, 403, 413, 415, 422, 431, 503},
     ("post", "/api/work-items/cancel"): {400, 401, 403, 413, 415, 422, 431, 503},
     ("get", "/api/work-items/{item_id}/pending-events"): {401, 403, 404, 422, 431, 503},

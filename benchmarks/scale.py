@@ -1,0 +1,492 @@
+"""Cost against history: the same working set measured with and without a big history.
+
+Two PostgreSQL databases get the same working set: `--active` active `mr` items over
+`--projects` projects (four in five queued, the rest idle), the last day of audit rows
+(unarchived, as archival keeps up) and one day of rows just past `audit.retention_days`
+(what the next prune deletes). The big one also gets the history a deployment keeps:
+`--items` terminal `mr` items over 30 days (90 % completed, 7 % failed, 3 % cancelled)
+with their details and three dimension rows each, and `--audit` archived audit rows
+over those days. Seeding is set-based SQL, one day at a time.
+
+Then, alternating between the two in each of `--rounds` rounds, with a real `wq daemon`
+on each (INFO logging on, pools that admit nothing, so nothing runs behind the
+measurements): the median latency of GET item, the list (first page; `phase=active`;
+one project; `phase=failed`), an item's history, `/api/pools`, `/api/stats` for 24 h
+and a `/metrics` scrape (its database gauges read at every scrape); and in this
+process: an admission pass, a sweep pass, the prune of the expired day and an archiver
+claim (both rolled back, so that every round does the same work). Last, once per
+database, the drain of `--drain` new no-op items (`throughput.py`'s engine run).
+
+Each figure is printed with its ratio big/baseline; the goal is <= 1.25x for each.
+`--json` prints the report as JSON; `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of
+the list, pools, stats and gauge statements on the big database.
+
+    python benchmarks/scale.py                       # 1M items, 10M audit rows (~10 min)
+    python benchmarks/scale.py --items 100000 --audit 1000000   # a quick look
+    python benchmarks/scale.py --big-url postgresql+psycopg://postgres@127.0.0.1/kept \\
+        --base-url postgresql+psycopg://postgres@127.0.0.1/kept_base   # seeded before
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from api import Daemon
+from databases import bench_database
+from sqlalchemy import Engine, text
+from throughput import run_wq
+
+from wq.engine import schema
+from wq.engine.admission import dispatch
+from wq.engine.archive import claim
+from wq.engine.audit import prune
+from wq.engine.config import parse_config
+from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.models import utcnow
+from wq.engine.registry import TypeRegistry
+from wq.engine.sweep import sweep_once
+
+DAY = 86400
+GOAL = 1.25
+RETENTION_DAYS = 30
+DIMENSIONS = ("mr_open", "ci_green", "approved")
+
+NEW_ITEMS = """
+WITH new AS (
+    INSERT INTO work_items (id, type, project, phase, attempts, error, admission, seq, lane,
+                            autonomous, queued_at, created_at, updated_at, stamp)
+    SELECT gen_random_uuid(), 'mr', :prefix || lpad((g % :projects)::text, 3, '0'),
+           {phase}, 0, {error}, {admission}, {seq}, 'normal', false, {queued_at},
+           {created_at}, {created_at}, 0
+      FROM generate_series(CAST(:first AS integer), CAST(:last AS integer)) AS g
+    RETURNING id, created_at
+), details AS (
+    INSERT INTO mr_details (id, source_branch, target_branch, title, description, labels,
+                            commit_message, file_actions, content_hash, generation, draft,
+                            auto_merge, applied_labels)
+    SELECT id, 'wq/seed-' || id, 'main', 'seeded', '', '[]', 'seeded',
+           '[{{"action": "update", "file_path": "f.txt", "content": "x"}}]',
+           md5(id::text), 1, false, false, '[]'
+      FROM new
+    RETURNING id
+)
+INSERT INTO work_item_statuses (work_item_id, dimension, variant, status, updated_at)
+SELECT new.id, d.name, '', 'true', new.created_at
+  FROM new CROSS JOIN (VALUES {dimensions}) AS d(name)
+"""
+
+ACTIVE = NEW_ITEMS.format(
+    phase="'active'",
+    error="NULL",
+    admission="CASE WHEN g % 5 = 0 THEN 'idle' ELSE 'queued' END",
+    seq="CASE WHEN g % 5 = 0 THEN NULL ELSE nextval('wq_admission_seq') END",
+    queued_at="CASE WHEN g % 5 = 0 THEN NULL ELSE now() - make_interval(secs => g) END",
+    created_at="now() - make_interval(secs => g)",
+    dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
+)
+HISTORY = NEW_ITEMS.format(
+    phase="CASE WHEN g % 100 < 90 THEN 'completed' WHEN g % 100 < 97 THEN 'failed'"
+    " ELSE 'cancelled' END",
+    error="CASE WHEN g % 100 BETWEEN 90 AND 96 THEN 'seeded failure' END",
+    admission="'done'",
+    seq="NULL",
+    queued_at="NULL",
+    created_at="now() - make_interval(days => CAST(:day AS integer)) - make_interval(secs => g % 86000)",
+    dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
+)
+# An item's audit trail: ten rows a few seconds apart; the ninth ends its phase.
+EVENTS = [
+    "created",
+    "queued",
+    "admitted",
+    "action_completed",
+    "released",
+    "admitted",
+    "action_completed",
+    "released",
+    "phase_changed",
+    "released",
+]
+AUDIT = f"""
+INSERT INTO audit_log (at, event_type, work_item_id, actor, new_state, trigger, archived_at)
+SELECT w.created_at + make_interval(secs => k * 3),
+       (ARRAY{EVENTS!r})[k],
+       w.id, 'seed',
+       jsonb_build_object('phase', CASE WHEN k = 9 THEN w.phase ELSE 'active' END,
+                          'admission', w.admission, 'project', w.project),
+       '{{"source": "seed"}}',
+       CASE WHEN :archived THEN now() END
+  FROM work_items w CROSS JOIN generate_series(1, CAST(:per_item AS integer)) AS k
+ WHERE w.project LIKE 'hist/%' AND w.created_at >= now() - make_interval(days => CAST(:day AS integer) + 1)
+   AND w.created_at < now() - make_interval(days => CAST(:day AS integer))
+"""
+# Rows of the working set's items at a given age: the last day, or the day to prune.
+WORKING_AUDIT = """
+WITH active AS (
+    SELECT array_agg(id ORDER BY id) AS ids, array_agg(project ORDER BY id) AS projects
+      FROM work_items WHERE project LIKE 'seed/%'
+)
+INSERT INTO audit_log (at, event_type, work_item_id, actor, new_state, trigger, archived_at)
+SELECT now() - make_interval(secs => :from_seconds + (g * 86399.0 / :rows)),
+       (ARRAY['created', 'admitted', 'released', 'action_completed'])[1 + g % 4],
+       active.ids[1 + g % :active], 'seed',
+       jsonb_build_object('phase', 'active', 'project', active.projects[1 + g % :active]),
+       '{"source": "seed"}', CASE WHEN :archived THEN now() END
+  FROM generate_series(1, CAST(:rows AS integer)) AS g CROSS JOIN active
+"""
+
+
+def log(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def seed_working_set(engine: Engine, active: int, projects: int, audit_per_day: int) -> None:
+    """The active items and the two days of audit rows both databases hold."""
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL synchronous_commit = off"))
+        conn.execute(
+            text(ACTIVE),
+            {"prefix": "seed/p", "projects": projects, "first": 1, "last": active},
+        )
+    for label, start, archived in (
+        ("the last day", 0, False),
+        ("the day past retention", RETENTION_DAYS * DAY + 60, True),
+    ):
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL synchronous_commit = off"))
+            conn.execute(
+                text(WORKING_AUDIT),
+                {
+                    "from_seconds": start,
+                    "rows": audit_per_day,
+                    "archived": archived,
+                    "active": active,
+                },
+            )
+        log(f"working set: {audit_per_day:,} audit rows for {label}")
+
+
+def seed_history(engine: Engine, items: int, audit: int, projects: int) -> None:
+    """`items` terminal items over days 1-30 and `audit` archived rows for them."""
+    per_day = max(1, items // RETENTION_DAYS)
+    per_item = max(1, min(len(EVENTS), round(audit / max(1, items))))
+    started = time.monotonic()
+    for day in range(1, RETENTION_DAYS + 1):
+        first = (day - 1) * per_day + 1
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL synchronous_commit = off"))
+            conn.execute(
+                text(HISTORY),
+                {
+                    "prefix": "hist/p",
+                    "projects": projects,
+                    "first": first,
+                    "last": first + per_day - 1,
+                    "day": day,
+                },
+            )
+            conn.execute(text(AUDIT), {"day": day, "per_item": per_item, "archived": True})
+        if day % 5 == 0:
+            log(f"history: day {day} of {RETENTION_DAYS} ({time.monotonic() - started:.0f} s)")
+
+
+def analyze(engine: Engine) -> dict[str, int]:
+    """VACUUM ANALYZE (the state a settled database is in) and the row counts."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+        return {
+            table: int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
+            for table in ("work_items", "work_item_statuses", "audit_log")
+        }
+
+
+def daemon_document(url: str) -> dict[str, Any]:
+    """A daemon handling `mr`, whose pools admit nothing: nothing runs while it is measured."""
+    return {
+        "database_url": url,
+        "processing": {"poll_interval_seconds": 5, "sweep_interval_seconds": 3600},
+        "pools": {"default": {"capacity": 0, "alert_capacity": 0}},
+        "metrics": {"cache_seconds": 0},
+        "handled_types": {
+            "mr": {
+                "gitlab_url": "http://127.0.0.1:9",  # never called: nothing is admitted
+                "projects": {"seed": {"token_env": "WQ_BENCH_GITLAB_TOKEN"}},
+            }
+        },
+    }
+
+
+def median_ms(call: Callable[[], object], requests: int) -> float:
+    """The median of `requests` calls after three to warm up, in milliseconds."""
+    for _ in range(3):
+        call()
+    times = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def http_measures(base: str, token: str, sample: dict[str, str]) -> dict[str, Callable[[], object]]:
+    """The HTTP reads, each a call that fails loudly on a non-200."""
+    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    def get(path: str, **params: Any) -> Callable[[], object]:
+        def call() -> object:
+            answer = client.get(path, params=params)
+            if answer.status_code != 200:
+                raise SystemExit(f"GET {path} {params}: {answer.status_code} {answer.text}")
+            return answer
+
+        return call
+
+    return {
+        "GET item": get(f"/api/work-items/{sample['item']}"),
+        "list, first page": get("/api/work-items", limit=50),
+        "list, phase=active": get("/api/work-items", limit=50, phase="active"),
+        "list, one project": get("/api/work-items", limit=50, project=sample["project"]),
+        "list, phase=failed": get("/api/work-items", limit=50, phase="failed"),
+        "item history": get(f"/api/work-items/{sample['item']}/history"),
+        "/api/pools": get("/api/pools"),
+        "/api/stats 24h": get("/api/stats", window="24h", step="15m"),
+        "/metrics scrape": get("/metrics"),
+    }
+
+
+@contextlib.contextmanager
+def rolled_back(engine: Engine) -> Iterator[Any]:
+    """A session whose work is undone: every round deletes and claims the same rows."""
+    session = make_sessionmaker(engine)()
+    try:
+        yield session
+    finally:
+        session.rollback()
+        session.close()
+
+
+def engine_measures(engine: Engine, url: str) -> dict[str, Callable[[], object]]:
+    """The engine's own passes on this database, as a daemon runs them."""
+    # The sweep's own prune finds nothing: the expired day is `prune one day`'s to delete.
+    document = daemon_document(url) | {"handled_types": {}, "audit": {"retention_days": 3650}}
+    config = parse_config(document, "scale")
+    sessions = make_sessionmaker(engine)
+    registry = TypeRegistry()
+
+    def prune_day() -> object:
+        with rolled_back(engine) as session:
+            return prune(session, retention_days=RETENTION_DAYS, now=utcnow())
+
+    def archiver_claim() -> object:
+        with rolled_back(engine) as session:
+            return claim(session, limit=100, now=utcnow())
+
+    return {
+        "admission pass": lambda: dispatch(sessions, config, clock=utcnow),
+        "sweep pass": lambda: sweep_once(sessions, registry, config),
+        "prune one day": prune_day,
+        "archiver claim": archiver_claim,
+    }
+
+
+def sample_of(engine: Engine) -> dict[str, str]:
+    """An active item and its project, to read."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT id, project FROM work_items WHERE project LIKE 'seed/%' ORDER BY id LIMIT 1"
+            )
+        ).one()
+    return {"item": str(row.id), "project": row.project}
+
+
+EXPLAINED = {
+    "list, one project": "SELECT id FROM work_items WHERE project = :project"
+    " ORDER BY created_at DESC, id DESC LIMIT 51",
+    "list, phase=failed": "SELECT id FROM work_items WHERE phase = 'failed'"
+    " ORDER BY created_at DESC, id DESC LIMIT 51",
+    "stats 24h": "SELECT event_type, count(*) FROM audit_log"
+    " WHERE at >= now() - interval '24 hours' GROUP BY event_type",
+}
+
+
+def explain(engine: Engine, project: str) -> None:
+    """EXPLAIN (ANALYZE, BUFFERS) of the statements most exposed to history."""
+    with engine.connect() as conn:
+        for name, statement in EXPLAINED.items():
+            plan = conn.execute(
+                text(f"EXPLAIN (ANALYZE, BUFFERS) {statement}"), {"project": project}
+            ).scalars()
+            print(f"\n-- {name}\n" + "\n".join(plan))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=1_000_000, help="terminal items of history")
+    parser.add_argument("--audit", type=int, default=10_000_000, help="audit rows of history")
+    parser.add_argument("--active", type=int, default=10_000, help="active items (both)")
+    parser.add_argument("--projects", type=int, default=100, help="projects of the active items")
+    parser.add_argument("--drain", type=int, default=10_000, help="new items drained at the end")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (3)")
+    parser.add_argument("--requests", type=int, default=30, help="timed calls per figure (30)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--explain", action="store_true", help="EXPLAIN on the big database")
+    parser.add_argument("--base-url", help="a baseline database seeded before (kept)")
+    parser.add_argument("--big-url", help="a big database seeded before (kept)")
+    parser.add_argument("--keep-databases", action="store_true", help="do not drop them")
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get(
+            "WQ_BENCH_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+        ),
+        help="server used to create and drop the throwaway databases",
+    )
+    return parser.parse_args(argv)
+
+
+def prepared(url: str, args: argparse.Namespace, *, big: bool, seeded: bool) -> dict[str, int]:
+    """Migrate and seed a database (unless it was seeded before); its row counts."""
+    engine = make_engine(url, pool_size=2)
+    try:
+        if not seeded:
+            schema.upgrade(engine)
+            seed_working_set(engine, args.active, args.projects, args.audit // RETENTION_DAYS)
+            if big:
+                seed_history(engine, args.items, args.audit, args.projects)
+        return analyze(engine)
+    finally:
+        engine.dispose()
+
+
+def measure(args: argparse.Namespace, urls: dict[str, str], root: Path) -> dict[str, Any]:
+    """Every figure of both databases, alternating per round."""
+    for name in urls:
+        (root / name).mkdir()
+    daemons = {
+        name: Daemon(url, root / name, {}, daemon_document(url)) for name, url in urls.items()
+    }
+    figures: dict[str, dict[str, list[float]]] = {name: {} for name in urls}
+    try:
+        tokens = {name: daemon.wait_ready() for name, daemon in daemons.items()}
+        engines = {name: make_engine(url, pool_size=4) for name, url in urls.items()}
+        samples = {name: sample_of(engine) for name, engine in engines.items()}
+        for round_number in range(1, args.rounds + 1):
+            for name, url in urls.items():
+                calls = http_measures(daemons[name].base, tokens[name], samples[name])
+                calls |= engine_measures(engines[name], url)
+                for what, call in calls.items():
+                    figures[name].setdefault(what, []).append(median_ms(call, args.requests))
+                log(f"round {round_number}: {name} measured")
+        if args.explain:
+            explain(engines["big"], samples["big"]["project"])
+        for engine in engines.values():
+            engine.dispose()
+    finally:
+        for daemon in daemons.values():
+            daemon.stop()
+    return figures
+
+
+def drained(url: str, items: int) -> float:
+    """Items per second draining `items` new no-op items through the engine."""
+    result = run_wq(
+        url,
+        items=items,
+        projects=100,
+        workers=10,
+        batch=500,
+        phase="submit-first",
+        rate=None,
+        poll=0.5,
+        listen=True,
+        timeout=600,
+        on_phase=log,
+    )
+    return float(result.items_per_second)
+
+
+def report(
+    figures: dict[str, Any], drains: dict[str, float], counts: dict[str, Any]
+) -> dict[str, Any]:
+    rows = {}
+    for what in figures["base"]:
+        base = statistics.median(figures["base"][what])
+        big = statistics.median(figures["big"][what])
+        rows[what] = {
+            "base_ms": round(base, 3),
+            "big_ms": round(big, 3),
+            "ratio": round(big / base, 2) if base else None,
+            "spread_big_ms": [
+                round(min(figures["big"][what]), 3),
+                round(max(figures["big"][what]), 3),
+            ],
+        }
+    rows["drain (items/s)"] = {
+        "base_per_second": round(drains["base"]),
+        "big_per_second": round(drains["big"]),
+        # A throughput: the ratio is baseline over big, so that above 1 is slower too.
+        "ratio": round(drains["base"] / drains["big"], 2),
+    }
+    return {"rows": counts, "figures": rows, "goal": GOAL}
+
+
+def render(result: dict[str, Any]) -> None:
+    print(f"rows: {json.dumps(result['rows'])}")
+    print(f"{'what':<22} {'baseline':>12} {'big':>12} {'big/base':>9}  goal <= {GOAL}x")
+    for what, row in result["figures"].items():
+        if "base_ms" in row:
+            base, big = f"{row['base_ms']:.2f} ms", f"{row['big_ms']:.2f} ms"
+        else:
+            base, big = f"{row['base_per_second']}/s", f"{row['big_per_second']}/s"
+        ratio = row["ratio"]
+        mark = "" if ratio is not None and ratio <= GOAL else "  NOT MET"
+        print(f"{what:<22} {base:>12} {big:>12} {ratio:>8}x{mark}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # The daemons log at INFO as deployed; this process too (throughput's drain).
+    logging.basicConfig(level=logging.INFO, stream=open(os.devnull, "w"))  # noqa: SIM115
+    load_before = os.getloadavg()[0]
+    with contextlib.ExitStack() as stack:
+        urls = {
+            "base": args.base_url
+            or stack.enter_context(
+                bench_database(None, args.admin_url, args.keep_databases, "wq_scale_base")
+            ),
+            "big": args.big_url
+            or stack.enter_context(
+                bench_database(None, args.admin_url, args.keep_databases, "wq_scale_big")
+            ),
+        }
+        counts = {}
+        for name, url in urls.items():
+            seeded = bool(args.base_url if name == "base" else args.big_url)
+            log(f"{name}: {'analyzing' if seeded else 'seeding'}")
+            counts[name] = prepared(url, args, big=name == "big", seeded=seeded)
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wq-scale-")))
+        figures = measure(args, urls, root)
+        drains = {name: drained(url, args.drain) for name, url in urls.items()}
+    result = report(figures, drains, counts)
+    result["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        render(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
