@@ -18,7 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from wq.client import api
 from wq.client import schemas as client
 from wq.daemon import schemas as daemon
-from wq.daemon.routers import bulk, identity, pools, stats, submissions, work_items
+from wq.daemon.routers import bulk, identity, pools, replicas, stats, submissions, work_items
 
 PAIRS: list[tuple[Any, Any]] = [
     (client.WorkItemPublic, daemon.WorkItemPublic),
@@ -35,6 +35,7 @@ PAIRS: list[tuple[Any, Any]] = [
     (client.QueuePagePublic, pools.QueuePagePublic),
     (client.WhoamiPublic, identity.WhoamiPublic),
     (client.StatsPublic, stats.StatsPublic),
+    (client.Replicas, list[replicas.ReplicaPublic]),
     (client.BulkPublic, bulk.BulkPublic),
 ]
 

@@ -12,7 +12,7 @@ answer arrives, and each model builds its validator on first use.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
 
@@ -178,16 +178,18 @@ class ReplicaPublic(Shape):
     host: str
     pid: int
     version: str
-    state: str
+    state: Literal["alive", "lost"]
     started_at: str
-    heartbeat_age_seconds: float | int
+    heartbeat_at: str
+    heartbeat_age_seconds: float
+    heartbeat_seconds: float
     workers_busy: int
     workers_total: int
     leases_held: int
     being_rescued: int
     consumes_events: bool
     last_event_at: str | None
-    db_round_trip_ms: float | int | None
+    db_round_trip_ms: float | None
 
 
 class Replicas(RootModel[list[ReplicaPublic]]):
