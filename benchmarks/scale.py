@@ -103,7 +103,7 @@ HISTORY = NEW_ITEMS.format(
     admission="'done'",
     seq="NULL",
     queued_at="NULL",
-    created_at="now() - make_interval(days => CAST(:day AS integer)) - make_interval(secs => g % 86000)",
+    created_at="now() - make_interval(days => CAST(:day AS integer), secs => g % 86000)",
     dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
 )
 # An item's audit trail: ten rows a few seconds apart; the ninth ends its phase.
@@ -129,7 +129,8 @@ SELECT w.created_at + make_interval(secs => k * 3),
        '{{"source": "seed"}}',
        CASE WHEN :archived THEN now() END
   FROM work_items w CROSS JOIN generate_series(1, CAST(:per_item AS integer)) AS k
- WHERE w.project LIKE 'hist/%' AND w.created_at >= now() - make_interval(days => CAST(:day AS integer) + 1)
+ WHERE w.project LIKE 'hist/%'
+   AND w.created_at >= now() - make_interval(days => CAST(:day AS integer) + 1)
    AND w.created_at < now() - make_interval(days => CAST(:day AS integer))
 """
 # Rows of the working set's items at a given age: the last day, or the day to prune.
