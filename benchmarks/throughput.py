@@ -58,6 +58,7 @@ from databases import bench_database, libpq_url
 from sqlalchemy import Engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from wq.daemon.logs import setup_logging
 from wq.engine import audit, schema
 from wq.engine.config import Config, parse_config
 from wq.engine.db import make_engine, make_sessionmaker
@@ -1066,6 +1067,7 @@ def render(
         ("machine", f"{report['cpus']} cores, PostgreSQL {report['postgres']}"),
         ("wq measured", report["wq_source"]),
         ("load average", f"{report['load_before']:.2f} before, {report['load_after']:.2f} after"),
+        ("logging", report["logging"]),
         (
             "wq run",
             f"{result.items:,} items, {result.projects} projects, {result.workers} workers, "
@@ -1205,9 +1207,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="sys.setswitchinterval for the run (Python's default is 0.005 s)",
     )
     parser.add_argument(
-        "--daemon-logging",
+        "--quiet-logging",
         action="store_true",
-        help="log at INFO like `wq daemon` (every audit row is formatted) into /dev/null",
+        help="log nothing (by default the run logs as `wq daemon` does, into /dev/null:"
+        " every audit row a line)",
     )
     parser.add_argument(
         "--database-url",
@@ -1254,8 +1257,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
-    if args.daemon_logging:
-        logging.basicConfig(level=logging.INFO, stream=open(os.devnull, "w"))  # noqa: SIM115
+    if not args.quiet_logging:
+        setup_logging("text", open(os.devnull, "w"))  # noqa: SIM115 - for the whole run
     quiet = args.json
 
     def on_phase(message: str) -> None:
@@ -1306,6 +1309,7 @@ def main(argv: list[str] | None = None) -> int:
             "switch_interval": sys.getswitchinterval(),
             "load_before": load_before,
             "load_after": os.getloadavg()[0],
+            "logging": "off" if args.quiet_logging else "as wq daemon (INFO, text, /dev/null)",
         }
     if args.json:
         document = {

@@ -19,6 +19,9 @@ def _run(connection: Connection) -> None:
         version_table=VERSION_TABLE,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        # A migration that must run outside a transaction (CREATE INDEX CONCURRENTLY)
+        # commits those before it: each migration is a transaction of its own.
+        transaction_per_migration=True,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -354,3 +354,11 @@ def test_the_gauge_queries_are_served_by_indexes(
         plan = "\n".join(row[0] for row in session.execute(text(f"EXPLAIN {compiled}")))
     ranged = "ix_work_items_type_phase" in plan and "Index Cond" in plan
     assert ranged or any(index in plan for index in RESTRICTING[name]), plan
+
+
+def test_wqs_postgresql_sessions_run_without_jit(postgres_store: Store) -> None:
+    # JIT compiles statements the planner thinks costly, as the gauges' are on a long
+    # history: tens of milliseconds for queries that take a few (benchmarks/scale.py).
+    with postgres_store.sessions() as session:
+        assert session.execute(text("SHOW jit")).scalar_one() == "off"
+        assert session.execute(text("SHOW statement_timeout")).scalar_one() == "10s"

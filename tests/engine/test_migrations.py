@@ -82,9 +82,11 @@ def private_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[E
 
 def test_downgrade_to_empty_and_back(private_engine: Engine) -> None:
     config = schema.alembic_config(private_engine)
-    with private_engine.begin() as conn:
+    # As `schema.upgrade` runs them: each migration a transaction of its own.
+    with private_engine.connect() as conn:
         config.attributes["connection"] = conn
         command.downgrade(config, "base")
+        conn.commit()
     assert schema.current_revision(private_engine) is None
     with pytest.raises(schema.SchemaOutdated, match="wq db migrate"):
         schema.check_current(private_engine)

@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -36,9 +36,9 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def setup_logging(log_format: str = "text") -> None:
-    """Log INFO and above to stderr in the given format ("text" or "json")."""
-    handler = logging.StreamHandler(sys.stderr)
+def setup_logging(log_format: str = "text", stream: IO[str] | None = None) -> None:
+    """Log INFO and above to stderr (or `stream`) in the given format ("text" or "json")."""
+    handler = logging.StreamHandler(stream or sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonLineFormatter())
     else:

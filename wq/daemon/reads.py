@@ -31,6 +31,7 @@ from sqlalchemy import (
     cast,
     func,
     inspect,
+    literal_column,
     or_,
     select,
     tuple_,
@@ -42,7 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from wq.daemon.loop_reads import LoopReads
 from wq.daemon.schemas import WorkItemPublic, dimension_document, item_document
 from wq.engine.driver_reads import fetch_all
-from wq.engine.models import WorkItem, WorkItemStatus
+from wq.engine.models import FAILED, WorkItem, WorkItemStatus
 
 ITEMS = WorkItem.__table__
 # The `work_items` columns an item's document shows: its fields but the nested ones.
@@ -228,6 +229,9 @@ def list_statement(values: dict[str, Any], *, after: bool, postgres: bool) -> Se
     `after_id` (the page starts after that item).
     """
     filters = frozenset(values) & frozenset(LIST_FILTERS)
+    # Failed items have an index of their own (`ix_work_items_failed_newest`): the phase
+    # is written in the statement too, so that every plan of it may use that index.
+    failed = values.get("phase") == FAILED
     restricted = "readable" in values
     id_range = "id_low" in values
     searching = "search" in values
@@ -240,6 +244,8 @@ def list_statement(values: dict[str, Any], *, after: bool, postgres: bool) -> Se
         for name in LIST_FILTERS:
             if name in filters:
                 query = query.where(rows.c[name] == bindparam(name))
+        if failed:
+            query = query.where(rows.c.phase == literal_column(f"'{FAILED}'"))
         if after:
             # A row comparison: one range of ix_work_items_newest.
             position = tuple_(
@@ -255,7 +261,7 @@ def list_statement(values: dict[str, Any], *, after: bool, postgres: bool) -> Se
         newest_first = (rows.c.created_at.desc(), rows.c.id.desc())
         return page_select(query.order_by(*newest_first).limit(limit))
 
-    key = ("list", tuple(sorted(filters)), after, restricted, id_range, searching, postgres)
+    key = ("list", tuple(sorted(filters)), failed, after, restricted, id_range, searching, postgres)
     return _built(key, build)
 
 

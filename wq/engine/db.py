@@ -55,13 +55,19 @@ class Timeouts:
         return self.statement_seconds + ANSWER_MARGIN_SECONDS
 
     def connect_args(self) -> dict[str, Any]:
-        """libpq parameters: the connect timeout and the server's statement timeout."""
+        """libpq parameters: the connect timeout and the server's settings for wq's
+        sessions (the statement timeout; no JIT)."""
         args: dict[str, Any] = {}
         if self.connect_seconds is not None:
             # libpq takes whole seconds (and treats 1 as 2).
             args["connect_timeout"] = max(2, math.ceil(self.connect_seconds))
+        # JIT compiles a query whose estimated cost is high, as the gauges' and the
+        # stats' are on a long history: tens of milliseconds per statement for queries
+        # that run in a few (measured in benchmarks/scale.py). Short statements only.
+        options = ["-c jit=off"]
         if self.statement_seconds is not None:
-            args["options"] = f"-c statement_timeout={math.ceil(self.statement_seconds * 1000)}"
+            options.append(f"-c statement_timeout={math.ceil(self.statement_seconds * 1000)}")
+        args["options"] = " ".join(options)
         return args
 
 

@@ -199,6 +199,14 @@ class WorkItem(Base):
         ),
         # The API's list, newest first, and its cursor: a page reads its own rows.
         Index("ix_work_items_newest", "created_at", "id"),
+        # The failed ones alone in that order: few among a long history.
+        Index(
+            "ix_work_items_failed_newest",
+            "created_at",
+            "id",
+            sqlite_where=text("phase = 'failed'"),
+            postgresql_where=text("phase = 'failed'"),
+        ),
         Index("ix_work_items_type_phase", "type", "phase"),
         Index("ix_work_items_project_phase", "project", "phase"),
         # Lease expiry (sweep, next due): leased items only.

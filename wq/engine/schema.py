@@ -48,9 +48,12 @@ def alembic_config(engine: Engine) -> AlembicConfig:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Migrate the database up to a revision (head by default)."""
     config = alembic_config(engine)
-    with engine.begin() as connection:
+    # Alembic runs each migration in a transaction of its own (see migrations/env.py):
+    # one that builds an index CONCURRENTLY commits what came before it.
+    with engine.connect() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+        connection.commit()
 
 
 def head_revision(engine: Engine) -> str | None:
