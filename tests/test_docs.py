@@ -1,9 +1,13 @@
-"""The README stays true: its config examples validate, its test command is what CI
-runs, its Layout names every package, and the help names where a config is looked for."""
+"""The README and the documentation site stay true: their config examples validate, the
+test command is what CI runs, the layout page names every package, links and anchors
+point at what exists, the CLI reference is the program's own, the TUI's pictures are its
+snapshot tests', and the help names where a config is looked for."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,14 @@ from wq.cli.main import app
 from wq.engine.config import CONFIG_ENV_VARS, SYSTEM_CONFIG_PATHS
 
 ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = sorted(DOCS.rglob("*.md"))
+SNAPSHOTS = ROOT / "tests" / "tui" / "__snapshots__" / "test_snapshots"
+
+
+def read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
 
 
 def fenced(text: str, language: str) -> list[str]:
@@ -24,26 +35,32 @@ def fenced(text: str, language: str) -> list[str]:
 def section(text: str, title: str) -> str:
     """A `## TITLE` section of a Markdown text, up to the next `## ` heading."""
     match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert match, f"README has no '## {title}' section"
+    assert match, f"no '## {title}' section"
     return match.group(1)
 
 
-YAML_BLOCKS = fenced(README, "yaml")
+YAML_BLOCKS = [
+    (path.name, block)
+    for path in [ROOT / "README.md", *PAGES]
+    for block in fenced(read(path), "yaml")
+    # Kubernetes documents, not wq configs: the deploy tests check those.
+    if "apiVersion:" not in block and "kind:" not in block.split("\n", 1)[0]
+]
 
 
-def test_the_readme_has_a_full_config_example() -> None:
-    # The Configuration section's example: a whole file, database to handled types.
-    config = fenced(section(README, "Configuration"), "yaml")
+def test_the_configuration_page_has_a_full_config_example() -> None:
+    # Its first example: a whole file, database to handled types.
+    config = fenced(read(DOCS / "configuration.md"), "yaml")
     assert config and config[0].startswith("database_url:")
     assert "handled_types:" in config[0]
 
 
-@pytest.mark.parametrize("block", range(len(YAML_BLOCKS)))
-def test_every_readme_config_example_passes_config_check(tmp_path: Path, block: int) -> None:
+@pytest.mark.parametrize(("page", "block"), YAML_BLOCKS, ids=lambda value: str(value)[:20])
+def test_every_config_example_passes_config_check(tmp_path: Path, page: str, block: str) -> None:
     path = tmp_path / "wq.yml"
-    path.write_text(YAML_BLOCKS[block], encoding="utf-8")
+    path.write_text(block, encoding="utf-8")
     result = CliRunner().invoke(app, ["config", "check", "--no-env", str(path)])
-    assert result.exit_code == 0, f"README yaml block {block}: {result.output}"
+    assert result.exit_code == 0, f"{page}: {result.output}"
     assert "structure ok" in result.output
 
 
@@ -53,13 +70,13 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     assert 'pip install -e ".[dev]"' in command and command.rstrip().endswith("pytest")
     assert 'pip install --quiet -e ".[dev]"' in ci and re.search(r"^pytest$", ci, re.M)
     # The checks the README says CI adds are the ones it runs, and no others.
-    for check in ("ruff format --check", "ruff check", "mypy"):
+    for check in ("ruff format --check", "ruff check", "mypy", "mkdocs build --strict"):
         assert check in section(README, "Test it"), check
-        assert re.search(rf"^{re.escape(check)}", ci, re.M), check
+        assert re.search(rf"^(NO_MKDOCS_2_WARNING=1 )?{re.escape(check)}", ci, re.M), check
 
 
-def test_the_readme_layout_matches_the_packages() -> None:
-    (layout,) = fenced(section(README, "Layout"), "")[:1]
+def test_the_layout_page_matches_the_packages() -> None:
+    (layout,) = fenced(read(DOCS / "layout.md"), "")[:1]
     listed = {line.split()[0].rstrip("/") for line in layout.splitlines() if line.strip()}
     packages = {
         str(init.parent.relative_to(ROOT)) for init in (ROOT / "wq").glob("*/**/__init__.py")
@@ -80,20 +97,61 @@ def test_the_daemon_help_names_every_place_a_config_is_looked_for() -> None:
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes."""
+    """A heading's anchor (GitHub's and MkDocs' alike here): lower case, punctuation
+    dropped, spaces to dashes."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_readmes_links_point_at_what_exists() -> None:
-    anchors = {slug(title) for title in re.findall(r"^#+ (.+)$", README, re.M)}
-    for target in re.findall(r"\]\(([^)]+)\)", README):
+def anchors_of(text: str) -> set[str]:
+    return {slug(title) for title in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize(
+    "page", [ROOT / "README.md", *PAGES], ids=lambda path: str(path.relative_to(ROOT))
+)
+def test_every_link_points_at_what_exists(page: Path) -> None:
+    text = read(page)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
         path, _, anchor = target.partition("#")
         if path.startswith("http"):
             continue
         if path:
-            assert (ROOT / path).exists(), target
-            text = (ROOT / path).read_text(encoding="utf-8")
-            targets = {slug(title) for title in re.findall(r"^#+ (.+)$", text, re.M)}
+            linked = (page.parent / path).resolve()
+            assert linked.exists(), f"{page.name}: {target}"
+            if linked.suffix != ".md":
+                continue
+            targets = anchors_of(read(linked))
         else:
-            targets = anchors
-        assert not anchor or anchor in targets, target
+            targets = anchors_of(text)
+        assert not anchor or anchor in targets, f"{page.name}: {target}"
+
+
+def test_the_readme_is_the_front_door() -> None:
+    # The reference lives in docs/; the README links into it and stays short.
+    assert len(README.splitlines()) <= 250
+    for page in ("docs/cli.md", "docs/configuration.md", "docs/operations.md", "docs/api.md"):
+        assert f"({page}" in README, page
+
+
+def test_the_cli_reference_is_the_programs_own() -> None:
+    check = subprocess.run(
+        [sys.executable, str(DOCS / "gen_cli_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert check.returncode == 0, check.stderr
+    reference = read(DOCS / "reference" / "cli.md")
+    for command in ("wq logs", "wq replicas", "wq submit task", "wq db migrate"):
+        assert f"## `{command}`" in reference, command
+    assert "| `-f, --follow` |" in reference
+
+
+@pytest.mark.parametrize("view", ["overview", "pools", "queue", "items", "item_detail"])
+def test_the_tuis_pictures_are_its_snapshots(view: str) -> None:
+    snapshot = SNAPSHOTS / f"test_{view}{'' if view == 'overview' else '_view'}[200x50].svg"
+    picture = DOCS / "images" / f"{view}.svg"
+    assert picture.read_bytes() == snapshot.read_bytes(), (
+        f"copy {snapshot.relative_to(ROOT)} to {picture.relative_to(ROOT)}"
+    )
