@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -36,13 +37,47 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """`TEXT_FORMAT`, its time written once per second rather than once per line."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._second = -1
+        self._second_text = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """The local time as logging's default writes it (`2026-12-04 04:30:15,123`)."""
+        # Formatted under the handler's lock: one record at a time.
+        second = int(record.created)
+        if second != self._second:
+            self._second_text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(second))
+            self._second = second
+        return f"{self._second_text},{int(record.msecs):03d}"
+
+
+class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that flushes once for the lines of one commit's audit rows
+    (records marked `wq_more` are followed by another), not once per line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's line; flush unless more of the same commit follow."""
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+            if not getattr(record, "wq_more", False):
+                self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+
 def setup_logging(log_format: str = "text", stream: IO[str] | None = None) -> None:
     """Log INFO and above to stderr (or `stream`) in the given format ("text" or "json")."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = LineHandler(stream or sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonLineFormatter())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
