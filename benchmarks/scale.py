@@ -1,7 +1,8 @@
 """Cost against history: the same working set measured with and without a big history.
 
 Two PostgreSQL databases get the same working set: `--active` active `mr` items over
-`--projects` projects (four in five queued, the rest idle), the last day of audit rows
+`--projects` projects (four in five queued, the rest idle) and a twentieth as many
+failed ones from the last day, the last day of audit rows
 (unarchived, as archival keeps up) and one day of rows just past `audit.retention_days`
 (what the next prune deletes). The big one also gets the history a deployment keeps:
 `--items` terminal `mr` items over 30 days (90 % completed, 7 % failed, 3 % cancelled)
@@ -106,6 +107,16 @@ HISTORY = NEW_ITEMS.format(
     created_at="now() - make_interval(days => CAST(:day AS integer), secs => g % 86000)",
     dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
 )
+# Failed items of the last day, waiting for an operator (`phase=failed` lists them).
+RECENT_FAILED = NEW_ITEMS.format(
+    phase="'failed'",
+    error="'seeded failure'",
+    admission="'done'",
+    seq="NULL",
+    queued_at="NULL",
+    created_at="now() - make_interval(secs => g * 17)",
+    dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
+)
 # An item's audit trail: ten rows a few seconds apart; the ninth ends its phase.
 EVENTS = [
     "created",
@@ -160,6 +171,10 @@ def seed_working_set(engine: Engine, active: int, projects: int, audit_per_day: 
         conn.execute(
             text(ACTIVE),
             {"prefix": "seed/p", "projects": projects, "first": 1, "last": active},
+        )
+        conn.execute(
+            text(RECENT_FAILED),
+            {"prefix": "seed/p", "projects": projects, "first": 1, "last": max(1, active // 20)},
         )
     for label, start, archived in (
         ("the last day", 0, False),
