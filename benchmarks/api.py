@@ -122,6 +122,7 @@ class Daemon:
         root: Path,
         server: dict[str, int],
         document: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.root = root
         self.port = free_port()
@@ -134,6 +135,7 @@ class Daemon:
             "XDG_CONFIG_HOME": str(root / "config"),
             "HOME": str(root),
             TOKEN_ENV: "glpat-not-used",
+            **(env or {}),
         }
         command = [sys.executable, "-m", "wq", "daemon", "-c", str(config)]
         command += ["--port", str(self.port)]
