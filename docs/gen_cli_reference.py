@@ -37,11 +37,8 @@ def command_section(path: list[str], command: Any, context: Any) -> list[str]:
         lines += [" ".join(help_text.split()), ""]
     arguments = [p for p in command.params if p.param_type_name == "argument"]
     options = [p for p in command.params if p.param_type_name == "option" and not p.hidden]
-    usage = " ".join(
-        [name]
-        + [f"{a.name.upper()}{'...' if a.nargs == -1 else ''}" for a in arguments]
-        + (["[OPTIONS]"] if options else [])
-    )
+    # The usage line as `--help` prints it (click's own pieces, e.g. `[OPTIONS] [ids]...`).
+    usage = " ".join([name, *command.collect_usage_pieces(context)])
     lines += [f"`{usage}`", ""]
     records = [(p, p.get_help_record(context)) for p in [*arguments, *options]]
     rows = [(p, record) for p, record in records if record is not None]
@@ -63,10 +60,12 @@ def render() -> str:
     def walk(path: list[str], command: Any, parent: Any) -> None:
         context = type(command).context_class(command, info_name=path[-1], parent=parent)
         subcommands = getattr(command, "commands", None)
-        if subcommands is None:
+        if subcommands is None or len(path) == 1:
+            # A command, or the root with its own options (--version, completion).
             out.extend(command_section(path, command, context))
-            return
-        if len(path) > 1:
+            if subcommands is None:
+                return
+        else:
             out.extend([f"## `{' '.join(path)}`", "", " ".join((command.help or "").split()), ""])
         for name in command.list_commands(context):
             child = command.get_command(context, name)

@@ -146,6 +146,9 @@ def test_the_cli_reference_is_the_programs_own() -> None:
     for command in ("wq logs", "wq replicas", "wq submit task", "wq db migrate"):
         assert f"## `{command}`" in reference, command
     assert "| `-f, --follow` |" in reference
+    # The root's own options, and usage lines as `--help` prints them.
+    assert "## `wq`\n" in reference and "| `--version` |" in reference
+    assert "`wq logs [OPTIONS] {item_id}`" in reference
 
 
 @pytest.mark.parametrize("view", ["overview", "pools", "queue", "items", "item_detail"])
