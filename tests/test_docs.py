@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from wq.cli.main import app
@@ -94,6 +95,46 @@ def test_the_daemon_help_names_every_place_a_config_is_looked_for() -> None:
         assert f"${variable}" in text
     for path in SYSTEM_CONFIG_PATHS:
         assert str(path) in text
+
+
+def wq_command_lines(text: str) -> list[str]:
+    """Every `wq ...` command a Markdown text shows: a line of a ```sh block (from `wq`
+    on, up to a comment, `;`, `&&` or a pipe) or an inline `wq ...` code span."""
+    found = []
+    for block in fenced(text, "sh"):
+        for line in block.replace("\\\n", " ").splitlines():
+            match = re.search(r"(?:^|[;&|]\s*|\bdo\s+)(wq\s.*|wq$)", line)
+            if match:
+                found.append(re.split(r"\s#|;|&&|\|(?!\w)", match.group(1))[0])
+    found += re.findall(r"`(wq(?: [^`]*)?)`", text)
+    return found
+
+
+def test_every_wq_command_shown_exists_with_its_options() -> None:
+    # A renamed command or option leaves no example behind in the README or the docs.
+    root = typer.main.get_command(app)
+    problems = []
+    for page in [ROOT / "README.md", *PAGES]:
+        for shown in wq_command_lines(read(page)):
+            words = re.sub(r"'[^']*'|\"[^\"]*\"", "''", shown).replace("[", " ").split()
+            command, context = root, root.context_class(root, info_name="wq")
+            for word in words[1:]:
+                child = getattr(command, "get_command", lambda *_: None)(context, word)
+                if word.startswith("-") or child is None:
+                    # After a group, a lower-case word names a subcommand (COMMAND and
+                    # TYPE are placeholders).
+                    if hasattr(command, "commands") and re.fullmatch(r"[a-z][\w-]*", word):
+                        problems.append(f"{page.name}: {shown!r}: no command {word}")
+                    break
+                command = child
+                context = command.context_class(command, info_name=word, parent=context)
+            names = {name for param in command.params for name in param.opts}
+            names |= {"--help"}
+            for word in words:
+                option = word.split("=")[0].rstrip("]")
+                if re.fullmatch(r"--?[a-z][\w-]*", option) and option not in names:
+                    problems.append(f"{page.name}: {shown!r}: no {option}")
+    assert not problems, "\n".join(problems)
 
 
 def slug(heading: str) -> str:
