@@ -137,6 +137,41 @@ def test_every_wq_command_shown_exists_with_its_options() -> None:
     assert not problems, "\n".join(problems)
 
 
+def tui_keys() -> set[str]:
+    """The keys and `:` commands the TUI's own `?` help lists: the first word of each
+    of its key cells (cells are split by two spaces; `j/k` is two keys)."""
+    from wq.tui.help import HELP
+
+    keys = set()
+    for line in HELP.splitlines():
+        for cell in re.split(r"\s{2,}", line.strip()):
+            words = cell.split()
+            if not words or (len(words) > 1 and not words[0].startswith(":")):
+                continue  # a description, not a key
+            word = words[0]
+            for key in word.split("/") if len(word) > 1 else [word]:
+                if re.fullmatch(r"\S|space|enter|esc|ctrl\+\w|:\w+", key):
+                    keys.add(key)
+    return keys
+
+
+def test_the_tui_page_names_every_key() -> None:
+    page = read(DOCS / "tui.md")
+    spoken = page.lower().replace("ctrl-", "ctrl+")
+    keys = tui_keys()
+    assert {"o", "p", "u", "i", "r", "c", "space", "enter", ":items", ":q"} <= keys, keys
+    missing = [
+        key
+        for key in sorted(keys)
+        if not (
+            re.search(rf"`{re.escape(key)}[` ]", page)
+            if len(key) == 1 or key.startswith(":")
+            else key in spoken
+        )
+    ]
+    assert not missing, f"docs/tui.md does not mention {missing}"
+
+
 def slug(heading: str) -> str:
     """A heading's anchor (GitHub's and MkDocs' alike here): lower case, punctuation
     dropped, spaces to dashes."""
