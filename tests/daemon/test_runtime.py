@@ -63,7 +63,7 @@ def test_local_token_is_decided_when_the_runtime_is_built(
 def test_the_environments_events_queue_wins_over_the_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The README's precedence: environment over the config file, as for the database URL.
+    # docs/configuration.md's precedence: environment over the config file, as for the database URL.
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     monkeypatch.delenv("WORKQUEUE_SERVICE_EVENTS_QUEUE_URL", raising=False)
     from_file = "https://sqs.eu-west-1.amazonaws.com/123456789012/from-file"
