@@ -22,6 +22,8 @@ from tests.daemon.test_daemon_process import (  # noqa: F401 - fixtures
     start_daemon,
 )
 from tests.support.waiting import wait_for
+from wq.types.task.runners.command import CommandRunner
+from wq.types.task.settings import CommandRunnerConfig
 
 LINE_DEADLINE = 60.0
 
@@ -104,3 +106,27 @@ def test_ctrl_c_stops_following_and_the_task_goes_on(
     later = run_wq("logs", item["id"], "--tail", "1", env=env, cwd=tmp_path)
     assert later.returncode == 0 and later.stdout not in ("", "1 of 600\n"), later
     assert http.post(f"/api/work-items/{item['id']}/cancel").status_code == 202
+
+
+def test_a_stopping_daemon_ends_the_streams_instead_of_waiting_for_them(
+    daemons: list[Daemon],  # noqa: F811
+    tmp_path: Path,
+    no_system_config: None,  # noqa: F811
+) -> None:
+    daemon, http, env = embedded(daemons, tmp_path)
+    item = count(http, 60)
+    follower = following(item["id"], env, tmp_path)
+    assert follower.stdout is not None
+    try:
+        assert follower.stdout.readline() == "1 of 60\n"
+        begun = time.monotonic()
+        # The embedded daemon's grace is 30 s; uvicorn waits for open answers first.
+        assert daemon.terminate(signal.SIGTERM, LINE_DEADLINE) == 0, daemon.log()
+        assert time.monotonic() - begun < 10, daemon.log()
+        rest, errors = follower.communicate(timeout=LINE_DEADLINE)
+        assert "wq: the daemon is stopping; follow again to go on" in rest, errors
+        assert follower.returncode == 0, errors
+    finally:
+        runs = tmp_path / "data" / "wq" / "task-runs"
+        for run in runs.glob("wq-*"):  # the run outlives its daemon by design
+            CommandRunner(CommandRunnerConfig(kill_grace_seconds=1), runs, 0).cancel(run.name)

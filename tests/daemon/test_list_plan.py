@@ -56,12 +56,9 @@ def runtime() -> Iterator[Runtime]:
             built.engine.dispose()
 
 
-def test_a_page_and_the_next_read_their_rows_not_every_item(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert runtime.local_tier is not None
-    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
-    # The list's reads skip SQLAlchemy's events: on the event loop (`LoopReads`).
+def recording_loop_reads(monkeypatch: pytest.MonkeyPatch) -> list[Sent]:
+    """The statements the list's reads send on the event loop (`LoopReads`), which
+    skip SQLAlchemy's events: recorded as they are sent."""
     through_driver: list[Sent] = []
     awaited = LoopReads.fetch_all
 
@@ -72,6 +69,15 @@ def test_a_page_and_the_next_read_their_rows_not_every_item(
         return await awaited(reads, statement, params)
 
     monkeypatch.setattr(LoopReads, "fetch_all", recorded)
+    return through_driver
+
+
+def test_a_page_and_the_next_read_their_rows_not_every_item(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    through_driver = recording_loop_reads(monkeypatch)
     with TestClient(create_app(runtime)) as client, capture(runtime.engine) as sent:
         first = client.get(f"/api/work-items?limit={LIMIT}", headers=headers)
         assert first.status_code == 200, first.text
@@ -106,16 +112,7 @@ def test_a_short_id_reads_its_range_of_the_primary_key(
 ) -> None:
     assert runtime.local_tier is not None
     headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
-    through_driver: list[Sent] = []
-    awaited = LoopReads.fetch_all
-
-    async def recorded(
-        reads: LoopReads, statement: Select[Any], params: Mapping[str, Any]
-    ) -> Sequence[Any]:
-        through_driver.append(Sent(driver_reads.sql_of(statement, reads.dialect), dict(params)))
-        return await awaited(reads, statement, params)
-
-    monkeypatch.setattr(LoopReads, "fetch_all", recorded)
+    through_driver = recording_loop_reads(monkeypatch)
     with TestClient(create_app(runtime)) as client, capture(runtime.engine) as sent:
         some = client.get("/api/work-items?limit=1", headers=headers).json()["items"][0]["id"]
         sent.clear()
@@ -182,16 +179,7 @@ def test_the_failed_items_read_their_own_index_not_the_newest_ones(
             )
         )
         conn.execute(text("ANALYZE work_items"))
-    through_driver: list[Sent] = []
-    awaited = LoopReads.fetch_all
-
-    async def recorded(
-        reads: LoopReads, statement: Select[Any], params: Mapping[str, Any]
-    ) -> Sequence[Any]:
-        through_driver.append(Sent(driver_reads.sql_of(statement, reads.dialect), dict(params)))
-        return await awaited(reads, statement, params)
-
-    monkeypatch.setattr(LoopReads, "fetch_all", recorded)
+    through_driver = recording_loop_reads(monkeypatch)
     with TestClient(create_app(runtime)) as client, capture(runtime.engine) as sent:
         found = client.get(f"/api/work-items?phase=failed&limit={LIMIT}", headers=headers)
         assert found.status_code == 200, found.text

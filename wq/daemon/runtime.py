@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.daemon.auth import Authenticator, LocalTokenTier, build_authenticator
+from wq.daemon.streams import StreamSlots
 from wq.engine.archive import AuditArchiver, S3Archive
 from wq.engine.config import Config, ConfigError, default_database_url
 from wq.engine.db import (
@@ -51,6 +52,8 @@ class Runtime:
     # The API's reads: no BEGIN/ROLLBACK round trips on PostgreSQL (see `autocommit_reads`).
     api_read_sessions: sessionmaker[Session] | None = None
     heartbeat: ReplicaHeartbeat | None = None
+    # Task outputs streamed now (`GET .../logs`); sized from the config at build.
+    output_streams: StreamSlots = field(default_factory=lambda: StreamSlots(64))
     # When the GitLab webhook last received an event (the SQS consumer keeps its own).
     webhook_received_at: datetime | None = None
 
@@ -230,4 +233,5 @@ def build_runtime(
         webhook_secret=config.events.webhook_secret(),
         timeouts=timeouts,
         api_read_sessions=api_read_sessions,
+        output_streams=StreamSlots(config.server.max_output_streams),
     )

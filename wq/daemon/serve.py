@@ -99,6 +99,8 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.runtime.manager is not None:
             self.runtime.manager.begin_stop()
+        # Followed outputs end now: uvicorn waits for open answers before it stops.
+        self.runtime.output_streams.close()
         super().handle_exit(sig, frame)
 
 

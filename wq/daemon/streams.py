@@ -26,6 +26,13 @@ class StreamSlots:
         self.limit = limit
         self.open = 0
         self._lock = threading.Lock()
+        # Set when the daemon stops: open streams end at once rather than holding the
+        # HTTP server's shutdown until their runs end.
+        self.closing = threading.Event()
+
+    def close(self) -> None:
+        """End every open stream (within a second) and refuse new ones."""
+        self.closing.set()
 
     def full(self) -> bool:
         """Whether a new stream would find no slot now."""
@@ -88,8 +95,15 @@ async def relay(
     threading.Thread(target=produce, name=f"wq-stream {name}", daemon=True).start()
     try:
         while True:
-            kind, text = await queue.get()
-            room.release()
+            try:
+                kind, text = await asyncio.wait_for(queue.get(), timeout=1.0)
+            except TimeoutError:  # the reader waits on its run: look around meanwhile
+                kind, text = "", ""
+            else:
+                room.release()
+            if slots.closing.is_set():
+                yield "\nwq: the daemon is stopping; follow again to go on\n"
+                return
             if kind == "end":
                 return
             if kind == "error":

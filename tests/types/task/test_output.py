@@ -103,3 +103,23 @@ def test_a_run_on_another_machine_names_the_worker_that_started_it(tmp_path: Pat
     with pytest.raises(NoOutput, match="host-b:41/worker-3") as refused:
         output(None, elsewhere, None, True)  # type: ignore[arg-type]
     assert "shared runs_dir" in str(refused.value)
+
+
+def test_output_streams_are_bounded_and_end_when_the_daemon_stops(
+    store: Store, tmp_path: Path
+) -> None:
+    with task_daemon(store, tmp_path / "runs", kinds=KINDS) as (runtime, client):
+        item = submit(client, "lines")
+        wait(lambda: task(runtime, item["id"]).phase == "completed", message="completed")
+        slots = runtime.output_streams
+        for _ in range(slots.limit):  # every slot taken by streams still open
+            slots.take()
+        full = client.get(f"/api/work-items/{item['id']}/logs")
+        assert full.status_code == 503 and full.headers["Retry-After"] == "5"
+        assert "output streams are open, the most allowed" in full.json()["error"]
+        for _ in range(slots.limit):
+            slots.give_back()
+        assert client.get(f"/api/work-items/{item['id']}/logs").status_code == 200
+        slots.close()  # what the daemon's stop signal does
+        stopping = client.get(f"/api/work-items/{item['id']}/logs")
+        assert (stopping.status_code, stopping.json()["error"]) == (503, "the daemon is stopping")

@@ -25,11 +25,8 @@ TEXT = "text/plain; charset=utf-8"
 
 
 def _slots(request: Request) -> StreamSlots:
-    state = request.app.state
-    slots: StreamSlots | None = getattr(state, "output_streams", None)
-    if slots is None:
-        slots = state.output_streams = StreamSlots(state.runtime.config.server.max_output_streams)
-    return slots
+    runtime: Runtime = request.app.state.runtime
+    return runtime.output_streams
 
 
 def _open(
@@ -74,6 +71,8 @@ async def read_item_logs(
     409 when there is none to show here (not started yet, or on another machine)."""
     authorize_lookup(principal, "read")
     slots = _slots(request)
+    if slots.closing.is_set():
+        raise HTTPException(503, "the daemon is stopping", {"Retry-After": "5"})
     if slots.full():
         message = f"{slots.limit} output streams are open, the most allowed; try again shortly"
         raise HTTPException(503, message, {"Retry-After": "5"})
