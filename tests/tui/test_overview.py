@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Sparkline, Static
 
@@ -133,3 +134,21 @@ def test_lost_replicas_items_backing_off_and_waiting_events_need_attention() -> 
         assert app.screen.focused is listed
 
     run(scenario, CannedServer(stats=stats, pools=pools, replicas=replicas))
+
+
+class OlderServer(CannedServer):
+    """A daemon from before `GET /api/replicas` (met during a rolling upgrade)."""
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/replicas":
+            return httpx.Response(404, json={"error": "not found"})
+        return super().answer(request)
+
+
+def test_a_server_without_replicas_still_shows_the_overview() -> None:
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        title = str(app.screen.query_one("#replicas-title", Static).render())
+        assert title == "Replicas: not reported by this server"
+        assert "items:failed" in attention_rows(app)  # the rest is there
+
+    run(scenario, OlderServer())

@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 
+from wq.client.errors import NotFound
 from wq.client.pressure import pressure
 from wq.tui.format import age
 from wq.tui.polling import PollingScreen
@@ -146,10 +147,14 @@ class OverviewScreen(PollingScreen):
 
     def fetch(self) -> dict[str, Any]:
         api = self.wq.api
+        try:
+            replicas: list[dict[str, Any]] | None = api.replicas()
+        except NotFound:  # a daemon from before replicas were reported (an upgrade)
+            replicas = None
         return {
             "stats": api.stats(window=WINDOW, step=STEP),
             "pools": api.pools(),
-            "replicas": api.replicas(),
+            "replicas": replicas,
         }
 
     def show(self, data: dict[str, Any]) -> None:
@@ -161,12 +166,14 @@ class OverviewScreen(PollingScreen):
             last = int(values[-1]) if values else 0
             self.query_one(f"#total-{key}", Label).update(f"{int(sum(values))} (now {last})")
         self.query_one("#now", Static).update(now_line(stats, data["pools"]))
-        replicas = data["replicas"]
+        replicas = data["replicas"] or []
         fill(self.query_one("#attention", DataTable), attention(stats, data["pools"], replicas))
         fill(self.query_one("#replicas", DataTable), replica_rows(replicas))
         alive = sum(replica["state"] == "alive" for replica in replicas)
         self.query_one("#replicas-title", Static).update(
-            f"Replicas: {alive} alive"
+            "Replicas: not reported by this server"
+            if data["replicas"] is None
+            else f"Replicas: {alive} alive"
             + (f", {len(replicas) - alive} lost" if alive < len(replicas) else "")
         )
         self.status.note("enter on a row shows what it counts")
