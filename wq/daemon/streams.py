@@ -76,7 +76,10 @@ async def relay(
                 return False
         if stop.is_set():
             return False
-        loop.call_soon_threadsafe(queue.put_nowait, (kind, text))
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, text))
+        except RuntimeError:  # the event loop is closed: the daemon has stopped
+            return False
         return True
 
     def produce() -> None:
