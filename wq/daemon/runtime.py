@@ -65,6 +65,7 @@ class Runtime:
             owner,
             self.report,
             interval=self.config.processing.replica_heartbeat_seconds,
+            probe_sessions=self.read_sessions,
         )
         self.heartbeat.start()
         return self.heartbeat
