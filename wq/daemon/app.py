@@ -30,15 +30,18 @@ from wq.daemon.routers import (
 )
 from wq.daemon.runtime import Runtime
 from wq.daemon.shedding import LoadShedding, backlog
+from wq.daemon.warm import warm_up
 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The app's own resources: the hot reads' async connections (`wq.daemon.loop_reads`)."""
+    """The app's own resources: the hot reads' async connections (`wq.daemon.loop_reads`),
+    and what the first requests would set up, done before them (`wq.daemon.warm`)."""
     runtime: Runtime = app.state.runtime
     size = runtime.config.server.request_threads
     async with loop_reads(runtime.engine, runtime.timeouts, size=size) as reads:
         app.state.loop_reads = reads
+        await warm_up(app.router, runtime.engine, size)
         try:
             yield
         finally:
