@@ -147,15 +147,12 @@ class OverviewScreen(PollingScreen):
 
     def fetch(self) -> dict[str, Any]:
         api = self.wq.api
+        stats, pools = api.stats(window=WINDOW, step=STEP), api.pools()
         try:
             replicas: list[dict[str, Any]] | None = api.replicas()
         except NotFound:  # a daemon from before replicas were reported (an upgrade)
             replicas = None
-        return {
-            "stats": api.stats(window=WINDOW, step=STEP),
-            "pools": api.pools(),
-            "replicas": replicas,
-        }
+        return {"stats": stats, "pools": pools, "replicas": replicas}
 
     def show(self, data: dict[str, Any]) -> None:
         stats = data["stats"]
