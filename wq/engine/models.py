@@ -250,6 +250,25 @@ Index(
 )
 
 
+class _KnownOrBase(dict[Any, Any]):
+    """The polymorphic map of `WorkItem`: an item of a type whose model this process
+    does not have (a newer replica's, during an upgrade) loads as a plain `WorkItem`
+    rather than failing every query that meets it (the list, for every caller)."""
+
+    def __init__(self, known: dict[Any, Any], base: Any) -> None:
+        super().__init__(known)
+        self.base = base
+
+    def __missing__(self, identity: Any) -> Any:
+        return self.base
+
+
+# Before any type's model inherits the map: they all share this one.
+WorkItem.__mapper__.polymorphic_map = _KnownOrBase(
+    WorkItem.__mapper__.polymorphic_map, WorkItem.__mapper__
+)
+
+
 class WorkItemStatus(Base):
     """One readiness dimension of an item: "true" means action needed."""
 

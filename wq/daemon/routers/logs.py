@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
+from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import Principal, authorize_item, authorize_lookup
@@ -34,15 +35,20 @@ def _open(
 ) -> Iterator[str]:
     """The item's output reader, after the caller's `read` on its type is checked."""
     sessions = read_sessions(request)
+    runtime: Runtime = request.app.state.runtime
     with sessions() as session:
-        item = session.get(WorkItem, item_id)
-        if item is None:
+        # Its type first: an item of a type this daemon's models do not know is no
+        # object to load (replicas configured for other types share the database).
+        item_type = session.scalar(select(WorkItem.type).where(WorkItem.id == item_id))
+        if item_type is None:
             raise item_service.ItemNotFound(str(item_id))
-        authorize_item(request, principal, "read", item.id, item.type)
-        runtime: Runtime = request.app.state.runtime
-        output = runtime.registry.get(item.type).output
-        if output is None:
-            raise NoOutput(f"{item.type} items have no output of their own (see their history)")
+        authorize_item(request, principal, "read", item_id, item_type)
+        if item_type not in runtime.registry:
+            raise NoOutput(f"this daemon does not handle {item_type} items: ask one that does")
+        output = runtime.registry.get(item_type).output
+        item = session.get(WorkItem, item_id)
+        if output is None or item is None:
+            raise NoOutput(f"{item_type} items have no output of their own (see their history)")
         return output(sessions, item, tail, follow)
 
 
