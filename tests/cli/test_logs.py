@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.daemon.test_daemon_process import (  # noqa: F401 - fixtures
     Daemon,
@@ -21,11 +23,17 @@ from tests.daemon.test_daemon_process import (  # noqa: F401 - fixtures
     run_wq,
     start_daemon,
 )
+from tests.support.runs import cancel_runs_under
 from tests.support.waiting import wait_for
-from wq.types.task.runners.command import CommandRunner
-from wq.types.task.settings import CommandRunnerConfig
 
 LINE_DEADLINE = 60.0
+
+
+@pytest.fixture(autouse=True)
+def no_run_outlives_its_test(tmp_path: Path) -> Iterator[None]:
+    """The counts these tests start outlive their daemon by design."""
+    yield
+    cancel_runs_under(tmp_path)
 
 
 def embedded(started: list[Daemon], root: Path) -> tuple[Daemon, httpx.Client, dict[str, str]]:
@@ -117,16 +125,11 @@ def test_a_stopping_daemon_ends_the_streams_instead_of_waiting_for_them(
     item = count(http, 60)
     follower = following(item["id"], env, tmp_path)
     assert follower.stdout is not None
-    try:
-        assert follower.stdout.readline() == "1 of 60\n"
-        begun = time.monotonic()
-        # The embedded daemon's grace is 30 s; uvicorn waits for open answers first.
-        assert daemon.terminate(signal.SIGTERM, LINE_DEADLINE) == 0, daemon.log()
-        assert time.monotonic() - begun < 10, daemon.log()
-        rest, errors = follower.communicate(timeout=LINE_DEADLINE)
-        assert "wq: the daemon is stopping; follow again to go on" in rest, errors
-        assert follower.returncode == 0, errors
-    finally:
-        runs = tmp_path / "data" / "wq" / "task-runs"
-        for run in runs.glob("wq-*"):  # the run outlives its daemon by design
-            CommandRunner(CommandRunnerConfig(kill_grace_seconds=1), runs, 0).cancel(run.name)
+    assert follower.stdout.readline() == "1 of 60\n"
+    begun = time.monotonic()
+    # The embedded daemon's grace is 30 s; uvicorn waits for open answers first.
+    assert daemon.terminate(signal.SIGTERM, LINE_DEADLINE) == 0, daemon.log()
+    assert time.monotonic() - begun < 10, daemon.log()
+    rest, errors = follower.communicate(timeout=LINE_DEADLINE)
+    assert "wq: the daemon is stopping; follow again to go on" in rest, errors
+    assert follower.returncode == 0, errors

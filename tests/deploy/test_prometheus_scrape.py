@@ -28,6 +28,7 @@ from tests.daemon.test_daemon_process import (  # noqa: F401 - fixtures
     read_token,
     start_daemon,
 )
+from tests.support.runs import cancel_runs_under
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "wq-alerts.yaml"
 DEADLINE = 90.0
@@ -113,12 +114,20 @@ def test_prometheus_scrapes_what_the_dashboard_and_alerts_use(
     _, token = read_token(tmp_path, daemon.url)
     headers = {"Authorization": f"Bearer {token}"}
     target = daemon.url.removeprefix("http://")
+    try:
+        scraped(daemon.url, headers, target, tmp_path)
+    finally:
+        cancel_runs_under(tmp_path)  # the long sleep outlives the daemon by design
+
+
+def scraped(url: str, headers: dict[str, str], target: str, tmp_path: Path) -> None:
+    """Work submitted while a real Prometheus scrapes the daemon, and its series queried."""
     with prometheus_scraping(target, tmp_path) as prometheus:
         eventually(lambda: query(prometheus, 'up{job="wq"} == 1'), "the daemon up")
         # Submitted once Prometheus scrapes, so that it sees the counters rise; the long
         # sleep holds a slot of the demo pool for the pool gauges.
         work = [("echo", {"message": "hi"}), ("sleep", {"seconds": 2})] * 2
-        with httpx.Client(base_url=daemon.url, headers=headers, timeout=10.0) as http:
+        with httpx.Client(base_url=url, headers=headers, timeout=10.0) as http:
             for kind, payload in [("sleep", {"seconds": 600}), *work]:
                 body = {"project": "demo", "kind": kind, "payload": payload}
                 assert http.post("/api/work-items/task", json=body).status_code == 201

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wq.types.task.runners.command import CommandRunner
-from wq.types.task.settings import CommandRunnerConfig
+from tests.support.runs import cancel_runs_under
 
 
 @pytest.fixture(autouse=True)
@@ -17,8 +16,4 @@ def no_run_outlives_its_test(tmp_path: Path) -> Iterator[None]:
     one follows it), so a test that ends with a long run still going left its process
     behind for the run's whole timeout."""
     yield
-    for started in tmp_path.glob("**/spec.json"):  # written before the run starts
-        run_dir = started.parent
-        if not (run_dir / "exit.json").exists():
-            runner = CommandRunner(CommandRunnerConfig(kill_grace_seconds=1), run_dir.parent, 0)
-            runner.cancel(run_dir.name)
+    cancel_runs_under(tmp_path)
