@@ -8,11 +8,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
 
 from tests.conftest import Store
 from tests.types.task.helpers import program, submit, task, task_daemon, wait
-from wq.engine.models import WorkItem, utcnow
 from wq.engine.registry import NoOutput
 from wq.types.task.models import TaskItem
 from wq.types.task.output import make_output
@@ -125,30 +123,3 @@ def test_output_streams_are_bounded_and_end_when_the_daemon_stops(
         slots.close()  # what the daemon's stop signal does
         stopping = client.get(f"/api/work-items/{item['id']}/logs")
         assert (stopping.status_code, stopping.json()["error"]) == (503, "the daemon is stopping")
-
-
-def test_an_item_of_a_type_this_daemon_does_not_handle_is_a_409(
-    store: Store, tmp_path: Path
-) -> None:
-    # A replica configured for other types (the same database, several deployments).
-    item_id = uuid.uuid4()
-    now = utcnow()
-    with store.sessions.begin() as session:
-        session.execute(
-            insert(WorkItem.__table__).values(
-                id=item_id,
-                type="elsewhere",
-                project="p",
-                phase="active",
-                attempts=0,
-                admission="idle",
-                lane="normal",
-                autonomous=False,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-    with task_daemon(store, tmp_path / "runs", kinds=KINDS, start=False) as (_, client):
-        refused = client.get(f"/api/work-items/{item_id}/logs")
-    assert refused.status_code == 409, refused.text
-    assert "does not handle elsewhere items" in refused.json()["error"]

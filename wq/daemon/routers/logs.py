@@ -15,7 +15,7 @@ from wq.daemon.auth import Principal, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import PrincipalDep, read_sessions
 from wq.daemon.runtime import Runtime
-from wq.daemon.streams import StreamSlots, relay
+from wq.daemon.streams import relay
 from wq.engine import items as item_service
 from wq.engine.models import WorkItem
 from wq.engine.registry import NoOutput
@@ -23,11 +23,6 @@ from wq.engine.registry import NoOutput
 router = APIRouter(prefix="/api/work-items", tags=["work items"])
 
 TEXT = "text/plain; charset=utf-8"
-
-
-def _slots(request: Request) -> StreamSlots:
-    runtime: Runtime = request.app.state.runtime
-    return runtime.output_streams
 
 
 def _open(
@@ -76,7 +71,8 @@ async def read_item_logs(
     the run ended, its whole log while the runner keeps it, else the tail the task kept.
     409 when there is none to show here (not started yet, or on another machine)."""
     authorize_lookup(principal, "read")
-    slots = _slots(request)
+    runtime: Runtime = request.app.state.runtime
+    slots = runtime.output_streams
     if slots.closing.is_set():
         raise HTTPException(503, "the daemon is stopping", {"Retry-After": "5"})
     if slots.full():
