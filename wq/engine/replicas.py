@@ -52,9 +52,9 @@ class ReplicaView:
     being_rescued: int  # a lost replica's leases not taken over yet
 
 
-def lost_before(row: Replica, now: datetime) -> datetime:
-    """The heartbeat time before which this replica counts as lost."""
-    return now - timedelta(seconds=LOST_AFTER_BEATS * row.heartbeat_seconds)
+def is_alive(heartbeat_at: datetime, heartbeat_seconds: float, now: datetime) -> bool:
+    """Whether a heartbeat is recent enough: within three of the replica's intervals."""
+    return heartbeat_at >= now - timedelta(seconds=LOST_AFTER_BEATS * heartbeat_seconds)
 
 
 def count_alive(session: Session, now: datetime) -> tuple[int, int]:
@@ -63,7 +63,7 @@ def count_alive(session: Session, now: datetime) -> tuple[int, int]:
     for heartbeat_at, seconds in session.execute(
         select(Replica.heartbeat_at, Replica.heartbeat_seconds)
     ):
-        if heartbeat_at >= now - timedelta(seconds=LOST_AFTER_BEATS * seconds):
+        if is_alive(heartbeat_at, seconds, now):
             alive += 1
         else:
             lost += 1
@@ -82,7 +82,7 @@ def list_replicas(session: Session, now: datetime) -> list[ReplicaView]:
     """Every replica with a row, alive ones first, then by id."""
     views = []
     for row in session.scalars(select(Replica)):
-        alive = row.heartbeat_at >= lost_before(row, now)
+        alive = is_alive(row.heartbeat_at, row.heartbeat_seconds, now)
         rescued = 0 if alive else int(session.execute(_leases_of(row.id)).scalar_one())
         age = max(0.0, (now - row.heartbeat_at).total_seconds())
         views.append(ReplicaView(row, alive, age, rescued))
