@@ -549,80 +549,6 @@ def test_embedded_default_is_refused_on_the_network_and_in_a_cluster(tmp_path: P
         assert not (root / "data").exists()
 
 
-def test_config_check_warns_of_a_task_program_missing_on_this_host(tmp_path: Path) -> None:
-    # A task of that kind could never start here: say so before a deployment finds out.
-    config = write(
-        tmp_path / "agents.yml",
-        "handled_types:\n  task:\n    kinds:\n"
-        "      agent:\n        scope: project\n"
-        "        command: [/usr/local/bin/no-such-agent, run]\n"
-        "      shell:\n        scope: project\n        command: [sh, -c, 'true']\n",
-    )
-    result = run_wq("config", "check", str(config), env=clean_env(tmp_path), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr.splitlines() == [
-        "wq: warning: handled_types.task.kinds.agent.command: program "
-        "'/usr/local/bin/no-such-agent' not found on this host"
-    ], result.stderr
-
-
-def test_config_check(tmp_path: Path) -> None:
-    env = clean_env(tmp_path)
-    good = write(
-        tmp_path / "good.yml",
-        "server:\n  host: 127.0.0.1\n  port: 9000\n"
-        "processing:\n  workers: 3\n  shutdown_grace_seconds: 5\n"
-        "pools:\n  default:\n    capacity: 4\n  group/team:\n    capacity: 2\n"
-        "    alert_capacity: 1\n    queued_autonomous_cap: 3\n",
-    )
-    bad = write(tmp_path / "bad.yml", "pools:\n  default:\n    capacity: -1\n")
-    unknown = write(tmp_path / "unknown.yml", "processing:\n  wrokers: 3\n")
-    missing = tmp_path / "missing.yml"
-    binary = tmp_path / "binary.yml"
-    binary.write_bytes(b"\xff\xfepools: {}\n")  # UTF-16 or garbage, not UTF-8
-
-    result = run_wq("config", "check", str(good), env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert str(good) in result.stdout and "ok" in result.stdout
-
-    for path, key in [
-        (bad, "pools.default.capacity"),
-        (unknown, "processing.wrokers"),
-        (missing, "cannot read"),
-        (binary, "not UTF-8 text"),
-    ]:
-        result = run_wq("config", "check", str(path), env=env, cwd=tmp_path)
-        assert result.returncode != 0, (path, result.stdout)
-        lines = error_lines(result.stderr)
-        assert len(lines) == 1, result.stderr
-        assert str(path) in lines[0]
-        assert key in lines[0]
-    # Nothing was started or created.
-    assert not (tmp_path / "data").exists()
-
-
-def test_config_check_without_the_environment_lists_what_a_start_needs(tmp_path: Path) -> None:
-    config = write(
-        tmp_path / "wq.yml",
-        "events:\n  webhook_secret_env: HOOK_SECRET\n"
-        "handled_types:\n  mr:\n    projects:\n"
-        "      org/a: {token_env: TOKEN_A}\n      org/b: {token_env: TOKEN_B}\n",
-    )
-    # Even with one of them set here: a structure check ignores this environment.
-    env = clean_env(tmp_path, TOKEN_A="set-on-this-laptop")
-    plain = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
-    assert plain.returncode != 0
-    assert "HOOK_SECRET" in plain.stderr
-    structure = run_wq("config", "check", "--no-env", str(config), env=env, cwd=tmp_path)
-    assert structure.returncode == 0, structure.stderr
-    assert "a real start needs: HOOK_SECRET, TOKEN_A, TOKEN_B" in structure.stdout
-    # A structural error is still an error.
-    broken = write(tmp_path / "broken.yml", "handled_types:\n  mr:\n    projcts: {}\n")
-    result = run_wq("config", "check", "--no-env", str(broken), env=env, cwd=tmp_path)
-    assert result.returncode != 0
-    assert "handled_types.mr.projcts" in result.stderr
-
-
 # --------------------------------------------------------------------------- PostgreSQL schema
 
 
@@ -639,6 +565,21 @@ def table_names(url: str) -> set[str]:
         return set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+def test_db_commands_name_the_database_and_say_a_failure_in_one_line(tmp_path: Path) -> None:
+    # Nothing listens on port 1: one line naming the database, its password hidden,
+    # without the driver's second line or SQLAlchemy's link.
+    url = "postgresql+psycopg://wq:s3cret@127.0.0.1:1/queue"
+    env = clean_env(tmp_path, WQ_DATABASE_URL=url)
+    for command in ("current", "migrate"):
+        result = run_wq("db", command, env=env, cwd=tmp_path)
+        assert result.returncode == 1
+        (line,) = error_lines(result.stderr)
+        assert line.startswith("wq: error: ")
+        assert "postgresql+psycopg://wq:***@127.0.0.1:1/queue" in line
+        assert "Connection refused" in line
+        assert "s3cret" not in result.stderr and "sqlalche.me" not in result.stderr
 
 
 def test_daemon_refuses_unmigrated_postgres_until_wq_db_migrate(
@@ -675,6 +616,8 @@ def test_daemon_refuses_unmigrated_postgres_until_wq_db_migrate(
     current = run_wq("db", "current", "--config", str(config), env=env, cwd=tmp_path)
     assert current.returncode == 0, current.stdout + current.stderr
     assert "up to date" in current.stdout
+    # It names the database it read.
+    assert fresh_pg_url.rsplit("/", 1)[1] in current.stdout
 
     daemon = start_daemon(daemons, tmp_path, env, "--config", str(config))
     assert daemon.wait_healthy() == {"status": "ok", "database": "postgresql"}

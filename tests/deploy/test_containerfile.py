@@ -136,6 +136,6 @@ def test_the_build_steps_install_a_wq_that_starts_and_migrates(tmp_path: Path) -
     config.write_text(f"database_url: sqlite:///{tmp_path / 'wq.db'}\n")
     migrate = subprocess.run(["wq", "db", "migrate", "--config", str(config)], **run)
     assert migrate.returncode == 0, migrate.stderr
-    assert "database migrated from empty to" in migrate.stdout
+    assert "migrated from empty to" in migrate.stdout
     current = subprocess.run(["wq", "db", "current", "--config", str(config)], **run)
     assert current.returncode == 0 and "up to date" in current.stdout, current

@@ -153,9 +153,11 @@ def test_the_config_passes_a_full_check_with_the_deployments_environment(
 ) -> None:
     path = tmp_path / "config.yml"
     path.write_text(config_text(objects))
-    # The environment the Deployment gives the daemon (dummy values for its Secrets).
+    # The environment the Deployment gives the daemon (dummy values for its Secrets),
+    # in a pod (Kubernetes names the cluster's API server to every container).
     for name in from_secrets(container(objects, "wq")):
         monkeypatch.setenv(name, "dummy-" + name.lower())
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "172.30.0.1")
     assert commands.config_check(str(path)) == commands.EXIT_OK
     assert capsys.readouterr().out.strip() == f"{path}: ok"
     # The same check refuses the file when a Secret the config needs is not wired in.

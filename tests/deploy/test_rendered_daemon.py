@@ -89,7 +89,7 @@ def test_the_job_migrates_and_the_deployment_serves(
     assert command[0] == "wq"
     migrated = run_wq(*command[1:], env=job_env, cwd=tmp_path)
     assert migrated.returncode == 0, migrated.stderr
-    assert "database migrated from empty to" in migrated.stdout
+    assert "migrated from empty to" in migrated.stdout
 
     wq = container(objects, "wq")
     env = _environment(wq["env"], tmp_path, pg_url)

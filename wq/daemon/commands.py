@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from wq.daemon.logs import setup_logging
-from wq.engine.config import ConfigError, load_config, read_config_file
+from wq.engine.config import ConfigError, load_config
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -90,7 +90,9 @@ def audit_archive(config_path: str | None, since: datetime, until: datetime | No
     except schema.SchemaOutdated as err:
         return _fail(str(err))
     except Exception as err:
-        return _fail(f"cannot read the audit log: {err}")
+        from wq.engine.outage import describe
+
+        return _fail(f"cannot read the audit log: {describe(err)}")
     span = f"from {since.isoformat()} to {until.isoformat() if until else 'now'}"
     if result.failed:
         return _fail(
@@ -101,40 +103,49 @@ def audit_archive(config_path: str | None, since: datetime, until: datetime | No
     return EXIT_OK
 
 
+def _shown(engine: Engine) -> str:
+    """The database's URL as a reader may see it (password hidden)."""
+    return engine.url.render_as_string(hide_password=True)
+
+
 def db_migrate(config_path: str | None) -> int:
     """Upgrade the database schema to the newest revision."""
     from wq.engine import schema
+    from wq.engine.outage import describe
 
     try:
         engine = _database(config_path)
+    except ConfigError as err:
+        return _fail(str(err))
+    try:
         before = schema.current_revision(engine)
         schema.upgrade(engine)
         after = schema.current_revision(engine)
-    except ConfigError as err:
-        return _fail(str(err))
     except Exception as err:
-        return _fail(f"migration failed: {err}")
+        return _fail(f"migration of {_shown(engine)} failed: {describe(err)}")
     if before == after:
-        print(f"database already at {after}")
+        print(f"database {_shown(engine)} already at {after}")
     else:
-        print(f"database migrated from {before or 'empty'} to {after}")
+        print(f"database {_shown(engine)} migrated from {before or 'empty'} to {after}")
     return EXIT_OK
 
 
 def db_current(config_path: str | None) -> int:
-    """Print the schema revision of the database and whether it is the newest."""
+    """Print which database was read, its schema revision and whether it is the newest."""
     from wq.engine import schema
+    from wq.engine.outage import describe
 
     try:
         engine = _database(config_path)
-        current = schema.current_revision(engine)
-        head = schema.head_revision(engine)
     except ConfigError as err:
         return _fail(str(err))
+    try:
+        current = schema.current_revision(engine)
+        head = schema.head_revision(engine)
     except Exception as err:
-        return _fail(f"cannot read the schema revision: {err}")
+        return _fail(f"cannot read the schema revision of {_shown(engine)}: {describe(err)}")
     state = "up to date" if current == head else f"outdated, head is {head}: run `wq db migrate`"
-    print(f"{current or 'empty'} ({state})")
+    print(f"{_shown(engine)}: {current or 'empty'} ({state})")
     return EXIT_OK if current == head else EXIT_FAILURE
 
 
@@ -142,25 +153,15 @@ def db_current(config_path: str | None) -> int:
 _UNSET_VARIABLE = re.compile(r"environment variable (\S+) is not set")
 
 
-def _check_config(path: str) -> list[str]:
-    """Validate the config as a start would; the warnings a start on this host deserves."""
-    from pathlib import Path
-
-    from wq.daemon.auth import parse_authorization
+def _check_config(path: str, *, this_host: bool) -> list[str]:
+    """Validate the config as a start on this host would; the warnings it would log."""
+    from wq.daemon.preflight import check_startable, start_warnings
     from wq.daemon.runtime import build_registry
-    from wq.types import KNOWN_TYPES
 
-    config = read_config_file(Path(path))
+    config = load_config(path)
     registry = build_registry(config)
-    parse_authorization(config, set(KNOWN_TYPES) | set(registry.names))
-    if "task" not in registry.names:
-        return []
-    from wq.types.task import TaskRuntime
-    from wq.types.task.settings import missing_programs
-
-    task = registry.get("task").settings
-    assert isinstance(task, TaskRuntime)
-    return [f"handled_types.task.{warning}" for warning in missing_programs(task.settings)]
+    check_startable(config, registry, this_host=this_host)
+    return start_warnings(config, registry, this_host=this_host)
 
 
 def config_check(path: str, *, no_env: bool = False) -> int:
@@ -176,17 +177,20 @@ def config_check(path: str, *, no_env: bool = False) -> int:
             os.environ.clear()
         while True:
             try:
-                warnings = _check_config(path)
+                warnings = _check_config(path, this_host=not no_env)
                 break
             except ConfigError as err:
                 found = _UNSET_VARIABLE.search(str(err))
-                if not no_env or found is None or found.group(1) in needed:
+                if found is None or found.group(1) in needed:
                     return _fail(str(err))
+                # Noted, and given a placeholder so that the check goes on to the next.
                 needed.append(found.group(1))
                 os.environ[found.group(1)] = "placeholder"
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    if needed and not no_env:
+        return _fail(f"{path}: environment variables not set: {', '.join(needed)}")
     for warning in warnings:
         sys.stderr.write(f"wq: warning: {warning}\n")
     if not no_env:

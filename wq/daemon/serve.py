@@ -9,7 +9,6 @@ handed to another replica early), and the process exits.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import signal
@@ -24,12 +23,13 @@ from wq.client.token_cache import TokenCache
 from wq.daemon.app import create_app
 from wq.daemon.body import HEADER_PARSE_LIMIT
 from wq.daemon.heap import freeze_startup_heap
-from wq.daemon.runtime import Runtime, build_runtime, unhandled_by_default
+from wq.daemon.preflight import check_startable, is_loopback, start_warnings
+from wq.daemon.runtime import Runtime, build_registry, build_runtime, unhandled_by_default
 from wq.engine import schema
-from wq.engine.archive import missing_credentials
 from wq.engine.config import Config
 from wq.engine.db import is_sqlite
 from wq.engine.listener import NotifyListener
+from wq.engine.outage import describe
 from wq.engine.sqs import EventsConfigError
 
 log = logging.getLogger("wq.daemon")
@@ -57,13 +57,6 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def _url_for(host: str, port: int) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
@@ -82,7 +75,8 @@ def prepare_database(runtime: Runtime) -> None:
     except schema.SchemaOutdated as err:
         raise StartupError(str(err)) from None
     except Exception as err:
-        raise StartupError(f"cannot use the database: {err}") from None
+        shown = runtime.engine.url.render_as_string(hide_password=True)
+        raise StartupError(f"cannot use the database {shown}: {describe(err)}") from None
 
 
 class _Server(uvicorn.Server):
@@ -109,7 +103,7 @@ def refuse_embedded_default(config: Config, host: str) -> None:
     if not config.embedded:
         return
     where = "--config, $WQ_CONFIG or /etc/wq/config.yml"
-    if not _is_loopback(host):
+    if not is_loopback(host):
         raise StartupError(
             f"no config file, and {host} is not a loopback address: the embedded default "
             f"serves this machine only; give a config file ({where})"
@@ -121,30 +115,22 @@ def refuse_embedded_default(config: Config, host: str) -> None:
         )
 
 
-def _warn_about_config(config: Config) -> None:
-    if not config.embedded and config.handled_types is None:
-        log.warning(
-            "config %s has no handled_types: this daemon handles no work-item type",
-            config.source,
-        )
-
-
 def run_daemon(config: Config, *, host: str | None = None, port: int | None = None) -> None:
     """Run until SIGTERM/SIGINT."""
     host = host or config.server.host
     port = config.server.port if port is None else port
     refuse_embedded_default(config, host)
-    loopback = _is_loopback(host)
-    runtime = build_runtime(config, loopback=loopback)
+    loopback = is_loopback(host)
+    registry = build_registry(config)
+    check_startable(config, registry)
+    runtime = build_runtime(config, registry, loopback=loopback)
     log.info("config: %s", config.source)
-    _warn_about_config(config)
+    for warning in start_warnings(config, registry, host=host):
+        log.warning("%s", warning)
     try:
         runtime.prepare_consumer()
     except EventsConfigError as err:
         raise StartupError(str(err)) from None
-    problem = missing_credentials(config.audit)
-    if problem:
-        raise StartupError(problem)
     log.info("database: %s", runtime.engine.url.render_as_string(hide_password=True))
     prepare_database(runtime)
     if runtime.local_tier is None and config.auth.local_token is None:

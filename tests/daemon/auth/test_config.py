@@ -238,10 +238,13 @@ def test_config_check_reports_a_bad_rule(
     )
 
 
-def test_config_check_accepts_good_rules_anywhere(
+def test_config_check_no_env_accepts_good_rules_meant_for_a_cluster(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Not in a cluster and no API URL: still a valid file (the environment is the daemon's).
+    # Not in a cluster and no API URL: a plain check refuses as the daemon would here
+    # (tests/daemon/test_config_check.py), but the file itself is valid for a pod.
     path = write_config(tmp_path, {"rules": GOOD_RULES})
-    assert commands.config_check(str(path)) == commands.EXIT_OK
-    assert capsys.readouterr().out.strip() == f"{path}: ok"
+    assert commands.config_check(str(path), no_env=True) == commands.EXIT_OK
+    assert (
+        capsys.readouterr().out.splitlines()[0] == f"{path}: structure ok (environment not checked)"
+    )

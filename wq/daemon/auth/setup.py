@@ -207,8 +207,12 @@ def build_authenticator(
     local_tier: LocalTokenTier | None = None,
     environ: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    quiet: bool = False,
 ) -> Authenticator:
-    """The tiers this config asks for, or a ConfigError naming the key at fault."""
+    """The tiers this config asks for, or a ConfigError naming the key at fault.
+
+    `quiet`: no line says which tiers were built (a check, not a start).
+    """
     section = parse_authorization(config, known_types)
     builder = _Builder(config, section, os.environ if environ is None else environ, clock)
     try:
@@ -220,8 +224,10 @@ def build_authenticator(
     tiers: list[Tier] = [local_tier] if local_tier is not None else []
     if jwt_tier is not None:
         tiers.append(jwt_tier)
-        log.info("auth: JWT issuers %s", ", ".join(jwt_tier.sources))
+        if not quiet:
+            log.info("auth: JWT issuers %s", ", ".join(jwt_tier.sources))
     if openshift is not None:
         tiers.append(openshift)
-        log.info("auth: OpenShift users/~ at %s", openshift.api_url)
+        if not quiet:
+            log.info("auth: OpenShift users/~ at %s", openshift.api_url)
     return Authenticator(tiers)
