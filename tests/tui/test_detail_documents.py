@@ -120,3 +120,23 @@ def test_l_on_an_item_without_output_says_so() -> None:
             ]
 
     asyncio.run(main())
+
+
+def test_the_summary_counts_a_tasks_attempts_as_the_items_view_does() -> None:
+    # A task that ran and completed has attempts 0 (no failure in a row) and one run:
+    # the Items view and `wq status` say 1, and so does the detail.
+    done = {**TASK, "attempts": 0, "details": {"kind": "echo", "runs": 1}}
+
+    async def main() -> None:
+        app = WqApp(canned_api(CannedServer(items=[done])), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.open_item(done["id"])
+            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
+            screen = app.screen
+            await until(pilot, lambda: screen.item is not None, message="the item")
+            summary = screen.query_one("#summary", Static)
+            await pilot.pause()
+            (line,) = [line for line in on_screen(summary).splitlines() if "attempts" in line]
+            assert line.split() == ["attempts", "1"]
+
+    asyncio.run(main())

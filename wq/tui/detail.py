@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Header, Log, Static
 
 from wq.cli.common import printable
 from wq.client.errors import ClientError
+from wq.client.shown import attempts as attempts_shown
 from wq.tui.format import (
     age,
     compact,
@@ -56,6 +57,14 @@ PREVIEW_LINES = 200
 PREVIEW_CHARS = 20_000
 # Details whose value is a program's output: shown as text under its own title.
 OUTPUT_KEYS = ("log_tail",)
+
+
+def _summary_value(item: dict[str, Any], key: str) -> str:
+    """A summary line's value; attempts as the Items view and `wq status` count them."""
+    if key == "attempts":
+        return attempts_shown(item)
+    value = item.get(key)
+    return "-" if value is None else str(value)
 
 
 @dataclass
@@ -186,12 +195,7 @@ class ItemDetailScreen(PollingScreen):
         item = self.item = data.item
         now = self.wq.now()
         self.query_one("#summary", Static).update(
-            printable(
-                "\n".join(
-                    f"{key:>12}  {item.get(key) if item.get(key) is not None else '-'}"
-                    for key in SUMMARY
-                )
-            )
+            printable("\n".join(f"{key:>12}  {_summary_value(item, key)}" for key in SUMMARY))
         )
         self._show_details(data.details or Details.of(item.get("details") or {}))
         self._show_log(data.log)
