@@ -253,6 +253,30 @@ def test_retry_is_refused_read_only_and_without_permission(daemon: RunningDaemon
     run(daemon, attempt, token=daemon.reader)
 
 
+def test_an_action_the_items_phase_does_not_take_is_said_at_once(daemon: RunningDaemon) -> None:
+    # An active item cannot be retried, a cancelled one cannot be cancelled: said at
+    # once, without a question whose yes the server would refuse.
+    project = project_of("phases")
+    item = daemon.submit(project=project)
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        table = await open_items(app, pilot, f"items project={project}")
+        await until(pilot, lambda: rows(table) == [item["id"]], message="the item")
+        await until(pilot, lambda: app.may_retry("mr"), message="whoami")
+        await pilot.press("r")
+        said = "retry: only failed or cancelled items can be retried (this one is active)"
+        await until(pilot, lambda: said in toasts(app), message="why not")
+        assert isinstance(app.screen, ItemsScreen)
+        cancel(daemon, item["id"])
+        await until(pilot, lambda: table.get_row(item["id"])[3] == "cancelled", message="cancelled")
+        await pilot.press("c")
+        said = "cancel: only active items can be cancelled (this one is cancelled)"
+        await until(pilot, lambda: said in toasts(app), message="why not")
+        assert isinstance(app.screen, ItemsScreen)
+
+    run(daemon, scenario)
+
+
 def test_cursor_stays_on_its_item_across_refreshes(daemon: RunningDaemon) -> None:
     project = project_of("cursor")
     created = [daemon.submit(project=project)["id"] for _ in range(4)]

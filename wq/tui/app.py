@@ -34,6 +34,9 @@ from wq.tui.queue import QueueScreen
 FILTER_KEYS = ("type", "phase", "project", "admission")
 CHOICES = {"phase": PHASES, "admission": ADMISSIONS}
 WHOAMI_RETRY = 5.0
+# The phases an item is in for each action to apply (the server's rule, said first).
+ACTIONABLE_PHASES = {"retry": ("failed", "cancelled"), "cancel": ("active",)}
+DONE = {"retry": "retried", "cancel": "cancelled"}
 
 
 class WqApp(App[None]):
@@ -254,6 +257,16 @@ class WqApp(App[None]):
         if not self.may_retry(item["type"]):
             reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
             self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
+            return
+        # Said at once, not after a question the server would answer 409 to.
+        takes = ACTIONABLE_PHASES[action]
+        if item.get("phase") not in takes:
+            self.notify(
+                f"{action}: only {' or '.join(takes)} items can be {DONE[action]} "
+                f"(this one is {item.get('phase')})",
+                severity="warning",
+                markup=False,
+            )
             return
 
         def answered(yes: bool | None) -> None:
