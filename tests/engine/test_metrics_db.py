@@ -319,6 +319,29 @@ def test_the_budget_bounds_the_queries_on_postgresql(
     assert timeout != "100ms"
 
 
+@pytest.mark.postgres
+def test_the_gauges_are_read_without_parallel_workers(
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a long history the planner gave the failed items' count two workers, whose
+    # start cost more than the scan (benchmarks/scale.py): the reading runs without.
+    seen: list[str] = []
+    real = metrics_db.read_snapshot
+
+    def reading(session: Session, types: Any, **kwargs: Any) -> Snapshot:
+        seen.append(session.execute(text("SHOW max_parallel_workers_per_gather")).scalar_one())
+        return real(session, types, **kwargs)
+
+    monkeypatch.setattr(metrics_db, "read_snapshot", reading)
+    config = make_config(postgres_store.url, metrics={"cache_seconds": 0})
+    metrics, _ = collecting(postgres_store, config)
+    scrape(metrics)
+    assert seen == ["0"]
+    # Only for the reading (SET LOCAL): other sessions plan as configured.
+    with postgres_store.sessions() as session:
+        assert session.execute(text("SHOW max_parallel_workers_per_gather")).scalar_one() != "0"
+
+
 # Indexes that restrict a query to the live working set: partial indexes over queued,
 # admitted, unfinished or unarchived rows, or a `(type, phase)` range (an Index Cond, not a Filter).
 RESTRICTING = {
