@@ -190,7 +190,8 @@ def config_check(path: str, *, no_env: bool = False) -> int:
         os.environ.clear()
         os.environ.update(saved)
     if needed and not no_env:
-        return _fail(f"{path}: environment variables not set: {', '.join(needed)}")
+        variables = "variables" if len(needed) > 1 else "variable"
+        return _fail(f"{path}: environment {variables} not set: {', '.join(needed)}")
     for warning in warnings:
         sys.stderr.write(f"wq: warning: {warning}\n")
     if not no_env:
