@@ -54,7 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from databases import bench_database
+from databases import add_admin_url, bench_database
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import make_url
 
@@ -67,7 +67,6 @@ from wq.engine.config import Config, parse_config
 from wq.engine.db import make_engine, make_sessionmaker
 from wq.engine.models import ALERT_LANE, NORMAL_LANE, utcnow
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TYPE_NAME = "bench"
 CAPACITY = 10
 ALERT_CAPACITY = 1
@@ -575,11 +574,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "audit_log and the tables referencing work_items are TRUNCATED. Default: a "
         "throwaway wq_bench_adm_<pid>",
     )
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL),
-        help="server used to create/drop the throwaway database",
-    )
+    add_admin_url(parser)
     parser.add_argument("--keep-database", action="store_true", help="do not drop it afterwards")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     args = parser.parse_args(argv)

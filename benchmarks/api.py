@@ -46,7 +46,7 @@ from typing import Any
 
 import httpx
 import yaml
-from databases import bench_database
+from databases import add_admin_url, bench_database
 from loadgen import Outcome, Pool, encode_request, open_loop
 from sqlalchemy import insert
 
@@ -55,7 +55,6 @@ from wq.engine.config import ServerConfig
 from wq.engine.db import make_engine
 from wq.engine.models import WorkItemStatus
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PROJECT = "bench/api"
 TOKEN_ENV = "WQ_BENCH_GITLAB_TOKEN"
 
@@ -367,9 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         default=server_defaults.max_waiting_requests,
         help="the daemons' server.max_waiting_requests",
     )
-    parser.add_argument(
-        "--admin-url", default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL)
-    )
+    add_admin_url(parser)
     parser.add_argument("--database-url", default=None)
     parser.add_argument(
         "--floor",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -9,6 +10,17 @@ from collections.abc import Iterator
 
 import psycopg
 from sqlalchemy.engine import make_url
+
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def add_admin_url(parser: argparse.ArgumentParser) -> None:
+    """`--admin-url`: the server the throwaway databases are made on (`WQ_BENCH_ADMIN_URL`)."""
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL),
+        help="server used to create and drop the throwaway databases",
+    )
 
 
 def pg_url(url: str, database: str) -> str:

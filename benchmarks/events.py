@@ -32,7 +32,7 @@ from typing import Any
 import boto3
 import httpx
 from api import Daemon, cpu_seconds
-from databases import bench_database
+from databases import add_admin_url, bench_database
 from sqlalchemy import Engine, text
 
 from wq.engine import schema
@@ -291,13 +291,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--paths", default="webhook,sqs", help="webhook, sqs or both")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait at most")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get(
-            "WQ_BENCH_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-        ),
-        help="server used to create and drop the throwaway database",
-    )
+    add_admin_url(parser)
     return parser.parse_args(argv)
 
 

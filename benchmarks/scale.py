@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 from api import Daemon
-from databases import bench_database
+from databases import add_admin_url, bench_database
 from sqlalchemy import Engine, text
 from throughput import run_wq
 
@@ -368,13 +368,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--base-url", help="a baseline database seeded before (kept)")
     parser.add_argument("--big-url", help="a big database seeded before (kept)")
     parser.add_argument("--keep-databases", action="store_true", help="do not drop them")
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get(
-            "WQ_BENCH_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-        ),
-        help="server used to create and drop the throwaway databases",
-    )
+    add_admin_url(parser)
     return parser.parse_args(argv)
 
 

@@ -54,7 +54,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from databases import bench_database, libpq_url
+from databases import add_admin_url, bench_database, libpq_url
 from sqlalchemy import Engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -69,7 +69,6 @@ from wq.engine.models import WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext, ItemType, TypeRegistry
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TYPE_NAME = "bench_noop"
 DIMENSION = "needs_noop"
 RAW_TABLE = "wq_bench_raw_jobs"
@@ -1217,11 +1216,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="measure in this (PostgreSQL) database; default: a throwaway wq_bench_<pid>",
     )
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get("WQ_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL),
-        help="server used to create/drop the throwaway database",
-    )
+    add_admin_url(parser)
     parser.add_argument("--keep-database", action="store_true", help="do not drop it afterwards")
     parser.add_argument(
         "--peers",
