@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 from wq.daemon.auth import build_authenticator, parse_authorization
+from wq.daemon.auth.setup import in_cluster_api_url
 from wq.engine.archive import missing_credentials
 from wq.engine.config import ConfigError
 from wq.engine.sqs import EventsConfigError, queue_url_from_env, sqs_client
@@ -69,8 +70,8 @@ def start_warnings(
         return warnings
     # Serving the network or in a cluster, a daemon is one of several replicas, which
     # share nothing through a SQLite file of their own.
-    deployed = not is_loopback(host or config.server.host) or bool(
-        os.environ.get("KUBERNETES_SERVICE_HOST")
+    deployed = (
+        not is_loopback(host or config.server.host) or in_cluster_api_url(os.environ) is not None
     )
     if not config.embedded and config.database_url is None and deployed:
         warnings.append(
