@@ -74,6 +74,25 @@ def test_replicas_alive_and_lost_with_the_leases_being_rescued(
     assert [replica["id"] for replica in client.get("/api/replicas").json()] == ["host-a:11"]
 
 
+def test_a_replica_counts_only_its_own_leases_whatever_its_host_name(store: Store) -> None:
+    # `_` and `%` in a host name are not wildcards: "web_1:7" is not "webx1:7".
+    config = make_config(store.url)
+    registry = chain_registry(Behaviour())
+    for owner in ("webx1:7/worker-1", "web%1:7/worker-2", "web_1:7/worker-3"):
+        item = submit(store.sessions, registry, config, "team/app").item
+        assert item is not None
+        with store.sessions.begin() as session:
+            session.execute(
+                update(WorkItem)
+                .where(WorkItem.id == item.id)
+                .values(lease_owner=owner, leased_until=utcnow() + timedelta(seconds=30))
+            )
+    beating(store, "web_1:7")
+    with store.sessions() as session:
+        held = session.scalar(select(Replica.leases_held).where(Replica.id == "web_1:7"))
+    assert held == 1
+
+
 def test_a_heartbeat_updates_its_row_and_drops_replicas_lost_long_ago(store: Store) -> None:
     long_gone = beating(store, "host-old:1", at=utcnow() - LOST_KEPT - timedelta(minutes=1))
     assert long_gone.replica_id == "host-old:1"

@@ -73,7 +73,11 @@ def count_alive(session: Session, now: datetime) -> tuple[int, int]:
 def _leases_of(replica_id: str) -> Select[int]:
     """Items leased by a replica (its workers are `<id>/worker-N`), on the lease index."""
     return select(func.count()).where(
-        or_(WorkItem.lease_owner == replica_id, WorkItem.lease_owner.like(f"{replica_id}/%")),
+        or_(
+            WorkItem.lease_owner == replica_id,
+            # Escaped: a host name's `_` is no wildcard matching another replica's workers.
+            WorkItem.lease_owner.startswith(f"{replica_id}/", autoescape=True),
+        ),
         WorkItem.leased_until.is_not(None),
     )
 
