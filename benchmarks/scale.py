@@ -104,7 +104,8 @@ HISTORY = NEW_ITEMS.format(
     admission="'done'",
     seq="NULL",
     queued_at="NULL",
-    created_at="now() - make_interval(days => CAST(:day AS integer), secs => g % 86000)",
+    created_at="now() - make_interval(secs => :newest + (CAST(:day AS integer) - 1) * :slice"
+    " + g % :slice)",
     dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
 )
 # Failed items of the last day, waiting for an operator (`phase=failed` lists them).
@@ -131,18 +132,20 @@ EVENTS = [
     "released",
 ]
 AUDIT = f"""
-INSERT INTO audit_log (at, event_type, work_item_id, actor, new_state, trigger, archived_at)
+INSERT INTO audit_log (at, event_type, work_item_id, actor, new_state, trigger, metadata,
+                       archived_at)
 SELECT w.created_at + make_interval(secs => k * 3),
        (ARRAY{EVENTS!r})[k],
        w.id, 'seed',
        jsonb_build_object('phase', CASE WHEN k = 9 THEN w.phase ELSE 'active' END,
                           'admission', w.admission, 'project', w.project),
        '{{"source": "seed"}}',
+       CASE WHEN k IN (3, 6) THEN jsonb_build_object('queued_seconds', k * 1.5) END,
        CASE WHEN :archived THEN now() END
   FROM work_items w CROSS JOIN generate_series(1, CAST(:per_item AS integer)) AS k
  WHERE w.project LIKE 'hist/%'
-   AND w.created_at >= now() - make_interval(days => CAST(:day AS integer) + 1)
-   AND w.created_at < now() - make_interval(days => CAST(:day AS integer))
+   AND w.created_at > now() - make_interval(secs => :newest + CAST(:day AS integer) * :slice)
+   AND w.created_at <= now() - make_interval(secs => :newest + (CAST(:day AS integer) - 1) * :slice)
 """
 # Rows of the working set's items at a given age: the last day, or the day to prune.
 WORKING_AUDIT = """
@@ -150,12 +153,15 @@ WITH active AS (
     SELECT array_agg(id ORDER BY id) AS ids, array_agg(project ORDER BY id) AS projects
       FROM work_items WHERE project LIKE 'seed/%'
 )
-INSERT INTO audit_log (at, event_type, work_item_id, actor, new_state, trigger, archived_at)
+INSERT INTO audit_log (at, event_type, work_item_id, actor, new_state, trigger, metadata,
+                       archived_at)
 SELECT now() - make_interval(secs => :from_seconds + (g * 86399.0 / :rows)),
        (ARRAY['created', 'admitted', 'released', 'action_completed'])[1 + g % 4],
        active.ids[1 + g % :active], 'seed',
        jsonb_build_object('phase', 'active', 'project', active.projects[1 + g % :active]),
-       '{"source": "seed"}', CASE WHEN :archived THEN now() END
+       '{"source": "seed"}',
+       CASE WHEN g % 4 = 1 THEN jsonb_build_object('queued_seconds', g % 600) END,
+       CASE WHEN :archived THEN now() END
   FROM generate_series(1, CAST(:rows AS integer)) AS g CROSS JOIN active
 """
 
@@ -195,8 +201,14 @@ def seed_working_set(engine: Engine, active: int, projects: int, audit_per_day: 
 
 
 def seed_history(engine: Engine, items: int, audit: int, projects: int) -> None:
-    """`items` terminal items over days 1-30 and `audit` archived rows for them."""
+    """`items` terminal items and `audit` archived rows for them, all inside retention.
+
+    They are between one and 29 days old, in 30 slices: older than the stats' window
+    (the last day is the working set's), younger than what the prune deletes, with a
+    day's margin for the run's own time (rows past retention would be deleted too).
+    """
     per_day = max(1, items // RETENTION_DAYS)
+    ages = {"newest": DAY + 60, "slice": (RETENTION_DAYS - 2) * DAY // RETENTION_DAYS}
     per_item = max(1, min(len(EVENTS), round(audit / max(1, items))))
     started = time.monotonic()
     for day in range(1, RETENTION_DAYS + 1):
@@ -211,9 +223,10 @@ def seed_history(engine: Engine, items: int, audit: int, projects: int) -> None:
                     "first": first,
                     "last": first + per_day - 1,
                     "day": day,
-                },
+                }
+                | ages,
             )
-            conn.execute(text(AUDIT), {"day": day, "per_item": per_item, "archived": True})
+            conn.execute(text(AUDIT), {"day": day, "per_item": per_item, "archived": True} | ages)
         if day % 5 == 0:
             log(f"history: day {day} of {RETENTION_DAYS} ({time.monotonic() - started:.0f} s)")
 
@@ -373,7 +386,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def prepared(url: str, args: argparse.Namespace, *, big: bool, seeded: bool) -> dict[str, int]:
-    """Migrate and seed a database (unless it was seeded before); its row counts."""
+    """Migrate and seed a database (unless it was seeded before); its row counts and
+    the rows the measured prune deletes (the same on both, or the figure compares
+    different work)."""
     engine = make_engine(url, pool_size=2)
     try:
         if not seeded:
@@ -381,7 +396,10 @@ def prepared(url: str, args: argparse.Namespace, *, big: bool, seeded: bool) -> 
             seed_working_set(engine, args.active, args.projects, args.audit // RETENTION_DAYS)
             if big:
                 seed_history(engine, args.items, args.audit, args.projects)
-        return analyze(engine)
+        counts = analyze(engine)
+        with rolled_back(engine) as session:
+            counts["pruned"] = prune(session, retention_days=RETENTION_DAYS, now=utcnow())
+        return counts
     finally:
         engine.dispose()
 

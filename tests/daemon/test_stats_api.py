@@ -1,4 +1,4 @@
-"""`GET /api/stats`: buckets counted from known audit rows, waits from the items, lanes now."""
+"""`GET /api/stats`: buckets counted from known audit rows, waits of admissions and ends, lanes now."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from tests.engine.helpers import submit
 from wq.daemon.runtime import Runtime
+from wq.engine.admission import dispatch
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import WorkItem, utcnow
 
@@ -115,6 +116,37 @@ def test_buckets_count_each_transition_once_where_it_happened(
     }
     by_type = client.get("/api/stats", params={"window": "10m", "type": "chain"}).json()
     assert totals(by_type) == totals(document)
+
+
+def test_each_admission_keeps_its_own_wait(runtime: Runtime, client: TestClient) -> None:
+    """The dispatcher's row carries the wait: an item admitted again later (a retry, a
+    new run) does not rewrite the waits of its earlier admissions."""
+    queued = utcnow().replace(microsecond=0) - timedelta(minutes=5)
+    first = add_item(runtime, "team/a", queued_at=queued)
+    second = add_item(runtime, "team/b", queued_at=queued)
+    with runtime.sessions.begin() as session:
+        for item_id in (first, second):
+            item = session.get(WorkItem, item_id)
+            assert item is not None
+            item.admission = "queued"
+    dispatch(
+        runtime.sessions, runtime.config, ["team/a"], clock=lambda: queued + timedelta(seconds=40)
+    )
+    dispatch(
+        runtime.sessions, runtime.config, ["team/b"], clock=lambda: queued + timedelta(seconds=100)
+    )
+    # The first item is queued and admitted again much later: its item row now says
+    # 5 s, its first admission still waited 40 s.
+    with runtime.sessions.begin() as session:
+        item = session.get(WorkItem, first)
+        assert item is not None
+        item.queued_at = queued + timedelta(minutes=3)
+        item.admitted_at = item.queued_at + timedelta(seconds=5)
+
+    document = client.get("/api/stats", params={"window": "10m", "step": "10m"}).json()
+    (bucket,) = document["buckets"]
+    assert bucket["admitted"] == 2
+    assert (bucket["wait_p50_seconds"], bucket["wait_p95_seconds"]) == (40.0, 100.0)
 
 
 def test_lanes_show_the_queue_now(runtime: Runtime, client: TestClient) -> None:

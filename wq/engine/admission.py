@@ -37,7 +37,7 @@ class Admitted:
     project: str
     lane: str
     seq: int
-    waited: float = 0.0  # seconds from queued_at to admission
+    waited: float | None = None  # seconds from queued_at to admission (None: not queued)
 
 
 def queued_projects_query() -> Select[Any]:
@@ -136,6 +136,9 @@ def admit(
                         "project": entry.project,
                     },
                     trigger={"source": "dispatcher", "reason": "slot free"},
+                    # The wait goes with the row: the stats read it from here, not by
+                    # joining every admission of their window to its item.
+                    metadata=None if entry.waited is None else {"queued_seconds": entry.waited},
                     at=now,
                 )
                 for entry in admitted
@@ -146,13 +149,13 @@ def admit(
     return admitted
 
 
-def _waited(queued_at: datetime | None, now: datetime) -> float:
-    return 0.0 if queued_at is None else max(0.0, (now - queued_at).total_seconds())
+def _waited(queued_at: datetime | None, now: datetime) -> float | None:
+    return None if queued_at is None else max(0.0, (now - queued_at).total_seconds())
 
 
 def _observe_waits(metrics: Metrics, admitted: list[Admitted]) -> None:
     for entry in admitted:
-        metrics.admission_wait.labels(entry.lane).observe(entry.waited)
+        metrics.admission_wait.labels(entry.lane).observe(entry.waited or 0.0)
 
 
 def dispatch(

@@ -2,10 +2,10 @@
 
 Every state change has its audit row (`wq.engine.audit`), so the counts per time
 bucket are one grouped query over the window's rows, found through the index on
-`audit_log.at`; nothing is written on the hot path to keep them. The waits join the
-window's admissions and ends to their items by primary key: queued -> admitted is the
-item's `admitted_at - queued_at` (its latest admission), admitted -> done the end's
-time minus `admitted_at`. The cost follows the rows of the window, not the history.
+`audit_log.at`; nothing is written on the hot path to keep them. An admission's row
+carries its wait (queued -> admitted); the ends join their items by primary key:
+admitted -> done is the end's time minus the item's `admitted_at`. The cost follows
+the rows of the window, not the history.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.sql import Select
 from sqlalchemy.orm import Session
 
 from wq.engine.models import (
@@ -172,24 +173,51 @@ def _durations(
     """(bucket, seconds) of the window's admissions (queued -> admitted) or ends."""
     audit = AuditEntry
     if event_type is not None:
-        duration = _seconds_between(session, WorkItem.admitted_at, WorkItem.queued_at)
-        wheres = [*filters, audit.event_type == event_type, WorkItem.queued_at.is_not(None)]
+        query = _waits_query(session, filters, bucket, item_type, event_type)
     else:
         duration = _seconds_between(session, audit.at, WorkItem.admitted_at)
-        wheres = list(filters)
-    wheres.append(WorkItem.admitted_at.is_not(None))
-    if item_type is not None:
-        wheres.append(WorkItem.type == item_type)
-    query = (
-        select(bucket, duration)
-        .join(WorkItem, WorkItem.id == audit.work_item_id)
-        .where(*wheres)
-        .order_by(audit.at.desc())
-        .limit(MAX_DURATIONS)
-    )
+        wheres = [*filters, WorkItem.admitted_at.is_not(None)]
+        if item_type is not None:
+            wheres.append(WorkItem.type == item_type)
+        query = (
+            select(bucket, duration)
+            .join(WorkItem, WorkItem.id == audit.work_item_id)
+            .where(*wheres)
+            .order_by(audit.at.desc())
+            .limit(MAX_DURATIONS)
+        )
     for index, seconds in session.execute(query):
         if seconds is not None and seconds >= 0:
             yield index, float(seconds)
+
+
+def _waits_query(
+    session: Session,
+    filters: list[ColumnElement[bool]],
+    bucket: ColumnElement[int],
+    item_type: str | None,
+    event_type: str,
+) -> Select[Any]:
+    """The admissions' waits: each row's own `queued_seconds`, else its item's.
+
+    Rows written before admissions carried their wait fall back to the item's latest
+    admission (`admitted_at - queued_at`), looked up for those rows alone: the
+    database evaluates COALESCE's second argument only when the first is null.
+    """
+    audit = AuditEntry
+    item = WorkItem.__table__.alias("admitted_item")
+    from_item = (
+        select(_seconds_between(session, item.c.admitted_at, item.c.queued_at))
+        .where(item.c.id == audit.work_item_id)
+        .scalar_subquery()
+    )
+    wait = func.coalesce(audit.extra["queued_seconds"].as_float(), from_item)
+    query = select(bucket, wait).where(*filters, audit.event_type == event_type)
+    if item_type is not None:
+        query = query.join(WorkItem, WorkItem.id == audit.work_item_id).where(
+            WorkItem.type == item_type
+        )
+    return query.order_by(audit.at.desc()).limit(MAX_DURATIONS)
 
 
 def lanes_now(session: Session, item_type: str | None, project: str | None) -> list[LaneNow]:
