@@ -1,4 +1,5 @@
-"""`GET /api/stats`: buckets counted from known audit rows, waits of admissions and ends, lanes now."""
+"""`GET /api/stats`: buckets counted from known audit rows, the waits of admissions and
+ends, the lanes now."""
 
 from __future__ import annotations
 

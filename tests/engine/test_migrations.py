@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from sqlalchemy import Engine, inspect, text
 
 from tests.conftest import Store, throwaway_pg_database
 from wq.engine import schema
-from wq.engine.db import make_engine
+from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.failed_counts import failed_per_type
 from wq.engine.models import Base
 from wq.types import load_all_models
 
@@ -92,3 +94,40 @@ def test_downgrade_to_empty_and_back(private_engine: Engine) -> None:
         schema.check_current(private_engine)
     schema.upgrade(private_engine)
     schema.check_current(private_engine)
+
+
+def test_failed_items_already_there_are_counted_by_the_upgrade(private_engine: Engine) -> None:
+    """0014 counts the failed items a database holds when it is upgraded, and its
+    triggers count from then on."""
+    config = schema.alembic_config(private_engine)
+    with private_engine.connect() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0013")
+        conn.commit()
+    columns = (
+        "id, type, project, phase, attempts, admission, lane, autonomous, created_at,"
+        " updated_at, stamp"
+    )
+    sqlite = private_engine.dialect.name == "sqlite"
+    rows = [
+        (uuid.uuid4(), "mr" if k % 2 else "task", phase)
+        for k, phase in enumerate(["failed", "failed", "failed", "completed", "active"])
+    ]
+    with private_engine.begin() as conn:
+        for item_id, item_type, phase in rows:
+            conn.execute(
+                text(
+                    f"INSERT INTO work_items ({columns}) VALUES (:id, :type, 'g/p', :phase, 0,"
+                    " 'done', 'normal', false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 0)"
+                ),
+                # As the Uuid column stores it: 32 hex digits on SQLite.
+                {"id": item_id.hex if sqlite else item_id, "type": item_type, "phase": phase},
+            )
+    schema.upgrade(private_engine)
+    sessions = make_sessionmaker(private_engine)
+    with sessions() as session:
+        assert failed_per_type(session, ["mr", "task"]) == {"mr": 1, "task": 2}
+    with private_engine.begin() as conn:
+        conn.execute(text("UPDATE work_items SET phase = 'failed' WHERE phase = 'active'"))
+    with sessions() as session:
+        assert failed_per_type(session, ["mr", "task"]) == {"mr": 1, "task": 3}

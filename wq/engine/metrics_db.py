@@ -1,10 +1,12 @@
 """Gauges that are counts in the database, computed when Prometheus scrapes.
 
 Pool usage, queue depth and age, and live items are read from the database, never
-kept as running deltas that a crash or a second replica would make drift. The queries
-follow the indexes the dispatcher already has (the partial indexes on queued and on
-admitted items, `(type, phase)` for items), so their cost grows with the live working
-set, not with the history of finished items.
+kept as running deltas in a process, which a crash or a second replica would make
+drift. The queries follow the indexes the dispatcher already has (the partial indexes
+on queued and on admitted items, `(type, phase)` for active items), so their cost
+grows with the live working set, not with the history of finished items; failed
+items, which stay, are counted by the database itself, in the transaction that fails
+or retries them (`wq.engine.failed_counts`).
 
 Each replica is scraped on its own and every replica would read the same numbers, so
 one computation is kept for `cache_seconds` and scrapes in between get it: N replicas
@@ -26,10 +28,11 @@ from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import CompoundSelect, Integer, Select, cast, func, literal, select, text, union_all
+from sqlalchemy import Integer, Select, cast, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.config import Config
+from wq.engine.failed_counts import failed_per_type
 from wq.engine.models import (
     ACTIVE,
     ADMITTED,
@@ -73,25 +76,17 @@ class Snapshot:
     oldest_unarchived_at: datetime | None = None
 
 
-def items_query(types: Sequence[str]) -> CompoundSelect[str, str, str, int]:
-    """Active and failed items per type, phase and admission (the `(type, phase)` index).
+def items_query(types: Sequence[str]) -> Select[str, str, str, int]:
+    """Active items per type, phase and admission (the `(type, phase)` index).
 
-    Failed items are terminal, so their admission is `done`: they are counted from the
-    index alone (an index-only scan), without reading the row of each of them, which a
-    long history makes many.
+    Failed items, which a long history makes many, are not read: their counts are
+    kept by the database (`wq.engine.failed_counts`).
     """
-    known = WorkItem.type.in_(sorted(types))
-    active = (
+    return (
         select(WorkItem.type, WorkItem.phase, WorkItem.admission, func.count())
-        .where(known, WorkItem.phase == ACTIVE)
+        .where(WorkItem.type.in_(sorted(types)), WorkItem.phase == ACTIVE)
         .group_by(WorkItem.type, WorkItem.phase, WorkItem.admission)
     )
-    failed = (
-        select(WorkItem.type, WorkItem.phase, literal(DONE).label("admission"), func.count())
-        .where(known, WorkItem.phase == FAILED)
-        .group_by(WorkItem.type, WorkItem.phase)
-    )
-    return union_all(active, failed)
 
 
 def queued_query() -> Select[str, str, int, int, datetime | None]:
@@ -137,6 +132,8 @@ def read_snapshot(session: Session, types: Sequence[str], *, archiving: bool = F
     if types:
         rows = session.execute(items_query(types))
         snapshot.items = {(t, p, a): int(n) for t, p, a, n in rows}
+        for item_type, failed in failed_per_type(session, types).items():
+            snapshot.items[(item_type, FAILED, DONE)] = failed
     for project, lane, count, autonomous, oldest in session.execute(queued_query()):
         key = (str(project), _lane(lane))
         snapshot.queued[key] = snapshot.queued.get(key, 0) + int(count)

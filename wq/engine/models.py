@@ -374,6 +374,24 @@ class Replica(Base):
     db_round_trip_ms: Mapped[float | None] = mapped_column(Float)
 
 
+class FailedCount(Base):
+    """A change to the number of failed items of a type (+1 or -1, or a sum of them).
+
+    Written by database triggers on `work_items` (migration 0014) whenever an item
+    enters or leaves `failed`, so the failed items are counted without reading them:
+    the sum of a type's rows is its count. The sweep folds the rows into one per type
+    (`wq.engine.failed_counts`).
+    """
+
+    __tablename__ = "failed_counts"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    type: Mapped[str] = mapped_column(String(64))
+    delta: Mapped[int] = mapped_column(BigInteger)
+
+
 class SequenceCounter(Base):
     """SQLite's stand-in for a database SEQUENCE: one row, only ever incremented."""
 

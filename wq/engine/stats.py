@@ -28,8 +28,8 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.sql import Select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import Select
 
 from wq.engine.models import (
     ACTIVE,
@@ -171,24 +171,35 @@ def _durations(
     event_type: str | None,
 ) -> Iterable[tuple[int, float]]:
     """(bucket, seconds) of the window's admissions (queued -> admitted) or ends."""
-    audit = AuditEntry
-    if event_type is not None:
-        query = _waits_query(session, filters, bucket, item_type, event_type)
-    else:
-        duration = _seconds_between(session, audit.at, WorkItem.admitted_at)
-        wheres = [*filters, WorkItem.admitted_at.is_not(None)]
-        if item_type is not None:
-            wheres.append(WorkItem.type == item_type)
-        query = (
-            select(bucket, duration)
-            .join(WorkItem, WorkItem.id == audit.work_item_id)
-            .where(*wheres)
-            .order_by(audit.at.desc())
-            .limit(MAX_DURATIONS)
-        )
+    query = (
+        _waits_query(session, filters, bucket, item_type, event_type)
+        if event_type is not None
+        else _runs_query(session, filters, bucket, item_type)
+    )
     for index, seconds in session.execute(query):
         if seconds is not None and seconds >= 0:
             yield index, float(seconds)
+
+
+def _runs_query(
+    session: Session,
+    filters: list[ColumnElement[bool]],
+    bucket: ColumnElement[int],
+    item_type: str | None,
+) -> Select[int, float]:
+    """The ends' runs: the end's time minus its item's `admitted_at`."""
+    audit = AuditEntry
+    duration = _seconds_between(session, audit.at, WorkItem.admitted_at)
+    wheres = [*filters, WorkItem.admitted_at.is_not(None)]
+    if item_type is not None:
+        wheres.append(WorkItem.type == item_type)
+    return (
+        select(bucket, duration)
+        .join(WorkItem, WorkItem.id == audit.work_item_id)
+        .where(*wheres)
+        .order_by(audit.at.desc())
+        .limit(MAX_DURATIONS)
+    )
 
 
 def _waits_query(

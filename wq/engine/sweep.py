@@ -2,7 +2,8 @@
 
 It reclaims leases that expired (a dead worker's items run again about one lease
 period after its last heartbeat), queues idle items whose deferred dimensions came
-due, drains events that nobody applied (start-up recovery), and prunes old audit rows.
+due, drains events that nobody applied (start-up recovery), prunes old audit rows and
+folds the failed items' count rows (`wq.engine.failed_counts`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine.audit import AuditRecord, audit, prune
 from wq.engine.config import Config
 from wq.engine.events import drain_events, items_with_pending_events
+from wq.engine.failed_counts import fold
 from wq.engine.items import settle
 from wq.engine.metrics import metrics_of
 from wq.engine.models import ACTIVE, IDLE, WorkItem, WorkItemStatus, utcnow
@@ -34,6 +36,7 @@ class SweepReport:
     deferrals_due: int = 0
     events_drained: int = 0
     audit_pruned: int = 0
+    failed_counts_folded: int = 0
 
 
 def sweep_once(
@@ -118,5 +121,7 @@ def sweep_once(
             now=now,
             keep_unarchived=config.audit.archiving,
         )
+    with sessions.begin() as session:
+        report.failed_counts_folded = fold(session)
     log.debug("sweep: %s", report)
     return report
