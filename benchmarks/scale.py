@@ -20,7 +20,7 @@ database, the drain of `--drain` new no-op items (`throughput.py`'s engine run).
 
 Each figure is printed with its ratio big/baseline; the goal is <= 1.25x for each.
 `--json` prints the report as JSON; `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of
-the list, pools, stats and gauge statements on the big database.
+every statement behind each figure on the big database (`scale_explain.py`).
 
     python benchmarks/scale.py                       # 1M items, 10M audit rows (~10 min)
     python benchmarks/scale.py --items 100000 --audit 1000000   # a quick look
@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 from api import Daemon
 from databases import add_admin_url, bench_database
+from scale_explain import explain
 from sqlalchemy import Engine, text
 from throughput import run_wq
 
@@ -347,26 +348,6 @@ def sample_of(engine: Engine) -> dict[str, str]:
     return {"item": str(row.id), "project": row.project}
 
 
-EXPLAINED = {
-    "list, one project": "SELECT id FROM work_items WHERE project = :project"
-    " ORDER BY created_at DESC, id DESC LIMIT 51",
-    "list, phase=failed": "SELECT id FROM work_items WHERE phase = 'failed'"
-    " ORDER BY created_at DESC, id DESC LIMIT 51",
-    "stats 24h": "SELECT event_type, count(*) FROM audit_log"
-    " WHERE at >= now() - interval '24 hours' GROUP BY event_type",
-}
-
-
-def explain(engine: Engine, project: str) -> None:
-    """EXPLAIN (ANALYZE, BUFFERS) of the statements most exposed to history."""
-    with engine.connect() as conn:
-        for name, statement in EXPLAINED.items():
-            plan = conn.execute(
-                text(f"EXPLAIN (ANALYZE, BUFFERS) {statement}"), {"project": project}
-            ).scalars()
-            print(f"\n-- {name}\n" + "\n".join(plan))
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1_000_000, help="terminal items of history")
@@ -424,7 +405,9 @@ def measure(args: argparse.Namespace, urls: dict[str, str], root: Path) -> dict[
                     figures[name].setdefault(what, []).append(median_ms(call, args.requests))
                 log(f"round {round_number}: {name} measured")
         if args.explain:
-            explain(engines["big"], samples["big"]["project"])
+            big = urls["big"]
+            config = parse_config(daemon_document(big), "scale")
+            explain(engines["big"], config, samples["big"], engine_measures(engines["big"], big))
         for engine in engines.values():
             engine.dispose()
     finally:
