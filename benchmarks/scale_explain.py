@@ -31,7 +31,7 @@ from wq.engine.pools import pool_statuses
 Statement = tuple[str, Mapping[str, Any]]
 # What is worth a plan: reads and writes of rows, not transaction control or locks.
 EXPLAINABLE = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE")
-NOT_EXPLAINED = ("pg_notify", "pg_advisory", "pg_try_advisory", "SET ")
+LOCKS_AND_SIGNALS = ("SELECT PG_ADVISORY", "SELECT PG_TRY_ADVISORY", "SELECT PG_NOTIFY")
 LISTS = {
     "list, first page": {},
     "list, phase=active": {"phase": "active"},
@@ -46,11 +46,7 @@ def recorded(engine: Engine, call: Callable[[], object]) -> list[Statement]:
 
     def record(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
         words = sql.lstrip().upper()
-        if (
-            not many
-            and words.startswith(EXPLAINABLE)
-            and not any(skip.upper() in words for skip in NOT_EXPLAINED)
-        ):
+        if not many and words.startswith(EXPLAINABLE) and not words.startswith(LOCKS_AND_SIGNALS):
             statements.append((sql, params or {}))
 
     event.listen(engine, "before_cursor_execute", record)
