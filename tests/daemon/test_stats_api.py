@@ -122,7 +122,9 @@ def test_buckets_count_each_transition_once_where_it_happened(
 def test_each_admission_keeps_its_own_wait(runtime: Runtime, client: TestClient) -> None:
     """The dispatcher's row carries the wait: an item admitted again later (a retry, a
     new run) does not rewrite the waits of its earlier admissions."""
-    queued = utcnow().replace(microsecond=0) - timedelta(minutes=5)
+    # Buckets fall on whole minutes (see above): the two admissions land in two of them.
+    minute = utcnow().replace(second=0, microsecond=0)
+    queued = minute - timedelta(minutes=5) + timedelta(seconds=5)
     first = add_item(runtime, "team/a", queued_at=queued)
     second = add_item(runtime, "team/b", queued_at=queued)
     with runtime.sessions.begin() as session:
@@ -130,12 +132,9 @@ def test_each_admission_keeps_its_own_wait(runtime: Runtime, client: TestClient)
             item = session.get(WorkItem, item_id)
             assert item is not None
             item.admission = "queued"
-    dispatch(
-        runtime.sessions, runtime.config, ["team/a"], clock=lambda: queued + timedelta(seconds=40)
-    )
-    dispatch(
-        runtime.sessions, runtime.config, ["team/b"], clock=lambda: queued + timedelta(seconds=100)
-    )
+    admitted = {"team/a": queued + timedelta(seconds=40), "team/b": queued + timedelta(seconds=100)}
+    for project, at in admitted.items():
+        dispatch(runtime.sessions, runtime.config, [project], clock=lambda at=at: at)
     # The first item is queued and admitted again much later: its item row now says
     # 5 s, its first admission still waited 40 s.
     with runtime.sessions.begin() as session:
@@ -144,10 +143,11 @@ def test_each_admission_keeps_its_own_wait(runtime: Runtime, client: TestClient)
         item.queued_at = queued + timedelta(minutes=3)
         item.admitted_at = item.queued_at + timedelta(seconds=5)
 
-    document = client.get("/api/stats", params={"window": "10m", "step": "10m"}).json()
-    (bucket,) = document["buckets"]
-    assert bucket["admitted"] == 2
-    assert (bucket["wait_p50_seconds"], bucket["wait_p95_seconds"]) == (40.0, 100.0)
+    document = client.get("/api/stats", params={"window": "10m", "step": "1m"}).json()
+    assert totals(document)["admitted"] == 2
+    for at, wait in ((admitted["team/a"], 40.0), (admitted["team/b"], 100.0)):
+        bucket = bucket_at(document, at)
+        assert (bucket["admitted"], bucket["wait_p50_seconds"]) == (1, wait)
 
 
 def test_lanes_show_the_queue_now(runtime: Runtime, client: TestClient) -> None:
