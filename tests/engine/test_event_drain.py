@@ -3,12 +3,13 @@ others, and an event stored while an item was active never changes it once termi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select, text, update
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import load, submit
@@ -16,8 +17,9 @@ from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items
 from wq.engine.events import drain_events, store_event
-from wq.engine.models import PendingEvent, WorkItemStatus, utcnow
+from wq.engine.models import PendingEvent, WorkItem, WorkItemStatus, utcnow
 from wq.engine.processing import ProcessingManager
+from wq.engine.registry import TypeRegistry
 
 
 def pending(store: Store, item_id: uuid.UUID) -> int:
@@ -118,3 +120,41 @@ def test_an_event_stored_while_active_changes_nothing_once_the_item_is_cancelled
         cancelled.admission,
         cancelled.updated_at,
     )
+
+
+def test_one_item_whose_events_cannot_be_applied_holds_up_no_other(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scheduler applies many items' events in one transaction; when that fails
+    (here the decider of one item raises when its event is settled), the others are
+    applied item by item and the failing one is left for the sweep."""
+    behaviour = Behaviour()
+    registry = chain_registry(behaviour)
+    config = make_config(store.url)
+    ids = [submit(store.sessions, registry, config).item.id for _ in range(3)]  # type: ignore[union-attr]
+    broken = ids[1]
+    chain = registry.get("chain")
+    decide = chain.decider
+
+    def decider(item: Any, now: Any) -> Any:
+        if item.id == broken:
+            raise RuntimeError("this decider is broken")
+        return decide(item, now)
+
+    registry = TypeRegistry()
+    registry.register_type(dataclasses.replace(chain, decider=decider))
+    with store.sessions.begin() as session:
+        for item_id in ids:
+            # Idle, as after their last action: an event settles them with their decider.
+            session.execute(update(WorkItem).where(WorkItem.id == item_id).values(admission="idle"))
+            store_event(session, item_id, "redo", {})
+    manager = ProcessingManager(store.sessions, registry, config)
+    caplog.set_level(logging.INFO)
+
+    manager.run_once(projects=set(), event_items=set(ids))
+
+    assert [pending(store, item_id) for item_id in ids] == [0, 1, 0]
+    assert step3_needed(store, ids[0]) and step3_needed(store, ids[2])
+    assert not step3_needed(store, broken)
+    failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert failures == [f"applying the events of work item {broken} failed"]

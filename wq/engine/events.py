@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -85,30 +86,82 @@ def drain_events(
     If another transaction holds the item (its row, or its intake lock), nothing is
     done and `locked` is set: the caller drains it again later.
     """
-    result = DrainResult()
-    if not store.try_lock_item(session, item_id):
-        result.locked = True
-        return result
-    events = list(
-        session.execute(
+    return drain_events_of(session, [item_id], registry, actor=actor)[item_id]
+
+
+def drain_events_of(
+    session: Session,
+    item_ids: Sequence[uuid.UUID],
+    registry: TypeRegistry,
+    *,
+    actor: str = "system",
+) -> dict[uuid.UUID, DrainResult]:
+    """`drain_events` for several items in one transaction (caller commits).
+
+    The items' intake locks, their events and their rows are each taken by one
+    statement for all of them, and their events deleted by one: an event's own work
+    is its handler's, in a savepoint. Items another transaction holds are `locked`.
+    """
+    results = {item_id: DrainResult() for item_id in item_ids}
+    free = store.try_lock_items(session, item_ids)
+    for item_id in set(item_ids) - free:
+        results[item_id].locked = True
+    events: dict[uuid.UUID, list[PendingEvent]] = {}
+    if free:
+        for pending in session.execute(
             select(PendingEvent)
-            .where(PendingEvent.work_item_id == item_id)
+            .where(PendingEvent.work_item_id.in_(free))
             .order_by(PendingEvent.id)
-        ).scalars()
-    )
+        ).scalars():
+            events.setdefault(pending.work_item_id, []).append(pending)
     if not events:
-        return result
-    item = session.get(
-        WorkItem, item_id, with_for_update={"skip_locked": True}, populate_existing=True
-    )
-    if item is None:
-        # Locked (or gone, and its events with it): SKIP LOCKED cannot tell, nor need it.
-        result.locked = True
-        return result
+        return results
+    items = {
+        item.id: item
+        for item in session.execute(
+            select(WorkItem)
+            .where(WorkItem.id.in_(events))
+            .with_for_update(skip_locked=True, of=WorkItem)
+            .execution_options(populate_existing=True)
+        ).scalars()
+    }
+    applied: list[int] = []
+    now = utcnow()
+    for item_id, item_events in events.items():
+        item = items.get(item_id)
+        if item is None:
+            # Locked (or gone, and its events with it): SKIP LOCKED cannot tell, nor need it.
+            results[item_id].locked = True
+            continue
+        _apply(session, item, item_events, registry, now, results[item_id])
+        applied.extend(event.id for event in item_events)
+        settle(
+            session,
+            item,
+            registry,
+            now,
+            actor=actor,
+            trigger={"source": "event", "reason": "events applied"},
+        )
+    if applied:
+        session.execute(delete(PendingEvent).where(PendingEvent.id.in_(applied)))
+    for item_id in items:
+        after_commit(session, results[item_id].count)
+    return results
+
+
+def _apply(
+    session: Session,
+    item: WorkItem,
+    events: list[PendingEvent],
+    registry: TypeRegistry,
+    now: datetime,
+    result: DrainResult,
+) -> None:
+    """Apply one locked item's events in order, each in a savepoint; count them."""
     item_type = registry.get(item.type) if item.type in registry else None
     handler = item_type.event_handler if item_type is not None else None
     ordered = item_type.ordered_events if item_type is not None else None
-    now = utcnow()
     for pending in events:
         clock = pending.event_at if ordered is None or pending.event_type in ordered else None
         stale = clock is not None and item.last_event_at is not None and clock < item.last_event_at
@@ -117,7 +170,7 @@ def drain_events(
             log.info(
                 "discarded event %s for item %s (%s)",
                 pending.event_type,
-                item_id,
+                item.id,
                 "terminal item"
                 if item.phase in TERMINAL_PHASES
                 else "older than the last event"
@@ -133,13 +186,13 @@ def drain_events(
                     )
                 )
         except StaleEvent as verdict:
-            log.info("discarded event %s for item %s (%s)", pending.event_type, item_id, verdict)
+            log.info("discarded event %s for item %s (%s)", pending.event_type, item.id, verdict)
             result.discarded += 1
             continue
         except Exception:
             # One bad event must not block the item's other events, nor the scheduler.
             log.exception(
-                "event %s %s for item %s failed; discarded", pending.id, pending.event_type, item_id
+                "event %s %s for item %s failed; discarded", pending.id, pending.event_type, item.id
             )
             result.failed += 1
             result.discarded += 1
@@ -147,19 +200,6 @@ def drain_events(
         if clock is not None:
             item.last_event_at = clock
         result.applied += 1
-    session.execute(
-        delete(PendingEvent).where(PendingEvent.id.in_([pending.id for pending in events]))
-    )
-    after_commit(session, result.count)
-    settle(
-        session,
-        item,
-        registry,
-        now,
-        actor=actor,
-        trigger={"source": "event", "reason": "events applied"},
-    )
-    return result
 
 
 def ingest(

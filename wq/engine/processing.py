@@ -37,7 +37,7 @@ from wq.engine import leases
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
-from wq.engine.events import drain_events
+from wq.engine.events import drain_events_of
 from wq.engine.failures import backoff_delay
 from wq.engine.handoff import WorkerHandoff, monotonic_due
 from wq.engine.metrics import metrics_of
@@ -63,6 +63,8 @@ BATCH_RETRY_SECONDS = 1.0
 # An item whose events could not be applied (another transaction held it) is tried
 # again this much later: its lock's end wakes nobody.
 LOCKED_EVENTS_RETRY_SECONDS = 0.5
+# Items whose stored events one transaction applies: their intake waits for it.
+EVENT_ITEMS_PER_TRANSACTION = 32
 
 
 def default_owner() -> str:
@@ -299,13 +301,9 @@ class ProcessingManager:
         that return, full batches and items that come due wake a pass that claims).
         """
         later, self._events_later = self._events_later, set()
-        for item_id in later | set(event_items):
-            try:
-                with self.sessions.begin() as session:
-                    if drain_events(session, item_id, self.registry).locked:
-                        self._events_later.add(item_id)
-            except Exception:  # the sweep tries again; other items go on
-                log.exception("applying the events of work item %s failed", item_id)
+        waiting = sorted(later | set(event_items))
+        for start in range(0, len(waiting), EVENT_ITEMS_PER_TRANSACTION):
+            self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION])
         if projects is None or projects:
             # The claim and the batch below take what this admits: no second pass for
             # it. Pipelined BEGIN too: an admission pass follows most releases.
@@ -340,6 +338,21 @@ class ProcessingManager:
             self._batch_ended()
             raise
         return claimed
+
+    def _apply_events(self, item_ids: list[uuid.UUID]) -> None:
+        """Apply the stored events of these items in one transaction; should it fail,
+        item by item, so that one item's failure holds up no other's."""
+        try:
+            with self.sessions.begin() as session:
+                results = drain_events_of(session, item_ids, self.registry)
+        except Exception:
+            if len(item_ids) == 1:  # the sweep tries again; other items go on
+                log.exception("applying the events of work item %s failed", item_ids[0])
+                return
+            for item_id in item_ids:
+                self._apply_events([item_id])
+            return
+        self._events_later.update(item_id for item_id, result in results.items() if result.locked)
 
     def _claim_for_workers(self) -> int:
         """Claim items for the free workers and start them; return how many."""

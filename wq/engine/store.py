@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -243,16 +243,22 @@ def lock_item(session: Session, item_id: uuid.UUID) -> None:
         )
 
 
-def try_lock_item(session: Session, item_id: uuid.UUID) -> bool:
-    """`lock_item` if no other transaction holds it now; False (and no lock) if one does."""
+def try_lock_items(session: Session, item_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+    """`lock_item` of each of these items that no other transaction holds now, in one
+    statement; the ones it locked (the others are not waited for)."""
+    keys = {item_id: _lock_key(str(item_id)) for item_id in item_ids}
     if not _is_postgres(session):
-        return True
-    return bool(
+        return set(keys)
+    locked = set(
         session.execute(
-            text("SELECT pg_try_advisory_xact_lock(:space, :key)"),
-            {"space": _ITEM_LOCK_SPACE, "key": _lock_key(str(item_id))},
-        ).scalar_one()
+            text(
+                "SELECT key FROM unnest(CAST(:keys AS integer[])) AS key"
+                " WHERE pg_try_advisory_xact_lock(:space, key)"
+            ),
+            {"space": _ITEM_LOCK_SPACE, "keys": sorted(set(keys.values()))},
+        ).scalars()
     )
+    return {item_id for item_id, key in keys.items() if key in locked}
 
 
 def notify(session: Session, payloads: Sequence[str], origin: str) -> None:
