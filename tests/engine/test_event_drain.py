@@ -16,10 +16,11 @@ from tests.engine.helpers import load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items
-from wq.engine.events import drain_events, store_event
+from wq.engine.events import drain_events, drain_events_of, store_event
 from wq.engine.models import PendingEvent, WorkItem, WorkItemStatus, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import TypeRegistry
+from wq.engine.store import lock_item
 
 
 def pending(store: Store, item_id: uuid.UUID) -> int:
@@ -158,3 +159,32 @@ def test_one_item_whose_events_cannot_be_applied_holds_up_no_other(
     assert not step3_needed(store, broken)
     failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert failures == [f"applying the events of work item {broken} failed"]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_an_item_whose_intake_is_storing_an_event_waits_the_others_go_on(store: Store) -> None:
+    """Many items' intake locks are tried by one statement: an item whose intake holds
+    its lock (an event being stored, not committed) is left for later, the others are
+    applied."""
+    registry = chain_registry(Behaviour())
+    config = make_config(store.url)
+    ids = [submit(store.sessions, registry, config).item.id for _ in range(3)]  # type: ignore[union-attr]
+    with store.sessions.begin() as session:
+        for item_id in ids:
+            store_event(session, item_id, "redo", {})
+    intake = store.sessions()
+    try:
+        with intake.begin():
+            # What storing an event takes first: the item's intake lock, until commit
+            # (no row lock yet, so only that lock keeps the drain off the item).
+            lock_item(intake, ids[1])
+            with store.sessions.begin() as session:
+                results = drain_events_of(session, ids, registry)
+        assert [results[item_id].locked for item_id in ids] == [False, True, False]
+        assert [results[item_id].applied for item_id in ids] == [1, 0, 1]
+    finally:
+        intake.close()
+    assert [pending(store, item_id) for item_id in ids] == [0, 1, 0]
+    with store.sessions.begin() as session:
+        assert drain_events_of(session, [ids[1]], registry)[ids[1]].applied == 1
+    assert pending(store, ids[1]) == 0
