@@ -162,6 +162,12 @@ def scraped(url: str, headers: dict[str, str], target: str, tmp_path: Path) -> N
         assert any(series["metric"]["le"] == "+Inf" for series in http_hist)
         # An alert's expression as Prometheus evaluates it on these series: the failing
         # items' rule, pointed at completions (nothing failed here), names the type.
+        # `increase` needs the counter to rise between two samples Prometheus took: one
+        # more completion now that it has the series (under load, the first ones could
+        # all fall before its first sample of it).
+        with httpx.Client(base_url=url, headers=headers, timeout=10.0) as http:
+            body = {"project": "demo", "kind": "echo", "payload": {"message": "again"}}
+            assert http.post("/api/work-items/task", json=body).status_code == 201
         expr = alert_expr("WqItemsFailing").replace('phase="failed"', 'phase="completed"')
         fired = eventually(lambda: query(prometheus, expr), "the alert expression's result")
         assert [series["metric"] for series in fired] == [{"type": "task"}]
