@@ -33,6 +33,14 @@ def refused_start(config: Path, env: dict[str, str], cwd: Path) -> str:
     return error_lines(result.stderr)[-1]
 
 
+# A webhook secret and two projects' tokens, each named by an environment variable.
+NEEDS_THREE_VARIABLES = (
+    "events:\n  webhook_secret_env: HOOK_SECRET\n"
+    "handled_types:\n  mr:\n    projects:\n"
+    "      org/a: {token_env: TOKEN_A}\n      org/b: {token_env: TOKEN_B}\n"
+)
+
+
 def test_config_check_warns_of_a_task_program_missing_on_this_host(tmp_path: Path) -> None:
     # A task of that kind could never start here: say so before a deployment finds out.
     config = write(
@@ -86,12 +94,7 @@ def test_config_check(tmp_path: Path) -> None:
 
 
 def test_config_check_without_the_environment_lists_what_a_start_needs(tmp_path: Path) -> None:
-    config = write(
-        tmp_path / "wq.yml",
-        "events:\n  webhook_secret_env: HOOK_SECRET\n"
-        "handled_types:\n  mr:\n    projects:\n"
-        "      org/a: {token_env: TOKEN_A}\n      org/b: {token_env: TOKEN_B}\n",
-    )
+    config = write(tmp_path / "wq.yml", NEEDS_THREE_VARIABLES)
     # Even with one of them set here: a structure check ignores this environment.
     env = clean_env(tmp_path, TOKEN_A="set-on-this-laptop")
     plain = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
@@ -139,12 +142,7 @@ def test_config_check_refuses_what_a_start_on_this_host_refuses(tmp_path: Path) 
 
 
 def test_config_check_names_every_unset_variable_at_once(tmp_path: Path) -> None:
-    config = write(
-        tmp_path / "wq.yml",
-        "events:\n  webhook_secret_env: HOOK_SECRET\n"
-        "handled_types:\n  mr:\n    projects:\n"
-        "      org/a: {token_env: TOKEN_A}\n      org/b: {token_env: TOKEN_B}\n",
-    )
+    config = write(tmp_path / "wq.yml", NEEDS_THREE_VARIABLES)
     env = clean_env(tmp_path, TOKEN_A="set-here")
     result = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
     assert result.returncode == 1

@@ -31,15 +31,10 @@ def beating(store: Store, replica_id: str, at: datetime | None = None) -> Replic
     return heartbeat
 
 
-def test_replicas_alive_and_lost_with_the_leases_being_rescued(
-    store: Store, runtime: Runtime, client: TestClient
-) -> None:
-    living = beating(store, "host-a:11")
-    lost = beating(store, "host-b:22", at=utcnow() - timedelta(seconds=20))  # 4 beats ago
-    # Two items still leased by the lost replica's workers, one by the living one.
+def leased_to(store: Store, owners: list[str]) -> None:
+    """One submitted item leased to each of these owners (`<replica>/worker-N`)."""
     config = make_config(store.url)
     registry = chain_registry(Behaviour())
-    owners = ["host-b:22/worker-1", "host-b:22/worker-2", "host-a:11/worker-1"]
     for owner in owners:
         item = submit(store.sessions, registry, config, "team/app").item
         assert item is not None
@@ -49,6 +44,15 @@ def test_replicas_alive_and_lost_with_the_leases_being_rescued(
                 .where(WorkItem.id == item.id)
                 .values(lease_owner=owner, leased_until=utcnow() + timedelta(seconds=30))
             )
+
+
+def test_replicas_alive_and_lost_with_the_leases_being_rescued(
+    store: Store, runtime: Runtime, client: TestClient
+) -> None:
+    living = beating(store, "host-a:11")
+    lost = beating(store, "host-b:22", at=utcnow() - timedelta(seconds=20))  # 4 beats ago
+    # Two items still leased by the lost replica's workers, one by the living one.
+    leased_to(store, ["host-b:22/worker-1", "host-b:22/worker-2", "host-a:11/worker-1"])
     living.beat()  # it counts its leases at each beat
     answer = client.get("/api/replicas")
     assert answer.status_code == 200, answer.text
@@ -76,17 +80,7 @@ def test_replicas_alive_and_lost_with_the_leases_being_rescued(
 
 def test_a_replica_counts_only_its_own_leases_whatever_its_host_name(store: Store) -> None:
     # `_` and `%` in a host name are not wildcards: "web_1:7" is not "webx1:7".
-    config = make_config(store.url)
-    registry = chain_registry(Behaviour())
-    for owner in ("webx1:7/worker-1", "web%1:7/worker-2", "web_1:7/worker-3"):
-        item = submit(store.sessions, registry, config, "team/app").item
-        assert item is not None
-        with store.sessions.begin() as session:
-            session.execute(
-                update(WorkItem)
-                .where(WorkItem.id == item.id)
-                .values(lease_owner=owner, leased_until=utcnow() + timedelta(seconds=30))
-            )
+    leased_to(store, ["webx1:7/worker-1", "web%1:7/worker-2", "web_1:7/worker-3"])
     beating(store, "web_1:7")
     with store.sessions() as session:
         held = session.scalar(select(Replica.leases_held).where(Replica.id == "web_1:7"))
