@@ -2,10 +2,20 @@
 
 The processing manager's scheduler asks this to claim items for the free workers
 (`wq.engine.claims`); its batches hand on what needs an action that is not cheap.
-Either way the items go to the pool of worker threads (`wq.engine.workers`), at most
-one per free worker, and the rest go back to the queue in their place in line. It
-knows which items run now: the heartbeat extends their leases until the last worker
-has returned, and the manager's shutdown waits on the same condition for them to end.
+Either way the items go to the pool of worker threads (`wq.engine.workers`), up to
+its capacity, and the rest go back to the queue in their place in line.
+
+The capacity follows the pace of recent actions. While they are slow (a call to
+GitLab, a program), it is one item per worker, as many in flight as there are workers.
+While they are quick, items wait in line for the workers here too (up to
+`MAX_ITEMS_PER_WORKER` each, as many as the workers get through in about
+`QUEUED_SECONDS`): a claim then takes many items at once, once half the line has
+gone, and each worker stores what its items' last actions wrote, and releases them, in
+one transaction for several items (`wq.engine.finish_group`) when it finds the line
+empty or the first of them has waited long enough.
+
+It knows which items it holds: the heartbeat extends their leases until they are
+stored, and the manager's shutdown waits on the same condition for them to end.
 """
 
 from __future__ import annotations
@@ -29,6 +39,13 @@ from wq.engine.registry import TypeRegistry
 from wq.engine.runner import ItemRunner
 from wq.engine.wakeup import ITEMS_ADMITTED, Wakeup, signal
 from wq.engine.workers import WorkerPool
+
+# Items per worker the hand-off holds at most, and how long the workers should take,
+# at the recent pace, to get through them.
+MAX_ITEMS_PER_WORKER = 8
+QUEUED_SECONDS = 0.5
+# How much each item's time on a worker moves the recent pace (an exponential average).
+PACE_WEIGHT = 0.1
 
 
 def monotonic_due(due: datetime | None, now: datetime) -> float | None:
@@ -73,22 +90,46 @@ class WorkerHandoff:
         # Monotonic time an admitted item of the workers' types comes due (a lease or a
         # backoff runs out), as the last claim saw.
         self.due: float | None = None
-        self.running: dict[uuid.UUID, str] = {}  # item id -> lease token (under `returned`)
+        # Items held (waiting for a worker, running, or waiting to be stored): item id
+        # -> lease token (under `returned`).
+        self.running: dict[uuid.UUID, str] = {}
+        # Recent seconds per item on a worker; it starts slow: one item per worker.
+        self.pace = QUEUED_SECONDS
         # Items were given back for want of a free worker; cleared when one returns.
         self.surplus_waiting = False
-        self.pool: WorkerPool[leases.Claim] = WorkerPool(self._work, settings.workers)
+        # Each worker thread's items waiting to be stored, by its slot.
+        self._groups = [runner.new_group() for _ in range(settings.workers)]
+        self.pool: WorkerPool[leases.Claim] = WorkerPool(
+            self._work, settings.workers, idle=self._finish
+        )
 
     @property
     def busy(self) -> int:
-        """How many items are on the worker threads right now."""
+        """How many workers hold items right now."""
         with self.returned:
-            return len(self.running)
+            return min(len(self.running), self._settings.workers)
+
+    @property
+    def capacity(self) -> int:
+        """How many items the workers take at the recent pace."""
+        per_worker = int(QUEUED_SECONDS / max(self.pace, 1e-6))
+        return self._settings.workers * max(1, min(MAX_ITEMS_PER_WORKER, per_worker))
+
+    @property
+    def free(self) -> int:
+        """How many more items the workers take now."""
+        with self.returned:
+            return self.capacity - len(self.running)
+
+    def _claims_now(self, free: int) -> bool:
+        """Whether a claim is due: a worker is free, or half the line has gone."""
+        return free > 0 and free >= (self.capacity - self._settings.workers) // 2
 
     def claim(self, types: Sequence[str]) -> int:
         """Claim items of `types` for the free workers and start them; return how many."""
         with self.claim_lock:
-            free = self._settings.workers - self.busy
-            if not types or free <= 0 or self._stopping.is_set():
+            free = self.free
+            if not types or not self._claims_now(free) or self._stopping.is_set():
                 # Nothing to wait for here: a worker that returns wakes the scheduler.
                 self.due = None
                 return 0
@@ -117,7 +158,7 @@ class WorkerHandoff:
             return len(taken.claims)
 
     def hand_over(self, claims: list[leases.Claim], free: int) -> None:
-        """Start workers for up to `free` claimed items; give the rest back.
+        """Hand up to `free` claimed items to the workers; give the rest back.
 
         The caller holds the claim lock.
         """
@@ -146,8 +187,8 @@ class WorkerHandoff:
     def _start(self, claim: leases.Claim) -> None:
         """Hand one claimed item to the worker pool (caller holds `returned`).
 
-        It counts as running from now on: the heartbeat extends its lease, and the
-        scheduler claims for the workers left free.
+        It is held from now on: the heartbeat extends its lease, and the scheduler
+        claims for the room left.
         """
         self.running[claim.id] = claim.token
         try:
@@ -159,15 +200,42 @@ class WorkerHandoff:
     def _work(self, claim: leases.Claim, slot: int) -> None:
         # The owner tells replicas apart in the audit log; the slot tells workers apart.
         actor = f"{self._owner}/worker-{slot}"
+        group = self._groups[slot]
+        if group.due():
+            self._finish(slot)
+        started = time.monotonic()
+        kept = False  # in the worker's group, to be stored with its other items
         try:
-            self._runner.run(claim.id, claim.token, actor, item=claim.item)
+            kept = self._runner.run(claim.id, claim.token, actor, item=claim.item, group=group)
         except Exception as err:
             self._failures.failed(f"processing of work item {claim.id}", err)
         finally:
-            with self.returned:
-                self.running.pop(claim.id, None)
-                self.returned.notify_all()
-            self.surplus_waiting = False
+            self.pace += PACE_WEIGHT * (time.monotonic() - started - self.pace)
+            if not kept:
+                self._returned([claim.id])
+
+    def _finish(self, slot: int) -> None:
+        """Store and release the items a worker's group holds (the worker's thread)."""
+        group = self._groups[slot]
+        item_ids = group.item_ids()
+        if not item_ids:
+            return
+        try:
+            self._runner.finish(group)
+        except Exception as err:
+            self._failures.failed("storing what work items' actions wrote", err)
+        finally:
+            self._returned(item_ids)
+
+    def _returned(self, item_ids: list[uuid.UUID]) -> None:
+        """Items the workers are done with: room for a claim, and the shutdown told."""
+        with self.returned:
+            for item_id in item_ids:
+                self.running.pop(item_id, None)
+            self.returned.notify_all()
+            free = self.capacity - len(self.running)
+        self.surplus_waiting = False
+        if self._claims_now(free):
             self._wakeup.poke()
 
     def heartbeat_loop(self, halted: threading.Event) -> None:

@@ -57,6 +57,11 @@ def pending(session: Session, kind: str) -> list[Any]:
     return [value for _, value in session.info.get(_KEY, {}).get(kind, ())]
 
 
+def has_entries(session: Session) -> bool:
+    """Whether anything waits for the session's commit."""
+    return any(session.info.get(_KEY, {}).values())
+
+
 def take(session: Session, kind: str) -> list[Any]:
     """Remove and return the values of one kind waiting for the commit, for a caller
     that writes them itself (none while a savepoint is open: its rollback must still

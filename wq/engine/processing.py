@@ -378,7 +378,7 @@ class ProcessingManager:
         due = self._batch_due = monotonic_due(taken.due, now)
         if taken.handoff:
             with self._handoff.claim_lock:
-                self._hand_to_workers(taken.handoff, self.settings.workers - self.busy)
+                self._hand_to_workers(taken.handoff, self._handoff.free)
         if background and due is not None and due < self._waking_at:
             # Work comes due before the scheduler's wait ends (this batch's backoffs and
             # holds signal nothing): it must look again. Else this wakes nobody.

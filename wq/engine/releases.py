@@ -39,10 +39,10 @@ WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
 # Deferred values of what the PostgreSQL release statement already wrote: after the
 # commit they are logged (and the archiver woken) and delivered to the local hub, like
 # "audit" and "signal" entries, but nothing is written for them before it.
-_AUDIT_WRITTEN = "audit_written"
-_SIGNAL_SENT = "signal_sent"
-on_commit.handler(_AUDIT_WRITTEN)(audit_module.log_committed)
-on_commit.handler(_SIGNAL_SENT)(wakeup_module.deliver_committed)
+AUDIT_WRITTEN = "audit_written"
+SIGNAL_SENT = "signal_sent"
+on_commit.handler(AUDIT_WRITTEN)(audit_module.log_committed)
+on_commit.handler(SIGNAL_SENT)(wakeup_module.deliver_committed)
 
 
 def snapshot(item: WorkItem) -> dict[str, Any]:
@@ -274,9 +274,9 @@ def _release_with_audit_and_notify(
         return False
     mark_released(item, new_admission, now)
     for row in rows:
-        on_commit.defer(session, _AUDIT_WRITTEN, row)
+        on_commit.defer(session, AUDIT_WRITTEN, row)
     for kind_subject in signals:
-        on_commit.defer(session, _SIGNAL_SENT, kind_subject)
+        on_commit.defer(session, SIGNAL_SENT, kind_subject)
     return True
 
 

@@ -29,6 +29,7 @@ from wq.engine.config import ProcessingConfig
 from wq.engine.db import READ_ONLY_OPTION
 from wq.engine.failures import record_failure
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
+from wq.engine.finish_group import FinishGroup, GroupRelease, release_group
 from wq.engine.metrics import metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
@@ -42,6 +43,19 @@ from wq.engine.releases import release_if_unchanged, release_slot, snapshot
 from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
 log = logging.getLogger("wq.engine.processing")
+
+
+@dataclass
+class _Step:
+    """One claimed item on its worker: its session, its lease, and the last action."""
+
+    session: Session
+    item: WorkItem
+    token: str
+    actor: str
+    started: float
+    done: _Done | None = None  # the last action, when the item waits in a group
+    release: GroupRelease | None = None  # its release, when it waits in a group
 
 
 @dataclass
@@ -77,10 +91,22 @@ class ItemRunner:
         # The action each running item is executing, for the shutdown log.
         self.current: dict[uuid.UUID, str] = {}
         self._load_statement: Select[Any] | None = None
+        # Items whose group failed to store: the next run of each goes alone.
+        self._alone: set[uuid.UUID] = set()
+
+    def new_group(self) -> FinishGroup[_Step]:
+        """A group for one worker's items (`run(group=...)`, then `finish`)."""
+        return FinishGroup()
 
     def run(
-        self, item_id: uuid.UUID, token: str, actor: str, *, item: WorkItem | None = None
-    ) -> None:
+        self,
+        item_id: uuid.UUID,
+        token: str,
+        actor: str,
+        *,
+        item: WorkItem | None = None,
+        group: FinishGroup[_Step] | None = None,
+    ) -> bool:
         """Run one claimed item's actions until it idles, ends, fails or must yield.
 
         `item` is the item as its claim loaded it (detached); without it, the item is
@@ -91,82 +117,180 @@ class ItemRunner:
         meanwhile (an event, an API call), and it is read again and decided anew. So
         an event applied meanwhile is seen, and can never be lost by releasing the
         item to `idle`. An item let go unchanged is released by the fence itself.
+
+        With `group`, an item let go after an action whose writes are only changes to
+        its loaded objects is left in the group instead, to be stored and released
+        with the others of its worker (`finish`): then it returns True.
         """
         started = time.monotonic()
-        with self.sessions() as session:
+        if group is not None and item_id in self._alone:
+            self._alone.discard(item_id)  # its group failed to store: this time alone
+            group = None
+        session = self.sessions()
+        kept = False  # the group has the session now
+        try:
             session.info[_IN_EXECUTOR] = False  # the lease holder's session (no stamps)
             if item is None:
                 item = self._read(session, item_id)
             else:
                 session.add(item)  # as loaded: clean, no statement
             if item is None or item.lease_token != token:
-                return
-            action = self._next_action(item)
-            done: _Done | None = None  # the last action, its writes not committed yet
-            locked = False  # is the item locked under our lease, and known fresh?
-            while True:
-                if not locked and (done is not None or not isinstance(action, str)):
-                    # Letting go, or storing an action's writes: only under the fence.
-                    if action is None and release_if_unchanged(
-                        session,
-                        item,
-                        token=token,
-                        actor=actor,
-                        trigger=self._release_trigger(item, done),
-                        now=self.clock(),
-                        records=[done.record] if done is not None and done.record else [],
-                    ):
-                        if done is not None:
-                            done.record = None  # written with the release
-                        self._fenced(session, done)
-                        self._commit(session, item_id, token, done, actor)
-                        return
-                    changed = self._lock(session, item, token)
-                    if changed is None:
-                        self._lost(item_id, done)
-                        return
-                    locked = True
-                    self._fenced(session, done)
-                    if changed:
-                        action = self._next_action(item)
-                if action is None:
-                    trigger = self._release_trigger(item, done)
-                    release_slot(session, item, actor=actor, trigger=trigger)
-                    self._commit(session, item_id, token, done, actor)
-                    return
-                if isinstance(action, Wait):
-                    self._hold(item, action)
-                    self._commit(session, item_id, token, done, actor)
-                    return
-                if self._stopping.is_set():
-                    # Shutting down: hand the item back between actions. It keeps its
-                    # slot and its place in line; another replica, told, claims it at once.
-                    leases.drop_lease(session, item_id, token)
-                    signal(session, ITEMS_ADMITTED)
-                    self._commit(session, item_id, token, done, actor)
-                    return
-                if (
-                    done is not None
-                    and time.monotonic() - started >= self.settings.deadline_seconds
+                return False
+            step = _Step(session, item, token, actor, started)
+            kept = self._drive(step, self._next_action(item), None, group)
+        finally:
+            if not kept:
+                session.close()
+        return kept
+
+    def finish(self, group: FinishGroup[_Step]) -> None:
+        """Store the writes of the items a group holds and release them: one transaction.
+
+        The release matches only the items whose lease is still the worker's and that
+        nobody changed since they were read; each of the others goes on alone as `run`
+        would (the fence, a fresh read, another decision). Should the transaction fail,
+        nothing of it is stored: its items are handed back with their slots, to run
+        again (executors are idempotent), each alone, so that a write the database
+        refuses is counted against the action that made it.
+        """
+        steps = group.take()
+        if len(steps) == 1:
+            self._resume(steps[0])
+            return
+        if not steps:
+            return
+        now = self.clock()
+        stored: list[_Step] = []
+        try:
+            with self.sessions() as session:
+                session.info[_IN_EXECUTOR] = False
+                releases = [step.release for step in steps if step.release is not None]
+                released = release_group(session, releases, now=now)
+                stored = [step for step in steps if step.item.id in released]
+                for step in stored:
+                    session.add(step.item)  # its writes, flushed with the others'
+                session.commit()
+        except Exception as err:
+            self._hand_back(stored, err)
+        else:
+            for step in stored:
+                assert step.done is not None
+                self._count_run(
+                    step.done.type_name, step.done.action, "succeeded", step.done.started
+                )
+        for step in steps:
+            if step not in stored:
+                self._resume(step)
+            else:
+                step.session.close()
+
+    def _resume(self, step: _Step) -> None:
+        """Go on with an item a group held, alone: fence, store, decide as `run` does."""
+        try:
+            step.session.add(step.item)
+            self._drive(step, None, step.done, None)
+        finally:
+            step.session.close()
+
+    def _hand_back(self, steps: list[_Step], err: Exception) -> None:
+        """A group's transaction failed: its items keep their slots and run again."""
+        if not steps:
+            raise err
+        log.warning(
+            "storing what %d work items' actions wrote failed (%s); they run again, each alone",
+            len(steps),
+            err,
+        )
+        now = self.clock()
+        with self.sessions.begin() as session:
+            for step in steps:
+                leases.drop_lease(session, step.item.id, step.token, resume_at=now)
+                self._alone.add(step.item.id)
+            signal(session, ITEMS_ADMITTED)
+        for step in steps:
+            assert step.done is not None
+            self._count_run(step.done.type_name, step.done.action, "requeued", step.done.started)
+
+    def _drive(
+        self, step: _Step, action: Decision, done: _Done | None, group: FinishGroup[_Step] | None
+    ) -> bool:
+        """The loop of `run` from `action` on (`done`: the last action, not yet stored).
+
+        True when the item was left in `group` (with its session).
+        """
+        session, item, token, actor = step.session, step.item, step.token, step.actor
+        item_id = item.id
+        locked = False  # is the item locked under our lease, and known fresh?
+        while True:
+            if not locked and (done is not None or not isinstance(action, str)):
+                # Letting go, or storing an action's writes: only under the fence.
+                if action is None and done is not None and group is not None:
+                    step.done = done
+                    step.release = GroupRelease(
+                        item, token, actor, self._release_trigger(item, done), done.record
+                    )
+                    if group.adopt(step):
+                        return True
+                if action is None and release_if_unchanged(
+                    session,
+                    item,
+                    token=token,
+                    actor=actor,
+                    trigger=self._release_trigger(item, done),
+                    now=self.clock(),
+                    records=[done.record] if done is not None and done.record else [],
                 ):
-                    # Keep the slot, give the worker back; the item is claimed again
-                    # behind the items that were already waiting.
-                    leases.drop_lease(session, item_id, token, resume_at=self.clock())
+                    if done is not None:
+                        done.record = None  # written with the release
+                    self._fenced(session, done)
                     self._commit(session, item_id, token, done, actor)
-                    return
-                # End the transaction (storing the last action's writes): no lock is
-                # held, and on SQLite no write lock, while the executor calls out.
-                if not self._commit(session, item_id, token, done, actor):
-                    return
-                self.current[item_id] = action
-                try:
-                    done = self._run_action(session, item, token, action, actor)
-                finally:
-                    self.current.pop(item_id, None)
-                if done is None:
-                    return
-                locked = done.fenced
-                action = self._next_action(item)
+                    return False
+                changed = self._lock(session, item, token)
+                if changed is None:
+                    self._lost(item_id, done)
+                    return False
+                locked = True
+                self._fenced(session, done)
+                if changed:
+                    action = self._next_action(item)
+            if action is None:
+                trigger = self._release_trigger(item, done)
+                release_slot(session, item, actor=actor, trigger=trigger)
+                self._commit(session, item_id, token, done, actor)
+                return False
+            if isinstance(action, Wait):
+                self._hold(item, action)
+                self._commit(session, item_id, token, done, actor)
+                return False
+            if self._stopping.is_set():
+                # Shutting down: hand the item back between actions. It keeps its
+                # slot and its place in line; another replica, told, claims it at once.
+                leases.drop_lease(session, item_id, token)
+                signal(session, ITEMS_ADMITTED)
+                self._commit(session, item_id, token, done, actor)
+                return False
+            if (
+                done is not None
+                and time.monotonic() - step.started >= self.settings.deadline_seconds
+            ):
+                # Keep the slot, give the worker back; the item is claimed again
+                # behind the items that were already waiting.
+                leases.drop_lease(session, item_id, token, resume_at=self.clock())
+                self._commit(session, item_id, token, done, actor)
+                return False
+            # End the transaction (storing the last action's writes): no lock is
+            # held, and on SQLite no write lock, while the executor calls out.
+            if not self._commit(session, item_id, token, done, actor):
+                return False
+            self.current[item_id] = action
+            try:
+                done = self._run_action(session, item, token, action, actor)
+            finally:
+                self.current.pop(item_id, None)
+            if done is None:
+                return False
+            locked = done.fenced
+            action = self._next_action(item)
 
     @staticmethod
     def _release_trigger(item: WorkItem, done: _Done | None) -> dict[str, Any]:

@@ -4,7 +4,9 @@ A thread is started only when an item arrives and no thread is idle, never more 
 `size` of them, and each serves item after item: no thread is started per item. A
 thread idle for `idle_seconds` ends (a manager that stopped claiming leaves none
 behind for long). Threads are daemon threads: past the shutdown grace the process can
-exit without waiting for an action that is still running.
+exit without waiting for an action that is still running. A thread that finds no job
+waiting calls `idle(slot)` before it waits (the hand-off stores what the thread's
+items wrote then).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ IDLE_SECONDS = 30.0
 class WorkerPool(Generic[Job]):
     """Runs `work(job, slot)` for each submitted job on one of at most `size` threads.
 
-    `slot` (0 to size-1) names the thread; no two threads alive share one.
+    `slot` (0 to size-1) names the thread; no two threads alive share one. Jobs beyond
+    the threads wait in line for the first thread free.
     """
 
     def __init__(
@@ -30,10 +33,12 @@ class WorkerPool(Generic[Job]):
         work: Callable[[Job, int], None],
         size: int,
         *,
+        idle: Callable[[int], None] | None = None,
         name: str = "wq-worker",
         idle_seconds: float = IDLE_SECONDS,
     ) -> None:
         self._work = work
+        self._on_idle = idle
         self._size = size
         self._name = name
         self._idle_seconds = idle_seconds
@@ -52,8 +57,7 @@ class WorkerPool(Generic[Job]):
     def submit(self, job: Job) -> None:
         """Queue a job; an idle thread takes it, else a new one if the pool has room.
 
-        With every thread busy it waits for the first that is done: callers submit at
-        most as many jobs as threads may run, so that is a thread about to return.
+        With every thread busy it waits in line for the first that is done.
         """
         with self._cond:
             if self._closed:
@@ -84,17 +88,22 @@ class WorkerPool(Generic[Job]):
         try:
             while True:
                 with self._cond:
-                    while not self._jobs:
-                        if self._closed:
-                            return
-                        self._idle += 1
-                        try:
-                            woke = self._cond.wait(self._idle_seconds)
-                        finally:
-                            self._idle -= 1
-                        if not woke and not self._jobs:
-                            return
-                    job = self._jobs.popleft()
+                    job = self._jobs.popleft() if self._jobs else None
+                if job is None:
+                    if self._on_idle is not None:
+                        self._on_idle(slot)
+                    with self._cond:
+                        while not self._jobs:
+                            if self._closed:
+                                return
+                            self._idle += 1
+                            try:
+                                woke = self._cond.wait(self._idle_seconds)
+                            finally:
+                                self._idle -= 1
+                            if not woke and not self._jobs:
+                                return
+                        job = self._jobs.popleft()
                 self._work(job, slot)
         finally:
             with self._cond:

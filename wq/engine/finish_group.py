@@ -1,0 +1,227 @@
+"""Items a worker let go of, stored and released together in one transaction.
+
+A worker that runs several claimed items one after another (`wq.engine.handoff`)
+does not commit each item's last action on its own: when that action's writes are
+only changes to the item's loaded objects (no statement sent, nothing deferred to the
+commit), the item waits in the worker's `FinishGroup`, and the runner
+(`wq.engine.runner.ItemRunner.finish`) stores the group in one transaction: one
+statement releases every item of it under its lease fence (token and stamp, as
+`wq.engine.releases.release_if_unchanged` does for one) and writes their audit rows and
+wake-ups, then one flush writes what their actions changed, then one commit. An item
+the statement does not release (its lease lost, or changed meanwhile) goes on alone.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from wq.engine import audit as audit_module
+from wq.engine import on_commit
+from wq.engine.audit import AuditRecord
+from wq.engine.models import ADMITTED, WorkItem
+from wq.engine.releases import (
+    AUDIT_WRITTEN,
+    SIGNAL_SENT,
+    mark_released,
+    release_if_unchanged,
+    released_admission,
+    snapshot,
+)
+from wq.engine.store import NOTIFY_CHANNEL, is_postgres
+from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
+
+# How long the first item of a group may wait for the others before the group is
+# stored: the most a fast action's item is held back; a slow action ends a group early.
+GROUP_SECONDS = 0.05
+
+
+@dataclass
+class GroupRelease:
+    """One item to release with its group: its lease, why, and its last action's row."""
+
+    item: WorkItem
+    token: str
+    actor: str
+    trigger: dict[str, Any]
+    record: AuditRecord | None
+
+
+class Finishing(Protocol):
+    """What a group holds of an item: its session (no transaction open) and the item."""
+
+    session: Session
+    item: WorkItem
+
+
+Step = TypeVar("Step", bound=Finishing)
+
+
+class FinishGroup(Generic[Step]):
+    """The items one worker thread left to be stored together (used by that thread only)."""
+
+    def __init__(self, seconds: float = GROUP_SECONDS) -> None:
+        self._seconds = seconds
+        self._steps: list[Step] = []
+        self._since: float | None = None
+
+    def adopt(self, step: Step) -> bool:
+        """Take an item whose last action sent no statement and changed only its loaded
+        objects; False (and nothing taken) when its session holds anything else: other
+        objects' changes, audit rows or wake-ups left for the commit."""
+        session = step.session
+        if on_commit.has_entries(session):
+            return False
+        session.expunge(step.item)  # with its dimensions and detail rows, changes kept
+        if session.new or session.dirty or session.deleted:
+            session.add(step.item)  # the action changed more than its item's objects
+            return False
+        self._steps.append(step)
+        if self._since is None:
+            self._since = time.monotonic()
+        return True
+
+    def due(self) -> bool:
+        """Whether the group's first item has waited long enough."""
+        return self._since is not None and time.monotonic() - self._since >= self._seconds
+
+    def item_ids(self) -> list[uuid.UUID]:
+        """The ids of the items held."""
+        return [step.item.id for step in self._steps]
+
+    def take(self) -> list[Step]:
+        """The items held, removed from the group."""
+        steps, self._steps, self._since = self._steps, [], None
+        return steps
+
+
+def release_group(
+    session: Session, releases: Sequence[GroupRelease], *, now: datetime
+) -> set[uuid.UUID]:
+    """Release the items whose lease and stamp are still as read; return their ids.
+
+    Their audit rows (the last action's, then the release's) and the wake-ups of their
+    projects go with the release. The released items' loaded state is set as written.
+    The caller adds them to `session` (their own changes are flushed with it) and
+    commits. On SQLite each item has its statement (one writer, no round trips to save).
+    """
+    if not is_postgres(session):
+        return {
+            release.item.id
+            for release in releases
+            if release_if_unchanged(
+                session,
+                release.item,
+                token=release.token,
+                actor=release.actor,
+                trigger=release.trigger,
+                now=now,
+                records=[release.record] if release.record else [],
+            )
+        }
+    wanted = [(release, released_admission(release.item)) for release in releases]
+    rows: list[dict[str, Any]] = []
+    signals: list[tuple[uuid.UUID, str]] = []
+    for release, new_admission in wanted:
+        if new_admission is None:
+            continue
+        item = release.item
+        old = snapshot(item)
+        held_slot = old["admission"] == ADMITTED
+        released = AuditRecord(
+            "released" if held_slot else "dequeued",
+            release.actor,
+            item.id,
+            old_state=old,
+            new_state={**old, "admission": new_admission},
+            trigger=release.trigger,
+        )
+        rows.extend(record.row() for record in (release.record, released) if record)
+        if held_slot:
+            signals.append((item.id, item.project))
+    hub = session.info.get(WAKEUP_KEY)
+    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
+    document = audit_module.json_column_text
+    clean = audit_module.without_nul
+    asked = [(release, admission) for release, admission in wanted if admission is not None]
+    answer = (
+        session.connection()  # the connection: no autoflush before it
+        .execute(
+            _RELEASE_GROUP_PG,
+            {
+                "now": now,
+                "ids": [release.item.id for release, _ in asked],
+                "tokens": [release.token for release, _ in asked],
+                "stamps": [release.item.stamp for release, _ in asked],
+                "admissions": [admission for _, admission in asked],
+                "ats": [row["at"] for row in rows],
+                "event_types": [clean(row["event_type"]) for row in rows],
+                "item_ids": [row["work_item_id"] for row in rows],
+                "actors": [clean(row["actor"]) for row in rows],
+                "old_states": [document(row["old_state"]) for row in rows],
+                "new_states": [document(row["new_state"]) for row in rows],
+                "triggers": [document(row["trigger"]) for row in rows],
+                "extras": [document(row["metadata"]) for row in rows],
+                "channel": NOTIFY_CHANNEL,
+                "payloads": [f"{origin}|{PROJECT_QUEUED}:{project}" for _, project in signals],
+                "payload_items": [item_id for item_id, _ in signals],
+            },
+        )
+        .one()
+    )
+    done = set(answer.released or ())
+    for release, admission in asked:
+        if release.item.id in done:
+            mark_released(release.item, admission, now)
+    for row in rows:
+        if row["work_item_id"] in done:
+            on_commit.defer(session, AUDIT_WRITTEN, row)
+    for project in dict.fromkeys(project for item_id, project in signals if item_id in done):
+        on_commit.defer(session, SIGNAL_SENT, (PROJECT_QUEUED, project))
+    return done
+
+
+# The items still leased by their tokens and unchanged since read are released; the
+# audit rows and NOTIFYs of those items alone are written, in their order.
+_RELEASE_GROUP_PG = text(
+    """
+WITH released AS (
+    UPDATE work_items AS item
+    SET admission = wanted.admission, lease_owner = NULL, lease_token = NULL,
+        leased_until = NULL, updated_at = :now
+    FROM unnest(
+        CAST(:ids AS uuid[]), CAST(:tokens AS text[]), CAST(:stamps AS bigint[]),
+        CAST(:admissions AS text[])
+    ) AS wanted(id, token, stamp, admission)
+    WHERE item.id = wanted.id AND item.lease_token = wanted.token
+        AND item.stamp = wanted.stamp
+    RETURNING item.id
+), audited AS (
+    INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state,
+        "trigger", metadata)
+    SELECT a.at, a.event_type, a.work_item_id, a.actor, CAST(a.old_state AS jsonb),
+        CAST(a.new_state AS jsonb), CAST(a.cause AS jsonb), CAST(a.extra AS jsonb)
+    FROM unnest(
+        CAST(:ats AS timestamptz[]), CAST(:event_types AS text[]),
+        CAST(:item_ids AS uuid[]), CAST(:actors AS text[]), CAST(:old_states AS text[]),
+        CAST(:new_states AS text[]), CAST(:triggers AS text[]), CAST(:extras AS text[])
+    ) WITH ORDINALITY AS a(at, event_type, work_item_id, actor, old_state, new_state,
+        cause, extra, n)
+    WHERE a.work_item_id IN (SELECT id FROM released)
+    ORDER BY a.n
+)
+SELECT ARRAY(SELECT id FROM released) AS released,
+    (SELECT count(pg_notify(:channel, p.payload))
+     FROM (SELECT DISTINCT s.payload
+           FROM unnest(CAST(:payloads AS text[]), CAST(:payload_items AS uuid[]))
+               AS s(payload, item)
+           WHERE s.item IN (SELECT id FROM released)) AS p) AS notified
+"""
+)
