@@ -44,13 +44,18 @@ from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
 log = logging.getLogger("wq.engine.processing")
 
+# Items to run alone next time, remembered at most (an item another replica took and
+# finished is never run here again to be forgotten).
+MAX_ALONE = 10_000
 
-@dataclass
+
+@dataclass(eq=False)
 class _Step:
     """One claimed item on its worker: its session, its lease, and the last action."""
 
     session: Session
     item: WorkItem
+    item_id: uuid.UUID  # readable after a failed commit expired the item
     token: str
     actor: str
     started: float
@@ -136,7 +141,7 @@ class ItemRunner:
                 session.add(item)  # as loaded: clean, no statement
             if item is None or item.lease_token != token:
                 return False
-            step = _Step(session, item, token, actor, started)
+            step = _Step(session, item, item.id, token, actor, started)
             kept = self._drive(step, self._next_action(item), None, group)
         finally:
             if not kept:
@@ -154,35 +159,42 @@ class ItemRunner:
         refuses is counted against the action that made it.
         """
         steps = group.take()
-        if len(steps) == 1:
-            self._resume(steps[0])
+        if len(steps) <= 1:
+            for step in steps:
+                self._resume(step)
             return
-        if not steps:
-            return
-        now = self.clock()
         stored: list[_Step] = []
+        failure: Exception | None = None
         try:
             with self.sessions() as session:
                 session.info[_IN_EXECUTOR] = False
                 releases = [step.release for step in steps if step.release is not None]
-                released = release_group(session, releases, now=now)
-                stored = [step for step in steps if step.item.id in released]
+                released = release_group(session, releases, now=self.clock())
+                stored = [step for step in steps if step.item_id in released]
                 for step in stored:
                     session.add(step.item)  # its writes, flushed with the others'
                 session.commit()
         except Exception as err:
-            self._hand_back(stored, err)
-        else:
+            failure = err
+        for step in stored:
+            step.session.close()
+        if failure is None:
             for step in stored:
                 assert step.done is not None
                 self._count_run(
                     step.done.type_name, step.done.action, "succeeded", step.done.started
                 )
+        elif stored:
+            self._hand_back(stored, failure)
+        # The others go on alone; should one fail, the rest still do (the first is raised).
         for step in steps:
             if step not in stored:
-                self._resume(step)
-            else:
-                step.session.close()
+                try:
+                    self._resume(step)
+                except Exception as err:
+                    failure = failure or err
+        if failure is not None and not stored:
+            raise failure
 
     def _resume(self, step: _Step) -> None:
         """Go on with an item a group held, alone: fence, store, decide as `run` does."""
@@ -194,18 +206,18 @@ class ItemRunner:
 
     def _hand_back(self, steps: list[_Step], err: Exception) -> None:
         """A group's transaction failed: its items keep their slots and run again."""
-        if not steps:
-            raise err
         log.warning(
             "storing what %d work items' actions wrote failed (%s); they run again, each alone",
             len(steps),
             err,
         )
         now = self.clock()
+        if len(self._alone) > MAX_ALONE:  # ids of items other replicas took and ran
+            self._alone.clear()
         with self.sessions.begin() as session:
             for step in steps:
-                leases.drop_lease(session, step.item.id, step.token, resume_at=now)
-                self._alone.add(step.item.id)
+                leases.drop_lease(session, step.item_id, step.token, resume_at=now)
+                self._alone.add(step.item_id)
             signal(session, ITEMS_ADMITTED)
         for step in steps:
             assert step.done is not None
