@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from wq.engine import audit as audit_module
-from wq.engine import on_commit
+from wq.engine import jsontext, on_commit
 from wq.engine.audit import AuditRecord
 from wq.engine.models import ADMITTED, WorkItem
 from wq.engine.releases import (
@@ -126,12 +126,14 @@ def release_group(
                 records=[release.record] if release.record else [],
             )
         }
-    wanted = [(release, released_admission(release.item)) for release in releases]
+    asked: list[tuple[GroupRelease, str]] = []
     rows: list[dict[str, Any]] = []
     signals: list[tuple[uuid.UUID, str]] = []
-    for release, new_admission in wanted:
+    for release in releases:
+        new_admission = released_admission(release.item)
         if new_admission is None:
             continue
+        asked.append((release, new_admission))
         item = release.item
         old = snapshot(item)
         held_slot = old["admission"] == ADMITTED
@@ -148,30 +150,32 @@ def release_group(
             signals.append((item.id, item.project))
     hub = session.info.get(WAKEUP_KEY)
     origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
-    document = audit_module.json_column_text
-    clean = audit_module.without_nul
-    asked = [(release, admission) for release, admission in wanted if admission is not None]
+    # Each list goes as one JSON document: no array of quoted texts to escape.
     answer = (
         session.connection()  # the connection: no autoflush before it
         .execute(
             _RELEASE_GROUP_PG,
             {
                 "now": now,
-                "ids": [release.item.id for release, _ in asked],
-                "tokens": [release.token for release, _ in asked],
-                "stamps": [release.item.stamp for release, _ in asked],
-                "admissions": [admission for _, admission in asked],
-                "ats": [row["at"] for row in rows],
-                "event_types": [clean(row["event_type"]) for row in rows],
-                "item_ids": [row["work_item_id"] for row in rows],
-                "actors": [clean(row["actor"]) for row in rows],
-                "old_states": [document(row["old_state"]) for row in rows],
-                "new_states": [document(row["new_state"]) for row in rows],
-                "triggers": [document(row["trigger"]) for row in rows],
-                "extras": [document(row["metadata"]) for row in rows],
+                "wanted": _json(
+                    [
+                        {
+                            "id": release.item.id,
+                            "token": release.token,
+                            "stamp": release.item.stamp,
+                            "admission": admission,
+                        }
+                        for release, admission in asked
+                    ]
+                ),
+                "rows": _json([{**row, "at": row["at"].isoformat()} for row in rows]),
                 "channel": NOTIFY_CHANNEL,
-                "payloads": [f"{origin}|{PROJECT_QUEUED}:{project}" for _, project in signals],
-                "payload_items": [item_id for item_id, _ in signals],
+                "signals": _json(
+                    [
+                        {"item": item_id, "payload": f"{origin}|{PROJECT_QUEUED}:{project}"}
+                        for item_id, project in signals
+                    ]
+                ),
             },
         )
         .one()
@@ -196,32 +200,35 @@ WITH released AS (
     UPDATE work_items AS item
     SET admission = wanted.admission, lease_owner = NULL, lease_token = NULL,
         leased_until = NULL, updated_at = :now
-    FROM unnest(
-        CAST(:ids AS uuid[]), CAST(:tokens AS text[]), CAST(:stamps AS bigint[]),
-        CAST(:admissions AS text[])
-    ) AS wanted(id, token, stamp, admission)
+    FROM jsonb_to_recordset(CAST(:wanted AS jsonb))
+        AS wanted(id uuid, token text, stamp bigint, admission text)
     WHERE item.id = wanted.id AND item.lease_token = wanted.token
         AND item.stamp = wanted.stamp
     RETURNING item.id
 ), audited AS (
     INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state,
         "trigger", metadata)
-    SELECT a.at, a.event_type, a.work_item_id, a.actor, CAST(a.old_state AS jsonb),
-        CAST(a.new_state AS jsonb), CAST(a.cause AS jsonb), CAST(a.extra AS jsonb)
-    FROM unnest(
-        CAST(:ats AS timestamptz[]), CAST(:event_types AS text[]),
-        CAST(:item_ids AS uuid[]), CAST(:actors AS text[]), CAST(:old_states AS text[]),
-        CAST(:new_states AS text[]), CAST(:triggers AS text[]), CAST(:extras AS text[])
+    SELECT a.at, a.event_type, a.work_item_id, a.actor, a.old_state, a.new_state,
+        a."trigger", a.metadata
+    FROM ROWS FROM (
+        jsonb_to_recordset(CAST(:rows AS jsonb)) AS (at timestamptz, event_type text,
+            work_item_id uuid, actor text, old_state jsonb, new_state jsonb,
+            "trigger" jsonb, metadata jsonb)
     ) WITH ORDINALITY AS a(at, event_type, work_item_id, actor, old_state, new_state,
-        cause, extra, n)
+        "trigger", metadata, n)
     WHERE a.work_item_id IN (SELECT id FROM released)
     ORDER BY a.n
 )
 SELECT ARRAY(SELECT id FROM released) AS released,
     (SELECT count(pg_notify(:channel, p.payload))
      FROM (SELECT DISTINCT s.payload
-           FROM unnest(CAST(:payloads AS text[]), CAST(:payload_items AS uuid[]))
-               AS s(payload, item)
+           FROM jsonb_to_recordset(CAST(:signals AS jsonb)) AS s(item uuid, payload text)
            WHERE s.item IN (SELECT id FROM released)) AS p) AS notified
 """
 )
+
+
+def _json(value: Any) -> str:
+    """JSON text the database accepts: NUL, which PostgreSQL's JSON refuses, replaced."""
+    text = jsontext.dumps(value)
+    return jsontext.dumps(audit_module.without_nul(value)) if "\\u0000" in text else text
