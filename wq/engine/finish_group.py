@@ -20,22 +20,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from wq.engine import audit as audit_module
-from wq.engine import jsontext, on_commit
+from wq.engine import on_commit
 from wq.engine.audit import AuditRecord
 from wq.engine.models import ADMITTED, WorkItem
 from wq.engine.releases import (
     AUDIT_WRITTEN,
     SIGNAL_SENT,
+    FencedRelease,
     mark_released,
+    release_fenced,
     release_if_unchanged,
     released_admission,
     snapshot,
 )
-from wq.engine.store import NOTIFY_CHANNEL, is_postgres
+from wq.engine.store import is_postgres
 from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
 
 # How long the first item of a group may wait for the others before the group is
@@ -126,14 +126,13 @@ def release_group(
                 records=[release.record] if release.record else [],
             )
         }
-    asked: list[tuple[GroupRelease, str]] = []
-    rows: list[dict[str, Any]] = []
-    signals: list[tuple[uuid.UUID, str]] = []
+    hub = session.info.get(WAKEUP_KEY)
+    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
+    asked: list[tuple[GroupRelease, FencedRelease]] = []
     for release in releases:
         new_admission = released_admission(release.item)
         if new_admission is None:
             continue
-        asked.append((release, new_admission))
         item = release.item
         old = snapshot(item)
         held_slot = old["admission"] == ADMITTED
@@ -145,90 +144,19 @@ def release_group(
             new_state={**old, "admission": new_admission},
             trigger=release.trigger,
         )
-        rows.extend(record.row() for record in (release.record, released) if record)
-        if held_slot:
-            signals.append((item.id, item.project))
-    hub = session.info.get(WAKEUP_KEY)
-    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
-    # Each list goes as one JSON document: no array of quoted texts to escape.
-    answer = (
-        session.connection()  # the connection: no autoflush before it
-        .execute(
-            _RELEASE_GROUP_PG,
-            {
-                "now": now,
-                "wanted": _json(
-                    [
-                        {
-                            "id": release.item.id,
-                            "token": release.token,
-                            "stamp": release.item.stamp,
-                            "admission": admission,
-                        }
-                        for release, admission in asked
-                    ]
-                ),
-                "rows": _json([{**row, "at": row["at"].isoformat()} for row in rows]),
-                "channel": NOTIFY_CHANNEL,
-                "signals": _json(
-                    [
-                        {"item": item_id, "payload": f"{origin}|{PROJECT_QUEUED}:{project}"}
-                        for item_id, project in signals
-                    ]
-                ),
-            },
-        )
-        .one()
-    )
-    done = set(answer.released or ())
-    for release, admission in asked:
-        if release.item.id in done:
-            mark_released(release.item, admission, now)
-    for row in rows:
-        if row["work_item_id"] in done:
+        rows = [record.row() for record in (release.record, released) if record]
+        payloads = [f"{origin}|{PROJECT_QUEUED}:{item.project}"] if held_slot else []
+        fenced = FencedRelease(item.id, release.token, item.stamp, new_admission, rows, payloads)
+        asked.append((release, fenced))
+    done = release_fenced(session, [fenced for _, fenced in asked], now=now)
+    for release, fenced in asked:
+        if release.item.id not in done:
+            continue
+        mark_released(release.item, fenced.new_admission, now)
+        for row in fenced.rows:
             on_commit.defer(session, AUDIT_WRITTEN, row)
-    for project in dict.fromkeys(project for item_id, project in signals if item_id in done):
-        on_commit.defer(session, SIGNAL_SENT, (PROJECT_QUEUED, project))
+        if fenced.payloads and (PROJECT_QUEUED, release.item.project) not in on_commit.pending(
+            session, SIGNAL_SENT
+        ):
+            on_commit.defer(session, SIGNAL_SENT, (PROJECT_QUEUED, release.item.project))
     return done
-
-
-# The items still leased by their tokens and unchanged since read are released; the
-# audit rows and NOTIFYs of those items alone are written, in their order.
-_RELEASE_GROUP_PG = text(
-    """
-WITH released AS (
-    UPDATE work_items AS item
-    SET admission = wanted.admission, lease_owner = NULL, lease_token = NULL,
-        leased_until = NULL, updated_at = :now
-    FROM jsonb_to_recordset(CAST(:wanted AS jsonb))
-        AS wanted(id uuid, token text, stamp bigint, admission text)
-    WHERE item.id = wanted.id AND item.lease_token = wanted.token
-        AND item.stamp = wanted.stamp
-    RETURNING item.id
-), audited AS (
-    INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state,
-        "trigger", metadata)
-    SELECT a.at, a.event_type, a.work_item_id, a.actor, a.old_state, a.new_state,
-        a."trigger", a.metadata
-    FROM ROWS FROM (
-        jsonb_to_recordset(CAST(:rows AS jsonb)) AS (at timestamptz, event_type text,
-            work_item_id uuid, actor text, old_state jsonb, new_state jsonb,
-            "trigger" jsonb, metadata jsonb)
-    ) WITH ORDINALITY AS a(at, event_type, work_item_id, actor, old_state, new_state,
-        "trigger", metadata, n)
-    WHERE a.work_item_id IN (SELECT id FROM released)
-    ORDER BY a.n
-)
-SELECT ARRAY(SELECT id FROM released) AS released,
-    (SELECT count(pg_notify(:channel, p.payload))
-     FROM (SELECT DISTINCT s.payload
-           FROM jsonb_to_recordset(CAST(:signals AS jsonb)) AS s(item uuid, payload text)
-           WHERE s.item IN (SELECT id FROM released)) AS p) AS notified
-"""
-)
-
-
-def _json(value: Any) -> str:
-    """JSON text the database accepts: NUL, which PostgreSQL's JSON refuses, replaced."""
-    text = jsontext.dumps(value)
-    return jsontext.dumps(audit_module.without_nul(value)) if "\\u0000" in text else text

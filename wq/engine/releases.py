@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, Table, bindparam, text, update
+from sqlalchemy import Table, bindparam, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from wq.engine import audit as audit_module
-from wq.engine import on_commit
+from wq.engine import jsontext, on_commit
 from wq.engine import wakeup as wakeup_module
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import ADMITTED, DONE, IDLE, TERMINAL_PHASES, WorkItem
@@ -107,31 +107,102 @@ def release_slots(
         )
 
 
+class FencedRelease(NamedTuple):
+    """One item to release on PostgreSQL under its fence, with what goes out with it:
+    audit rows (`AuditRecord.row()`s) and NOTIFY payloads, written only if it matches."""
+
+    item_id: uuid.UUID
+    token: str
+    read_stamp: int
+    new_admission: str
+    rows: list[dict[str, Any]]
+    payloads: list[str]
+
+
+def release_fenced(
+    session: Session, releases: Sequence[FencedRelease], *, now: datetime
+) -> set[uuid.UUID]:
+    """PostgreSQL: release the items whose lease and stamp are still as read, write
+    their rows and send their NOTIFYs, in one statement; return the released ids.
+
+    Each list goes as one JSON document (no array of quoted texts to escape one by one).
+    """
+    wanted = [
+        {
+            "id": release.item_id,
+            "token": release.token,
+            "stamp": release.read_stamp,
+            "admission": release.new_admission,
+        }
+        for release in releases
+    ]
+    rows = [
+        {**row, "at": row["at"].isoformat(), "of": release.item_id}
+        for release in releases
+        for row in release.rows
+    ]
+    payloads = [
+        {"of": release.item_id, "payload": payload}
+        for release in releases
+        for payload in release.payloads
+    ]
+    answer = (
+        session.connection()  # the connection: no autoflush before it
+        .execute(
+            _RELEASE_PG,
+            {
+                "now": now,
+                "wanted": _json(wanted),
+                "rows": _json(rows),
+                "channel": NOTIFY_CHANNEL,
+                "payloads": _json(payloads),
+            },
+        )
+        .one()
+    )
+    return set(answer.released or ())
+
+
+def _json(value: Any) -> str:
+    """JSON text PostgreSQL accepts: NUL, which its JSON refuses, replaced."""
+    text = jsontext.dumps(value)
+    return jsontext.dumps(audit_module.without_nul(value)) if "\\u0000" in text else text
+
+
+# The items still leased by their tokens and unchanged since read are released; the
+# audit rows and NOTIFYs of those items alone are written, in their order.
 _RELEASE_PG = text(
     """
 WITH released AS (
-    UPDATE work_items
-    SET admission = :new_admission, lease_owner = NULL, lease_token = NULL,
+    UPDATE work_items AS item
+    SET admission = wanted.admission, lease_owner = NULL, lease_token = NULL,
         leased_until = NULL, updated_at = :now
-    WHERE id = :item_id AND lease_token = :token AND stamp = :read_stamp
-    RETURNING id
+    FROM jsonb_to_recordset(CAST(:wanted AS jsonb))
+        AS wanted(id uuid, token text, stamp bigint, admission text)
+    WHERE item.id = wanted.id AND item.lease_token = wanted.token
+        AND item.stamp = wanted.stamp
+    RETURNING item.id
 ), audited AS (
     INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state,
         "trigger", metadata)
-    SELECT a.at, a.event_type, a.work_item_id, a.actor, CAST(a.old_state AS jsonb),
-        CAST(a.new_state AS jsonb), CAST(a.cause AS jsonb), CAST(a.extra AS jsonb)
-    FROM unnest(
-        CAST(:ats AS timestamptz[]), CAST(:event_types AS text[]),
-        CAST(:item_ids AS uuid[]), CAST(:actors AS text[]), CAST(:old_states AS text[]),
-        CAST(:new_states AS text[]), CAST(:triggers AS text[]), CAST(:extras AS text[])
-    ) AS a(at, event_type, work_item_id, actor, old_state, new_state, cause, extra)
-    WHERE EXISTS (SELECT FROM released)
+    SELECT a.at, a.event_type, a.work_item_id, a.actor, a.old_state, a.new_state,
+        a."trigger", a.metadata
+    FROM ROWS FROM (
+        jsonb_to_recordset(CAST(:rows AS jsonb)) AS (at timestamptz, event_type text,
+            work_item_id uuid, actor text, old_state jsonb, new_state jsonb,
+            "trigger" jsonb, metadata jsonb, "of" uuid)
+    ) WITH ORDINALITY AS a(at, event_type, work_item_id, actor, old_state, new_state,
+        "trigger", metadata, "of", n)
+    WHERE a."of" IN (SELECT id FROM released)
+    ORDER BY a.n
 )
-SELECT (SELECT count(*) FROM released) AS released,
-    (SELECT count(pg_notify(:channel, p))
-     FROM released, unnest(CAST(:payloads AS text[])) AS p) AS notified
+SELECT ARRAY(SELECT id FROM released) AS released,
+    (SELECT count(pg_notify(:channel, p.payload))
+     FROM (SELECT DISTINCT s.payload
+           FROM jsonb_to_recordset(CAST(:payloads AS jsonb)) AS s("of" uuid, payload text)
+           WHERE s."of" IN (SELECT id FROM released)) AS p) AS notified
 """
-).columns(released=Integer(), notified=Integer())
+)
 
 
 RELEASE_IF_UNCHANGED = (
@@ -240,33 +311,9 @@ def _release_with_audit_and_notify(
         signals.append((PROJECT_QUEUED, item.project))
     hub = session.info.get(WAKEUP_KEY)
     origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
-    document = audit_module.json_column_text
-    clean = audit_module.without_nul
-    answer = (
-        session.connection()  # the connection: no autoflush before it
-        .execute(
-            _RELEASE_PG,
-            {
-                "new_admission": new_admission,
-                "now": now,
-                "item_id": item.id,
-                "token": token,
-                "read_stamp": item.stamp,
-                "ats": [row["at"] for row in rows],
-                "event_types": [clean(row["event_type"]) for row in rows],
-                "item_ids": [row["work_item_id"] for row in rows],
-                "actors": [clean(row["actor"]) for row in rows],
-                "old_states": [document(row["old_state"]) for row in rows],
-                "new_states": [document(row["new_state"]) for row in rows],
-                "triggers": [document(row["trigger"]) for row in rows],
-                "extras": [document(row["metadata"]) for row in rows],
-                "channel": NOTIFY_CHANNEL,
-                "payloads": [f"{origin}|{kind}:{subject}" for kind, subject in signals],
-            },
-        )
-        .one()
-    )
-    if answer.released != 1:
+    payloads = [f"{origin}|{kind}:{subject}" for kind, subject in signals]
+    fenced = FencedRelease(item.id, token, item.stamp, new_admission, rows, payloads)
+    if item.id not in release_fenced(session, [fenced], now=now):
         for row in earlier_rows:  # back where they were: written at the commit
             on_commit.defer(session, "audit", row)
         for kind_subject in earlier_signals:
