@@ -25,11 +25,11 @@ from wq.engine.admission import dispatch
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.dimensions import set_dimension
+from wq.engine.item_reads import ItemReads
 from wq.engine.models import AuditEntry, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext
 from wq.engine.releases import release_if_unchanged
-from wq.engine.runner import ItemRunner
 from wq.engine.wakeup import PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
 from wq.engine.workers import WorkerPool
 
@@ -75,7 +75,7 @@ def test_the_worker_runs_on_what_the_claim_loaded_and_reads_nothing_itself(
     def no_read(*_: Any) -> None:
         raise AssertionError("the worker read the item although the claim loaded it")
 
-    monkeypatch.setattr(ItemRunner, "_read", no_read)
+    monkeypatch.setattr(ItemReads, "read", no_read)
     manager = ProcessingManager(store.sessions, registry, config)
     assert manager.run_once() == 1
     wait_for(lambda: manager.busy == 0, message="the worker returned")

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import on_commit
+from wq.engine import leases, on_commit
 from wq.engine.audit import AuditRecord
-from wq.engine.models import ADMITTED, WorkItem
+from wq.engine.models import ADMITTED, EXECUTOR_SESSION, WorkItem
 from wq.engine.releases import (
     AUDIT_WRITTEN,
     SIGNAL_SENT,
@@ -36,7 +36,7 @@ from wq.engine.releases import (
     snapshot,
 )
 from wq.engine.store import is_postgres
-from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
+from wq.engine.wakeup import ITEMS_ADMITTED, NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
 
 # How long the first item of a group may wait for the others before the group is
 # stored: the most a fast action's item is held back; a slow action ends a group early.
@@ -55,10 +55,14 @@ class GroupRelease:
 
 
 class Finishing(Protocol):
-    """What a group holds of an item: its session (no transaction open) and the item."""
+    """What a group holds of an item: its session (no statement sent), the item (its
+    id apart: readable once a failed commit expired it), and how to release it."""
 
     session: Session
     item: WorkItem
+    item_id: uuid.UUID
+    token: str
+    release: GroupRelease | None
 
 
 Step = TypeVar("Step", bound=Finishing)
@@ -100,6 +104,45 @@ class FinishGroup(Generic[Step]):
         """The items held, removed from the group."""
         steps, self._steps, self._since = self._steps, [], None
         return steps
+
+
+def store_together(
+    sessions: sessionmaker[Session], steps: Sequence[Step], *, now: datetime
+) -> tuple[list[Step], Exception | None]:
+    """Release the items of `steps` and store their writes in one transaction.
+
+    Returns the steps whose items it released and stored (none when it failed), and
+    the failure. The others (lease lost, changed meanwhile) are left as they were, in
+    their own sessions. The stored steps' sessions are closed.
+    """
+    stored: list[Step] = []
+    try:
+        with sessions() as session:
+            session.info[EXECUTOR_SESSION] = False  # the lease holder's: no stamps
+            releases = [step.release for step in steps if step.release is not None]
+            released = release_group(session, releases, now=now)
+            stored = [step for step in steps if step.item_id in released]
+            for step in stored:
+                session.add(step.item)  # its writes, flushed with the others'
+            session.commit()
+    except Exception as err:
+        return _closed(stored), err
+    return _closed(stored), None
+
+
+def _closed(steps: list[Step]) -> list[Step]:
+    for step in steps:
+        step.session.close()
+    return steps
+
+
+def hand_back(sessions: sessionmaker[Session], steps: Sequence[Step], *, now: datetime) -> None:
+    """Let go of the leases of items whose writes could not be stored: they keep their
+    slots and are claimed again from `now` (other replicas told)."""
+    with sessions.begin() as session:
+        for step in steps:
+            leases.drop_lease(session, step.item_id, step.token, resume_at=now)
+        signal(session, ITEMS_ADMITTED)
 
 
 def release_group(

@@ -5,7 +5,9 @@ commits, and asks again, until the decider has nothing to do (the item goes idle
 and frees its slot), asks to wait (the item keeps its slot and is claimed again
 later), the phase becomes terminal, the action fails, or the worker must be given
 back (the per-item deadline, or shutdown). Only the thread that holds a lease lets
-go of it, and only between actions.
+go of it, and only between actions. An item let go after an action that sent no
+statement may wait in its worker's group, to be stored with the worker's other items
+in one transaction (`wq.engine.finish_group`).
 """
 
 from __future__ import annotations
@@ -19,17 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases
 from wq.engine.audit import AuditRecord, audit
-from wq.engine.claims import item_query
 from wq.engine.config import ProcessingConfig
-from wq.engine.db import READ_ONLY_OPTION
 from wq.engine.failures import record_failure
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
-from wq.engine.finish_group import FinishGroup, GroupRelease, release_group
+from wq.engine.finish_group import FinishGroup, GroupRelease, hand_back, store_together
+from wq.engine.item_reads import ItemReads
 from wq.engine.metrics import metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
@@ -95,7 +95,7 @@ class ItemRunner:
         self.metrics = metrics_of(sessions)
         # The action each running item is executing, for the shutdown log.
         self.current: dict[uuid.UUID, str] = {}
-        self._load_statement: Select[Any] | None = None
+        self.reads = ItemReads(registry)
         # Items whose group failed to store: the next run of each goes alone.
         self._alone: set[uuid.UUID] = set()
 
@@ -136,7 +136,7 @@ class ItemRunner:
         try:
             session.info[_IN_EXECUTOR] = False  # the lease holder's session (no stamps)
             if item is None:
-                item = self._read(session, item_id)
+                item = self.reads.read(session, item_id)
             else:
                 session.add(item)  # as loaded: clean, no statement
             if item is None or item.lease_token != token:
@@ -163,21 +163,7 @@ class ItemRunner:
             for step in steps:
                 self._resume(step)
             return
-        stored: list[_Step] = []
-        failure: Exception | None = None
-        try:
-            with self.sessions() as session:
-                session.info[_IN_EXECUTOR] = False
-                releases = [step.release for step in steps if step.release is not None]
-                released = release_group(session, releases, now=self.clock())
-                stored = [step for step in steps if step.item_id in released]
-                for step in stored:
-                    session.add(step.item)  # its writes, flushed with the others'
-                session.commit()
-        except Exception as err:
-            failure = err
-        for step in stored:
-            step.session.close()
+        stored, failure = store_together(self.sessions, steps, now=self.clock())
         if failure is None:
             for step in stored:
                 assert step.done is not None
@@ -211,14 +197,10 @@ class ItemRunner:
             len(steps),
             err,
         )
-        now = self.clock()
         if len(self._alone) > MAX_ALONE:  # ids of items other replicas took and ran
             self._alone.clear()
-        with self.sessions.begin() as session:
-            for step in steps:
-                leases.drop_lease(session, step.item_id, step.token, resume_at=now)
-                self._alone.add(step.item_id)
-            signal(session, ITEMS_ADMITTED)
+        hand_back(self.sessions, steps, now=self.clock())
+        self._alone.update(step.item_id for step in steps)
         for step in steps:
             assert step.done is not None
             self._count_run(step.done.type_name, step.done.action, "requeued", step.done.started)
@@ -257,7 +239,7 @@ class ItemRunner:
                     self._fenced(session, done)
                     self._commit(session, item_id, token, done, actor)
                     return False
-                changed = self._lock(session, item, token)
+                changed = self.reads.lock(session, item, token)
                 if changed is None:
                     self._lost(item_id, done)
                     return False
@@ -343,49 +325,6 @@ class ItemRunner:
             return False
         return True
 
-    def _read(self, session: Session, item_id: uuid.UUID) -> WorkItem | None:
-        """The item with its details and dimensions: one query, and no transaction on
-        PostgreSQL (autocommit), a reader's transaction on SQLite."""
-        session.connection(execution_options=self._read_options(session))
-        item = session.execute(self._load, {"item_ids": [item_id]}).unique().scalar_one_or_none()
-        session.commit()
-        return item
-
-    def _lock(self, session: Session, item: WorkItem, token: str) -> bool | None:
-        """Lock the item under its lease; whether it changed since read (None: lease lost).
-
-        The lock goes ahead of any write the session has yet to flush. A changed item
-        is read again (after those writes). The transaction stays open, holding the lock.
-        """
-        stamp = lock_lease(session.connection(), item.id, token)
-        if stamp is None:
-            session.rollback()
-            return None
-        if stamp == item.stamp:
-            return False
-        self._reread(session, item.id)
-        return True
-
-    def _reread(self, session: Session, item_id: uuid.UUID) -> None:
-        session.execute(self._reload, {"item_ids": [item_id]}).unique().scalar_one()
-
-    @property
-    def _load(self) -> Select[Any]:
-        """One query for an item of any registered type, its details and dimensions."""
-        if self._load_statement is None:
-            self._load_statement = item_query(self.registry)
-        return self._load_statement
-
-    @property
-    def _reload(self) -> Select[Any]:
-        return self._load.execution_options(populate_existing=True)
-
-    def _read_options(self, session: Session) -> dict[str, Any]:
-        if session.get_bind().dialect.name == "postgresql":
-            # A single statement needs no transaction: no BEGIN and COMMIT round trips.
-            return {"isolation_level": "AUTOCOMMIT"}
-        return {READ_ONLY_OPTION: True}  # SQLite: a deferred transaction, never waits
-
     def _next_action(self, item: WorkItem) -> Decision:
         if item.phase in TERMINAL_PHASES:
             return None
@@ -440,7 +379,7 @@ class ItemRunner:
             # Changed since read (an event, an API call): the executor's changes go
             # in on top of it, and what follows is decided on the item as stored now.
             session.flush()
-            self._reread(session, item_id)
+            self.reads.reread(session, item_id)
         if failures:
             # A success ends the run of failures: the limit counts consecutive ones.
             item.attempts = 0
@@ -470,5 +409,5 @@ class ItemRunner:
         with self.sessions.begin() as session:
             if lock_lease(session, item_id, token) is None:
                 return
-            item = session.execute(self._reload, {"item_ids": [item_id]}).unique().scalar_one()
+            item = self.reads.reread(session, item_id)
             record_failure(session, item, action, err, actor, self.settings, now)
