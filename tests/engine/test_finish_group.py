@@ -210,3 +210,32 @@ def test_a_worker_thread_says_when_its_line_is_empty() -> None:
     wait_for(lambda: len(idle) == 1, message="the thread found its line empty")
     assert done == [0, 1, 2] and idle == [(0, 3)]
     pool.close()
+
+
+def test_shutdown_gives_back_at_once_the_items_no_worker_has_started(store: Store) -> None:
+    behaviour = Behaviour(sleep={"step3": 2.0})
+    registry = chain_registry(behaviour)
+    ids = at_step3(store, registry, 4)
+    config = make_config(store.url, processing={"workers": 1})
+    manager = ProcessingManager(store.sessions, registry, config)
+    manager._handoff.pace = 0.001  # quick actions so far: the line holds several
+    assert manager.run_once() == 4
+    wait_for(lambda: len(behaviour.calls) == 1, message="the first action started")
+    (started,) = {item_id for item_id, _ in behaviour.calls}
+    waiting = set(ids) - {started}
+    stopped: list[list[uuid.UUID]] = []
+    stopper = threading.Thread(target=lambda: stopped.append(manager.stop(grace=5)))
+    stopper.start()
+    # While the first action still runs, the others are free for any replica already.
+    wait_for(
+        lambda: all(load(store.sessions, i).lease_token is None for i in waiting),
+        timeout=1.5,
+        message="the waiting items given back before the running action ended",
+    )
+    assert not step3_done(store, started)
+    stopper.join(10)
+    assert stopped == [[]] and step3_done(store, started)
+    for item_id in waiting:
+        item = load(store.sessions, item_id)
+        assert (item.admission, item.lease_token) == ("admitted", None)  # slot kept
+        assert behaviour.actions_of(item_id) == []

@@ -184,6 +184,18 @@ class WorkerHandoff:
             if workers:
                 signal(session, ITEMS_ADMITTED)
 
+    def give_back_waiting(self) -> int:
+        """Shutting down: give back the items no worker has started (their slots kept,
+        other replicas told); return how many."""
+        claims = self.pool.take_waiting()
+        if claims:
+            with self._sessions.begin() as session:
+                for claim in claims:
+                    leases.drop_lease(session, claim.id, claim.token)
+                signal(session, ITEMS_ADMITTED)
+            self._returned([claim.id for claim in claims])
+        return len(claims)
+
     def _start(self, claim: leases.Claim) -> None:
         """Hand one claimed item to the worker pool (caller holds `returned`).
 

@@ -181,6 +181,10 @@ class ProcessingManager:
         """
         self.begin_stop(grace)
         assert self._deadline is not None
+        try:  # items waiting for a worker: back to the queue now, in their place
+            self._handoff.give_back_waiting()
+        except Exception as err:  # their leases run out as heartbeats left them
+            log.warning("could not give back the items waiting for a worker: %s", err)
         with self._all_returned:
             while (self._handoff.running or self._batches) and (
                 left := self._deadline - time.monotonic()

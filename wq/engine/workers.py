@@ -78,6 +78,13 @@ class WorkerPool(Generic[Job]):
                 self._free_slots.append(slot)
             raise
 
+    def take_waiting(self) -> list[Job]:
+        """Remove the jobs no thread has taken yet, and return them."""
+        with self._cond:
+            jobs = list(self._jobs)
+            self._jobs.clear()
+        return jobs
+
     def close(self) -> None:
         """No more jobs; idle threads end now, busy ones once their job is done."""
         with self._cond:
