@@ -9,13 +9,14 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import event, select, text, update
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items
+from wq.engine.dimensions import set_dimension
 from wq.engine.events import drain_events, drain_events_of, store_event
 from wq.engine.models import PendingEvent, WorkItem, WorkItemStatus, utcnow
 from wq.engine.processing import ProcessingManager
@@ -188,3 +189,60 @@ def test_an_item_whose_intake_is_storing_an_event_waits_the_others_go_on(store: 
     with store.sessions.begin() as session:
         assert drain_events_of(session, [ids[1]], registry)[ids[1]].applied == 1
     assert pending(store, ids[1]) == 0
+
+
+def savepoints_during(store: Store, work: Any) -> int:
+    """How many SAVEPOINTs `work()` sent."""
+    seen = [0]
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen[0] += statement.lstrip().upper().startswith("SAVEPOINT")
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        work()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    return seen[0]
+
+
+def test_the_scheduler_applies_events_without_a_savepoint_each_unless_a_handler_raises(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = chain_registry(Behaviour())
+    config = make_config(store.url)
+    ids = [submit(store.sessions, registry, config).item.id for _ in range(3)]  # type: ignore[union-attr]
+    with store.sessions.begin() as session:
+        for item_id in ids:
+            store_event(session, item_id, "redo", {})
+    manager = ProcessingManager(store.sessions, registry, config)
+    applied = lambda: manager.run_once(projects=set(), event_items=set(ids))  # noqa: E731
+    assert savepoints_during(store, applied) == 0
+    assert [pending(store, item_id) for item_id in ids] == [0, 0, 0]
+    assert all(step3_needed(store, item_id) for item_id in ids)
+
+    # A handler that writes, then raises: applied again with a savepoint per event, so
+    # its write is not stored and the other items' events are.
+    chain = registry.get("chain")
+    bad = ids[1]
+
+    def handler(ctx: Any) -> None:
+        if ctx.item.id == bad:
+            set_dimension(ctx.session, ctx.item, "touched", True)
+            raise RuntimeError("this handler is broken")
+        chain.event_handler(ctx)  # type: ignore[misc]
+
+    broken = TypeRegistry()
+    broken.register_type(dataclasses.replace(chain, event_handler=handler))
+    with store.sessions.begin() as session:
+        for item_id in ids:
+            set_dimension(session, session.get(WorkItem, item_id), "needs_step3", False)
+            store_event(session, item_id, "redo", {})
+    manager = ProcessingManager(store.sessions, broken, config)
+    caplog.set_level(logging.ERROR)
+    assert savepoints_during(store, lambda: manager.run_once(projects=set(), event_items=set(ids)))
+    assert [pending(store, item_id) for item_id in ids] == [0, 0, 0]
+    assert step3_needed(store, ids[0]) and step3_needed(store, ids[2])
+    assert not step3_needed(store, bad)
+    assert "touched" not in [dimension for dimension, _, _ in dimensions(store, bad)]
+    assert [r.getMessage() for r in caplog.records if "failed; discarded" in r.getMessage()]

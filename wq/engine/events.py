@@ -43,6 +43,11 @@ class StaleEvent(Exception):
     """Raised by a handler: the item already reflects something newer; discard the event."""
 
 
+class HandlerRaised(Exception):
+    """A handler raised while events were applied without savepoints: the transaction
+    must be rolled back and the events applied again, each in a savepoint."""
+
+
 @dataclass
 class DrainResult:
     """How the events of one item were dealt with."""
@@ -95,12 +100,17 @@ def drain_events_of(
     registry: TypeRegistry,
     *,
     actor: str = "system",
+    savepoints: bool = True,
 ) -> dict[uuid.UUID, DrainResult]:
     """`drain_events` for several items in one transaction (caller commits).
 
     The items' intake locks, their events and their rows are each taken by one
     statement for all of them, and their events deleted by one: an event's own work
     is its handler's, in a savepoint. Items another transaction holds are `locked`.
+
+    `savepoints=False`: the handlers run without them, their writes flushed together;
+    should one raise (a `StaleEvent` too), `HandlerRaised` is raised and the caller
+    rolls back and applies the events again with savepoints.
     """
     results = {item_id: DrainResult() for item_id in item_ids}
     free = store.try_lock_items(session, item_ids)
@@ -133,7 +143,7 @@ def drain_events_of(
             # Locked (or gone, and its events with it): SKIP LOCKED cannot tell, nor need it.
             results[item_id].locked = True
             continue
-        _apply(session, item, item_events, registry, now, results[item_id])
+        _apply(session, item, item_events, registry, now, results[item_id], savepoints)
         applied.extend(event.id for event in item_events)
         settle(
             session,
@@ -157,6 +167,7 @@ def _apply(
     registry: TypeRegistry,
     now: datetime,
     result: DrainResult,
+    savepoints: bool,
 ) -> None:
     """Apply one locked item's events in order, each in a savepoint; count them."""
     item_type = registry.get(item.type) if item.type in registry else None
@@ -178,13 +189,21 @@ def _apply(
                 else "no handler",
             )
             continue
+        context = EventContext(
+            session, item, pending.event_type, pending.payload, pending.event_at, now
+        )
+        if not savepoints:
+            try:
+                handler(context)
+            except Exception as err:  # what it wrote cannot be told apart: start again
+                raise HandlerRaised(str(item.id)) from err
+            if clock is not None:
+                item.last_event_at = clock
+            result.applied += 1
+            continue
         try:
             with session.begin_nested():  # a handler that fails leaves nothing behind
-                handler(
-                    EventContext(
-                        session, item, pending.event_type, pending.payload, pending.event_at, now
-                    )
-                )
+                handler(context)
         except StaleEvent as verdict:
             log.info("discarded event %s for item %s (%s)", pending.event_type, item.id, verdict)
             result.discarded += 1

@@ -37,7 +37,7 @@ from wq.engine import leases
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
-from wq.engine.events import drain_events_of
+from wq.engine.events import HandlerRaised, drain_events_of
 from wq.engine.failures import backoff_delay
 from wq.engine.handoff import WorkerHandoff, monotonic_due
 from wq.engine.metrics import metrics_of
@@ -343,18 +343,23 @@ class ProcessingManager:
             raise
         return claimed
 
-    def _apply_events(self, item_ids: list[uuid.UUID]) -> None:
-        """Apply the stored events of these items in one transaction; should it fail,
-        item by item, so that one item's failure holds up no other's."""
+    def _apply_events(self, item_ids: list[uuid.UUID], *, savepoints: bool = False) -> None:
+        """Apply the stored events of these items in one transaction: first without a
+        savepoint per event (their writes flushed together), again with them should a
+        handler raise, and item by item should the transaction fail, so that one item's
+        failure holds up no other's."""
         try:
             with self.sessions.begin() as session:
-                results = drain_events_of(session, item_ids, self.registry)
+                results = drain_events_of(session, item_ids, self.registry, savepoints=savepoints)
+        except HandlerRaised:
+            self._apply_events(item_ids, savepoints=True)
+            return
         except Exception:
-            if len(item_ids) == 1:  # the sweep tries again; other items go on
+            if len(item_ids) == 1 and savepoints:  # the sweep tries again; others go on
                 log.exception("applying the events of work item %s failed", item_ids[0])
                 return
             for item_id in item_ids:
-                self._apply_events([item_id])
+                self._apply_events([item_id], savepoints=True)
             return
         self._events_later.update(item_id for item_id, result in results.items() if result.locked)
 
