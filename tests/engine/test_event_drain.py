@@ -246,3 +246,35 @@ def test_the_scheduler_applies_events_without_a_savepoint_each_unless_a_handler_
     assert not step3_needed(store, bad)
     assert "touched" not in [dimension for dimension, _, _ in dimensions(store, bad)]
     assert [r.getMessage() for r in caplog.records if "failed; discarded" in r.getMessage()]
+
+
+def test_items_an_event_queues_take_their_seqs_in_the_order_of_their_events(
+    store: Store,
+) -> None:
+    registry = chain_registry(Behaviour())
+    config = make_config(store.url)
+    ids = [submit(store.sessions, registry, config).item.id for _ in range(3)]  # type: ignore[union-attr]
+    order = [ids[2], ids[0], ids[1]]
+    with store.sessions.begin() as session:
+        for item_id in ids:  # idle, as after their last action
+            session.execute(update(WorkItem).where(WorkItem.id == item_id).values(admission="idle"))
+    for item_id in order:  # one transaction each: the events' ids follow this order
+        with store.sessions.begin() as session:
+            store_event(session, item_id, "redo", {})
+    sequence_statements = [0]
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        lowered = statement.lower()
+        sequence_statements[0] += "nextval" in lowered or "update wq_sequences" in lowered
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        with store.sessions.begin() as session:
+            drain_events_of(session, ids, registry)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    assert sequence_statements[0] == 1
+    queued = [load(store.sessions, item_id) for item_id in order]
+    assert [item.admission for item in queued] == ["queued"] * 3
+    seqs = [item.seq for item in queued]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import store
 from wq.engine.envelope import Event, contains_nul, without_nul
-from wq.engine.items import settle
+from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
 from wq.engine.registry import EventContext, TypeRegistry
@@ -145,14 +145,14 @@ def drain_events_of(
             continue
         _apply(session, item, item_events, registry, now, results[item_id], savepoints)
         applied.extend(event.id for event in item_events)
-        settle(
-            session,
-            item,
-            registry,
-            now,
-            actor=actor,
-            trigger={"source": "event", "reason": "events applied"},
-        )
+    settle_all(  # in the order of their first events: their seqs follow it
+        session,
+        [items[item_id] for item_id in events if item_id in items],
+        registry,
+        now,
+        actor=actor,
+        trigger={"source": "event", "reason": "events applied"},
+    )
     if applied:
         session.execute(delete(PendingEvent).where(PendingEvent.id.in_(applied)))
     for item_id in items:

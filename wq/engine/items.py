@@ -10,6 +10,7 @@ call the same code. Releases are in `wq.engine.releases`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -48,12 +49,19 @@ class ItemConflict(Exception):
 
 
 def enqueue(
-    session: Session, item: WorkItem, now: datetime, *, actor: str, trigger: dict[str, Any]
+    session: Session,
+    item: WorkItem,
+    now: datetime,
+    *,
+    actor: str,
+    trigger: dict[str, Any],
+    seq: int | None = None,
 ) -> None:
-    """Put an item in its project's queue with a fresh sequence value."""
+    """Put an item in its project's queue with a fresh sequence value (`seq`: one
+    taken from the sequence already)."""
     old = snapshot(item) if item.seq is not None or item.admission != QUEUED else None
     item.admission = QUEUED
-    item.seq = store.next_seq(session)
+    item.seq = store.next_seq(session) if seq is None else seq
     item.queued_at = now
     item.admitted_at = None
     item.run_after = None
@@ -81,14 +89,32 @@ def settle(
     wants to act is queued with a fresh seq, and otherwise marked `idle` (no audit row:
     it held no slot). Queued and admitted items are left alone.
     """
-    if item.phase in TERMINAL_PHASES:
-        release_slot(session, item, actor=actor, trigger=trigger)
-    elif item.seq is None or item.admission in (IDLE, DONE):
-        # A type this process does not handle is queued for the daemons that do.
-        if item.type not in registry or registry.get(item.type).decider(item, now) is not None:
-            enqueue(session, item, now, actor=actor, trigger=trigger)
-        elif item.admission != IDLE:
-            item.admission = IDLE
+    settle_all(session, [item], registry, now, actor=actor, trigger=trigger)
+
+
+def settle_all(
+    session: Session,
+    items: Sequence[WorkItem],
+    registry: TypeRegistry,
+    now: datetime,
+    *,
+    actor: str,
+    trigger: dict[str, Any],
+) -> None:
+    """`settle` for several items; those queued take their seqs in their order, from
+    one statement."""
+    to_queue: list[WorkItem] = []
+    for item in items:
+        if item.phase in TERMINAL_PHASES:
+            release_slot(session, item, actor=actor, trigger=trigger)
+        elif item.seq is None or item.admission in (IDLE, DONE):
+            # A type this process does not handle is queued for the daemons that do.
+            if item.type not in registry or registry.get(item.type).decider(item, now) is not None:
+                to_queue.append(item)
+            elif item.admission != IDLE:
+                item.admission = IDLE
+    for item, seq in zip(to_queue, store.next_seqs(session, len(to_queue)), strict=True):
+        enqueue(session, item, now, actor=actor, trigger=trigger, seq=seq)
 
 
 def set_phase(

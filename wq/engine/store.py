@@ -79,6 +79,28 @@ def next_seq(session: Session) -> int:
     return int(value)
 
 
+def next_seqs(session: Session, count: int) -> list[int]:
+    """`count` fresh values of the admission sequence, in increasing order: one statement."""
+    if count <= 0:
+        return []
+    if _is_postgres(session):
+        rows = session.execute(
+            text(
+                f"SELECT nextval('{ADMISSION_SEQUENCE}') AS seq"
+                " FROM generate_series(1, :count) ORDER BY seq"
+            ),
+            {"count": count},
+        )
+        return [int(seq) for seq in rows.scalars()]
+    last = session.execute(
+        update(SequenceCounter)
+        .where(SequenceCounter.name == ADMISSION_SEQUENCE)
+        .values(value=SequenceCounter.value + count)
+        .returning(SequenceCounter.value)
+    ).scalar_one()
+    return list(range(int(last) - count + 1, int(last) + 1))
+
+
 def lock_project(session: Session, project: str) -> None:
     """Serialize admission of one project until the transaction ends.
 
