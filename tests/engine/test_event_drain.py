@@ -12,16 +12,17 @@ import pytest
 from sqlalchemy import event, select, text, update
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import load, submit
+from tests.engine.helpers import Listening, load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items
 from wq.engine.dimensions import set_dimension
-from wq.engine.events import drain_events, drain_events_of, store_event
+from wq.engine.events import drain_events, drain_events_of, store_event, store_events
 from wq.engine.models import PendingEvent, WorkItem, WorkItemStatus, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import TypeRegistry
 from wq.engine.store import lock_item
+from wq.engine.wakeup import WAKEUP_KEY, Wakeup
 
 
 def pending(store: Store, item_id: uuid.UUID) -> int:
@@ -278,3 +279,45 @@ def test_items_an_event_queues_take_their_seqs_in_the_order_of_their_events(
     assert [item.admission for item in queued] == ["queued"] * 3
     seqs = [item.seq for item in queued]
     assert seqs == sorted(seqs) and len(set(seqs)) == 3
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_events_stored_in_one_statement_hold_their_intake_locks_and_wake_every_replica(
+    store: Store,
+) -> None:
+    registry = chain_registry(Behaviour())
+    config = make_config(store.url)
+    ids = sorted(submit(store.sessions, registry, config).item.id for _ in range(2))  # type: ignore[union-attr]
+    when = utcnow()
+    own, other = Wakeup(), Wakeup()
+    listening = Listening(store.engine, other)
+    try:
+        other.wait(0)  # the listener's resync on start
+        intake = store.sessions()
+        intake.info[WAKEUP_KEY] = own
+        try:
+            with intake.begin():
+                store_events(intake, {ids[1]: when, ids[0]: None}, "redo", {"n": 1})
+                with store.sessions.begin() as session:  # a drain meanwhile waits for it
+                    results = drain_events_of(session, ids, registry)
+                assert [results[item_id].locked for item_id in ids] == [True, True]
+        finally:
+            intake.close()
+        assert own.wait(0).event_items == set(ids)  # this process's scheduler
+        woken: set[uuid.UUID] = set()
+        wait_for(
+            lambda: woken.update(other.wait(0.2).event_items) or woken == set(ids),
+            message="the other replica woken for both items",
+        )
+    finally:
+        listening.stop()
+    with store.sessions() as session:
+        stored = session.execute(select(PendingEvent).order_by(PendingEvent.id)).scalars().all()
+        assert [(e.work_item_id, e.event_type, e.payload) for e in stored] == [
+            (ids[0], "redo", {"n": 1}),
+            (ids[1], "redo", {"n": 1}),
+        ]
+        assert stored[0].event_at is None and stored[1].event_at == when
+    with store.sessions.begin() as session:
+        results = drain_events_of(session, ids, registry)
+    assert [results[item_id].applied for item_id in ids] == [1, 1]

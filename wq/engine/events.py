@@ -27,13 +27,14 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import store
+from wq.engine import jsontext, on_commit, store
 from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
 from wq.engine.registry import EventContext, TypeRegistry
-from wq.engine.wakeup import EVENT_STORED, signal
+from wq.engine.releases import SIGNAL_SENT
+from wq.engine.wakeup import EVENT_STORED, NO_HUB, WAKEUP_KEY, Wakeup, signal
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_FUTURE_SKEW = timedelta(minutes=5)
@@ -81,6 +82,35 @@ def store_event(
         )
     )
     signal(session, EVENT_STORED, str(item_id))
+
+
+def store_events(
+    session: Session,
+    targets: dict[uuid.UUID, datetime | None],
+    event_type: str,
+    payload: Any,
+) -> None:
+    """`store_event` for each of these items (item id -> the event's time there), their
+    intake locks taken in id order; on PostgreSQL in one statement with its NOTIFYs."""
+    ordered = sorted(targets)
+    if not ordered:
+        return
+    if not store.is_postgres(session):
+        for item_id in ordered:
+            store_event(session, item_id, event_type, payload, event_at=targets[item_id])
+        return
+    hub = session.info.get(WAKEUP_KEY)
+    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
+    store.insert_events(
+        session,
+        [(item_id, targets[item_id]) for item_id in ordered],
+        event_type,
+        jsontext.dumps(payload),
+        now=utcnow(),
+        notify_payloads=[f"{origin}|{EVENT_STORED}:{item_id}" for item_id in ordered],
+    )
+    for item_id in ordered:  # this process's scheduler, once it commits
+        on_commit.defer(session, SIGNAL_SENT, (EVENT_STORED, str(item_id)))
 
 
 def drain_events(
@@ -258,8 +288,7 @@ def ingest(
                 )
                 return 0
             targets.update(dict.fromkeys(ids, event_at))
-        for item_id in sorted(targets):
-            store_event(session, item_id, event.event_type, payload, event_at=targets[item_id])
+        store_events(session, targets, event.event_type, payload)
     metrics.count_event(source, "stored" if targets else "unmatched")
     return len(targets)
 

@@ -8,6 +8,7 @@ lease admitted items (claims, batch locks, lease ends) are in `wq.engine.leases`
 
 from __future__ import annotations
 
+import json
 import uuid
 import zlib
 from collections.abc import Iterable, Sequence
@@ -281,6 +282,54 @@ def try_lock_items(session: Session, item_ids: Iterable[uuid.UUID]) -> set[uuid.
         ).scalars()
     )
     return {item_id for item_id, key in keys.items() if key in locked}
+
+
+def insert_events(
+    session: Session,
+    events: Sequence[tuple[uuid.UUID, datetime | None]],
+    event_type: str,
+    payload_json: str,
+    *,
+    now: datetime,
+    notify_payloads: Sequence[str],
+) -> None:
+    """PostgreSQL: store one event (`payload_json`, JSON text) for each item of `events`
+    (item id, event time) and NOTIFY, in one statement: the items' intake locks first,
+    in the order given (`lock_item`'s, held until the transaction ends)."""
+    session.connection().execute(  # the connection: no autoflush before it
+        _INSERT_EVENTS_PG,
+        {
+            "space": _ITEM_LOCK_SPACE,
+            "keys": [_lock_key(str(item_id)) for item_id, _ in events],
+            "events": json.dumps(
+                [
+                    {"id": str(item_id), "at": None if at is None else at.isoformat()}
+                    for item_id, at in events
+                ]
+            ),
+            "event_type": event_type,
+            "payload": payload_json,
+            "now": now,
+            "channel": NOTIFY_CHANNEL,
+            "payloads": list(notify_payloads),
+        },
+    )
+
+
+_INSERT_EVENTS_PG = text(
+    """
+WITH locked AS (
+    SELECT count(pg_advisory_xact_lock(:space, key)) AS keys
+    FROM unnest(CAST(:keys AS integer[])) AS key
+), stored AS (
+    INSERT INTO pending_events (work_item_id, event_type, payload, event_at, created_at)
+    SELECT e.id, :event_type, CAST(:payload AS jsonb), e.at, :now
+    FROM locked, jsonb_to_recordset(CAST(:events AS jsonb)) AS e(id uuid, at timestamptz)
+    WHERE locked.keys >= 0
+)
+SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:payloads AS text[])) AS payload
+"""
+)
 
 
 def notify(session: Session, payloads: Sequence[str], origin: str) -> None:
