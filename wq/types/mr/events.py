@@ -24,7 +24,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from wq.engine.audit import AuditRecord, audit
@@ -107,22 +107,31 @@ def _attributes(payload: dict[str, Any]) -> dict[str, Any]:
     return attributes if isinstance(attributes, dict) else {}
 
 
-def _active(project: str) -> Any:
-    return select(MrItem.id).where(MrItem.project == project, MrItem.phase == ACTIVE)
+# The resolver's queries, built once (an event's intake runs one or two of them):
+# active items of a project by MR, by branch while no item knows the MR, by branch.
+_ACTIVE = select(MrItem.id).where(MrItem.project == bindparam("project"), MrItem.phase == ACTIVE)
+_ACTIVE_BY_MR = _ACTIVE.where(MrItem.mr_iid == bindparam("iid"))
+_ACTIVE_BY_NEW_BRANCH = _ACTIVE.where(
+    MrItem.mr_iid.is_(None), MrItem.source_branch == bindparam("branch")
+)
+_ACTIVE_BY_BRANCH = _ACTIVE.where(MrItem.source_branch == bindparam("branch"))
+_ANY_BY_MR = (
+    select(MrItem.id)
+    .where(MrItem.project == bindparam("project"), MrItem.mr_iid == bindparam("iid"))
+    .limit(1)
+)
 
 
 def _by_mr(session: Session, project: str, iid: int, branch: str | None) -> list[uuid.UUID]:
     """The active item of MR `iid`; else, while no item knows that MR, the one on `branch`."""
-    ids = list(session.execute(_active(project).where(MrItem.mr_iid == iid)).scalars())
+    ids = list(session.execute(_ACTIVE_BY_MR, {"project": project, "iid": iid}).scalars())
     if ids or branch is None:
         return ids
-    known = session.execute(
-        select(MrItem.id).where(MrItem.project == project, MrItem.mr_iid == iid).limit(1)
-    ).first()
+    known = session.execute(_ANY_BY_MR, {"project": project, "iid": iid}).first()
     if known is not None:  # that MR belongs to another (finished) item
         return []
-    query = _active(project).where(MrItem.mr_iid.is_(None), MrItem.source_branch == branch)
-    return list(session.execute(query).scalars())
+    found = session.execute(_ACTIVE_BY_NEW_BRANCH, {"project": project, "branch": branch})
+    return list(found.scalars())
 
 
 def _by_ref(session: Session, project: str, ref: Any) -> list[uuid.UUID]:
@@ -134,7 +143,8 @@ def _by_ref(session: Session, project: str, ref: Any) -> list[uuid.UUID]:
     if matched is not None:
         iid = _iid(int(matched.group(1)))
         return [] if iid is None else _by_mr(session, project, iid, None)
-    return list(session.execute(_active(project).where(MrItem.source_branch == branch)).scalars())
+    found = session.execute(_ACTIVE_BY_BRANCH, {"project": project, "branch": branch})
+    return list(found.scalars())
 
 
 def resolve(session: Session, kind: str, payload: Any) -> tuple[list[uuid.UUID], datetime | None]:
