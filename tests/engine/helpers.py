@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.support.chain import new_chain_item
-from wq.engine import items
+from wq.engine import items, leases
+from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.config import Config
 from wq.engine.listener import NotifyListener
 from wq.engine.models import AuditEntry, WorkItem, utcnow
@@ -104,3 +107,40 @@ def count_by(sessions: sessionmaker[Session], column: Any) -> dict[Any, int]:
     with sessions() as session:
         rows = session.execute(select(column, func.count()).group_by(column))
         return {value: int(count) for value, count in rows}
+
+
+def claimed(
+    sessions: sessionmaker[Session], registry: TypeRegistry, count: int
+) -> list[leases.Claim]:
+    """Lease `count` admitted chain items for workers (owner "me"), loaded as the
+    daemon's claim loads them."""
+    now = utcnow()
+    with sessions.begin() as session:
+        taken = claim_for_workers(
+            session,
+            owner="me",
+            types=["chain"],
+            free=count,
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+            load=item_loads(registry),
+        )
+    assert len(taken.claims) == count
+    return taken.claims
+
+
+def statements_during(
+    engine: Engine, work: Callable[[], Any], wanted: Callable[[str], bool]
+) -> int:
+    """How many of the statements `work()` sent `wanted` picks (by their SQL text)."""
+    seen = [0]
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen[0] += wanted(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        work()
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    return seen[0]

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, text, update
+from sqlalchemy import select, text, update
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import Listening, load, submit
+from tests.engine.helpers import Listening, load, statements_during, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items
@@ -192,19 +193,11 @@ def test_an_item_whose_intake_is_storing_an_event_waits_the_others_go_on(store: 
     assert pending(store, ids[1]) == 0
 
 
-def savepoints_during(store: Store, work: Any) -> int:
+def savepoints_during(store: Store, work: Callable[[], Any]) -> int:
     """How many SAVEPOINTs `work()` sent."""
-    seen = [0]
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen[0] += statement.lstrip().upper().startswith("SAVEPOINT")
-
-    event.listen(store.engine, "before_cursor_execute", count)
-    try:
-        work()
-    finally:
-        event.remove(store.engine, "before_cursor_execute", count)
-    return seen[0]
+    return statements_during(
+        store.engine, work, lambda sql: sql.lstrip().upper().startswith("SAVEPOINT")
+    )
 
 
 def test_the_scheduler_applies_events_without_a_savepoint_each_unless_a_handler_raises(
@@ -262,19 +255,15 @@ def test_items_an_event_queues_take_their_seqs_in_the_order_of_their_events(
     for item_id in order:  # one transaction each: the events' ids follow this order
         with store.sessions.begin() as session:
             store_event(session, item_id, "redo", {})
-    sequence_statements = [0]
 
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        lowered = statement.lower()
-        sequence_statements[0] += "nextval" in lowered or "update wq_sequences" in lowered
-
-    event.listen(store.engine, "before_cursor_execute", count)
-    try:
+    def drained() -> None:
         with store.sessions.begin() as session:
             drain_events_of(session, ids, registry)
-    finally:
-        event.remove(store.engine, "before_cursor_execute", count)
-    assert sequence_statements[0] == 1
+
+    def takes_seqs(sql: str) -> bool:
+        return "nextval" in sql.lower() or "update wq_sequences" in sql.lower()
+
+    assert statements_during(store.engine, drained, takes_seqs) == 1
     queued = [load(store.sessions, item_id) for item_id in order]
     assert [item.admission for item in queued] == ["queued"] * 3
     seqs = [item.seq for item in queued]

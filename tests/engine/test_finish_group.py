@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import event, update
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import audit_types, load, submit
+from tests.engine.helpers import audit_types, claimed, load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine.admission import dispatch
-from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.dimensions import set_dimension
-from wq.engine.leases import Claim
 from wq.engine.models import WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext, TypeRegistry
@@ -44,23 +41,6 @@ def at_step3(store: Store, registry: TypeRegistry, count: int) -> list[uuid.UUID
         ids.append(item_id)
     dispatch(store.sessions, config, clock=utcnow)
     return ids
-
-
-def claimed(store: Store, registry: TypeRegistry, count: int) -> list[Claim]:
-    """Lease `count` items for workers, loaded as the claim does."""
-    now = utcnow()
-    with store.sessions.begin() as session:
-        taken = claim_for_workers(
-            session,
-            owner="me",
-            types=["chain"],
-            free=count,
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-            load=item_loads(registry),
-        )
-    assert len(taken.claims) == count
-    return taken.claims
 
 
 def new_runner(store: Store, registry: TypeRegistry) -> ItemRunner:
@@ -94,7 +74,7 @@ def test_a_group_is_stored_and_released_in_one_transaction(store: Store) -> None
     ids = at_step3(store, registry, 3)
     runner = new_runner(store, registry)
     group = runner.new_group()
-    for claim in claimed(store, registry, 3):
+    for claim in claimed(store.sessions, registry, 3):
         assert runner.run(claim.id, claim.token, "me/worker-0", item=claim.item, group=group)
     # Run, not stored yet: still leased, step3 not recorded.
     for item_id in ids:
@@ -118,7 +98,7 @@ def test_items_changed_or_taken_meanwhile_go_on_alone_the_others_are_stored(
     plain, changed, lost = at_step3(store, registry, 3)
     runner = new_runner(store, registry)
     group = runner.new_group()
-    for claim in claimed(store, registry, 3):
+    for claim in claimed(store.sessions, registry, 3):
         assert runner.run(claim.id, claim.token, "me/worker-0", item=claim.item, group=group)
     with store.sessions.begin() as session:
         # An event wants step2 again; another replica took over the third item's lease.
@@ -158,7 +138,7 @@ def test_a_group_the_database_refuses_runs_again_each_item_alone(store: Store) -
     manager = ProcessingManager(store.sessions, registry, config)
     runner = manager._runner
     group = runner.new_group()
-    for claim in claimed(store, registry, 3):
+    for claim in claimed(store.sessions, registry, 3):
         assert runner.run(claim.id, claim.token, "me/worker-0", item=claim.item, group=group)
     runner.finish(group)
     for item_id in (good, bad, other):  # nothing stored; the slot kept, the lease free

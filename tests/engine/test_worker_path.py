@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import event, select, text, update
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import audit_types, load, submit
+from tests.engine.helpers import audit_types, claimed, load, submit
 from tests.support.chain import STEPS, Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import store as store_ops
@@ -148,23 +148,13 @@ def test_the_pool_serves_jobs_queued_beyond_its_threads_in_order() -> None:
         pool.submit(6)
 
 
-def leased(store: Store, *, free: int = 1) -> tuple[WorkItem, str]:
+def leased(store: Store) -> tuple[WorkItem, str]:
     """Submit, admit and claim one chain item with its data; the item as claimed."""
     registry = chain_registry(Behaviour())
     config = make_config(store.url)
     submit(store.sessions, registry, config)
     dispatch(store.sessions, config, clock=utcnow)
-    now = utcnow()
-    with store.sessions.begin() as session:
-        (claim,) = claim_for_workers(
-            session,
-            owner="me",
-            types=["chain"],
-            free=free,
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-            load=item_loads(registry),
-        ).claims
+    (claim,) = claimed(store.sessions, registry, 1)
     assert claim.item is not None
     return claim.item, claim.token
 
