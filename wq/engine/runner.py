@@ -171,7 +171,8 @@ class ItemRunner:
                     step.done.type_name, step.done.action, "succeeded", step.done.started
                 )
         elif stored:
-            self._hand_back(stored, failure)
+            self._hand_back(stored, failure)  # dealt with: not raised
+            failure = None
         # The others go on alone; should one fail, the rest still do (the first is raised).
         for step in steps:
             if step not in stored:
@@ -179,7 +180,7 @@ class ItemRunner:
                     self._resume(step)
                 except Exception as err:
                     failure = failure or err
-        if failure is not None and not stored:
+        if failure is not None:
             raise failure
 
     def _resume(self, step: _Step) -> None:
