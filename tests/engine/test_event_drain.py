@@ -17,6 +17,7 @@ from tests.engine.helpers import Listening, load, statements_during, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items
+from wq.engine.config import Config
 from wq.engine.dimensions import set_dimension
 from wq.engine.events import drain_events, drain_events_of, store_event, store_events
 from wq.engine.models import PendingEvent, WorkItem, WorkItemStatus, utcnow
@@ -48,6 +49,17 @@ def dimensions(store: Store, item_id: uuid.UUID) -> list[tuple[str, str, Any]]:
             .order_by(WorkItemStatus.dimension)
         ).scalars()
         return [(row.dimension, row.status, row.updated_at) for row in rows]
+
+
+def with_redo_events(
+    store: Store, registry: TypeRegistry, config: Config, count: int
+) -> list[uuid.UUID]:
+    """`count` chain items, each with a stored `redo` event."""
+    ids = [submit(store.sessions, registry, config).item.id for _ in range(count)]  # type: ignore[union-attr]
+    with store.sessions.begin() as session:
+        for item_id in ids:
+            store_event(session, item_id, "redo", {})
+    return ids
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -171,10 +183,7 @@ def test_an_item_whose_intake_is_storing_an_event_waits_the_others_go_on(store: 
     applied."""
     registry = chain_registry(Behaviour())
     config = make_config(store.url)
-    ids = [submit(store.sessions, registry, config).item.id for _ in range(3)]  # type: ignore[union-attr]
-    with store.sessions.begin() as session:
-        for item_id in ids:
-            store_event(session, item_id, "redo", {})
+    ids = with_redo_events(store, registry, config, 3)
     intake = store.sessions()
     try:
         with intake.begin():
@@ -205,10 +214,7 @@ def test_the_scheduler_applies_events_without_a_savepoint_each_unless_a_handler_
 ) -> None:
     registry = chain_registry(Behaviour())
     config = make_config(store.url)
-    ids = [submit(store.sessions, registry, config).item.id for _ in range(3)]  # type: ignore[union-attr]
-    with store.sessions.begin() as session:
-        for item_id in ids:
-            store_event(session, item_id, "redo", {})
+    ids = with_redo_events(store, registry, config, 3)
     manager = ProcessingManager(store.sessions, registry, config)
     applied = lambda: manager.run_once(projects=set(), event_items=set(ids))  # noqa: E731
     assert savepoints_during(store, applied) == 0

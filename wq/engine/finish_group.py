@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import leases, on_commit
+from wq.engine import on_commit
 from wq.engine.audit import AuditRecord
 from wq.engine.models import ADMITTED, EXECUTOR_SESSION, WorkItem
 from wq.engine.releases import (
@@ -32,11 +32,12 @@ from wq.engine.releases import (
     mark_released,
     release_fenced,
     release_if_unchanged,
+    release_record,
     released_admission,
     snapshot,
 )
 from wq.engine.store import is_postgres
-from wq.engine.wakeup import ITEMS_ADMITTED, NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
+from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
 
 # How long the first item of a group may wait for the others before the group is
 # stored: the most a fast action's item is held back; a slow action ends a group early.
@@ -136,15 +137,6 @@ def _closed(steps: list[Step]) -> list[Step]:
     return steps
 
 
-def hand_back(sessions: sessionmaker[Session], steps: Sequence[Step], *, now: datetime) -> None:
-    """Let go of the leases of items whose writes could not be stored: they keep their
-    slots and are claimed again from `now` (other replicas told)."""
-    with sessions.begin() as session:
-        for step in steps:
-            leases.drop_lease(session, step.item_id, step.token, resume_at=now)
-        signal(session, ITEMS_ADMITTED)
-
-
 def release_group(
     session: Session, releases: Sequence[GroupRelease], *, now: datetime
 ) -> set[uuid.UUID]:
@@ -179,14 +171,7 @@ def release_group(
         item = release.item
         old = snapshot(item)
         held_slot = old["admission"] == ADMITTED
-        released = AuditRecord(
-            "released" if held_slot else "dequeued",
-            release.actor,
-            item.id,
-            old_state=old,
-            new_state={**old, "admission": new_admission},
-            trigger=release.trigger,
-        )
+        released = release_record(old, item.id, new_admission, release.actor, release.trigger)
         rows = [record.row() for record in (release.record, released) if record]
         payloads = [f"{origin}|{PROJECT_QUEUED}:{item.project}"] if held_slot else []
         fenced = FencedRelease(item.id, release.token, item.stamp, new_admission, rows, payloads)

@@ -37,7 +37,7 @@ from wq.engine.models import WorkItem
 from wq.engine.outage import EngineFailures
 from wq.engine.registry import TypeRegistry
 from wq.engine.runner import ItemRunner
-from wq.engine.wakeup import ITEMS_ADMITTED, Wakeup, signal
+from wq.engine.wakeup import Wakeup
 from wq.engine.workers import WorkerPool
 
 # Items per worker the hand-off holds at most, and how long the workers should take,
@@ -169,8 +169,7 @@ class WorkerHandoff:
             # More items want a worker than there are free ones: the rest wait, leased to
             # nobody, in their place in line.
             with self._sessions.begin() as session:
-                for claim in surplus:
-                    leases.drop_lease(session, claim.id, claim.token)
+                leases.give_back(session, [(c.id, c.token) for c in surplus], announce=False)
         with self.returned:
             if not self._stopping.is_set():
                 for claim in workers:
@@ -179,10 +178,7 @@ class WorkerHandoff:
         # Shutdown began meanwhile: no action ran, give the items back (and tell the
         # other replicas).
         with self._sessions.begin() as session:
-            for claim in workers:
-                leases.drop_lease(session, claim.id, claim.token)
-            if workers:
-                signal(session, ITEMS_ADMITTED)
+            leases.give_back(session, [(claim.id, claim.token) for claim in workers])
 
     def give_back_waiting(self) -> int:
         """Shutting down: give back the items no worker has started (their slots kept,
@@ -190,9 +186,7 @@ class WorkerHandoff:
         claims = self.pool.take_waiting()
         if claims:
             with self._sessions.begin() as session:
-                for claim in claims:
-                    leases.drop_lease(session, claim.id, claim.token)
-                signal(session, ITEMS_ADMITTED)
+                leases.give_back(session, [(claim.id, claim.token) for claim in claims])
             self._returned([claim.id for claim in claims])
         return len(claims)
 

@@ -9,7 +9,7 @@ lease, when the next admitted item comes due, and letting go of a lease (fences:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -19,6 +19,7 @@ from sqlalchemy.sql import Select
 
 from wq.engine.models import ACTIVE, ADMITTED, UtcDateTime, WorkItem
 from wq.engine.store import inline, is_postgres
+from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
 _Query = TypeVar("_Query", bound="Select[*tuple[Any, ...]]")
 
@@ -223,3 +224,19 @@ def drop_lease(
         .execution_options(synchronize_session=False)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def give_back(
+    session: Session,
+    leased: Iterable[tuple[uuid.UUID, str]],
+    *,
+    resume_at: datetime | None = None,
+    announce: bool = True,
+) -> None:
+    """`drop_lease` of each (item id, token); with `announce`, every replica's scheduler
+    is told that admitted items are claimable again (once this commits)."""
+    dropped = [
+        drop_lease(session, item_id, token, resume_at=resume_at) for item_id, token in leased
+    ]
+    if dropped and announce:
+        signal(session, ITEMS_ADMITTED)

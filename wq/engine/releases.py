@@ -293,14 +293,7 @@ def _release_with_audit_and_notify(
     """
     old = snapshot(item)
     held_slot = old["admission"] == ADMITTED
-    released = AuditRecord(
-        "released" if held_slot else "dequeued",
-        actor,
-        item.id,
-        old_state=old,
-        new_state={**old, "admission": new_admission},
-        trigger=trigger,
-    )
+    released = release_record(old, item.id, new_admission, actor, trigger)
     # What the action deferred (its own audit rows, its signals) goes out with this
     # statement too, ahead of the rest: nothing is left to write at the commit.
     earlier_rows = on_commit.take(session, "audit")
@@ -359,20 +352,29 @@ def released_admission(item: WorkItem) -> str | None:
     return None if item.admission == new_admission else new_admission
 
 
+def release_record(
+    old: dict[str, Any],
+    item_id: uuid.UUID,
+    new_admission: str,
+    actor: str,
+    trigger: dict[str, Any],
+) -> AuditRecord:
+    """The audit row of a release from `old` (a `snapshot`): `released` when it freed a
+    slot, `dequeued` when the item only left the queue."""
+    return AuditRecord(
+        "released" if old["admission"] == ADMITTED else "dequeued",
+        actor,
+        item_id,
+        old_state=old,
+        new_state={**old, "admission": new_admission},
+        trigger=trigger,
+    )
+
+
 def _audit_release(
     session: Session, item: WorkItem, old: dict[str, Any], actor: str, trigger: dict[str, Any]
 ) -> None:
     held_slot = old["admission"] == ADMITTED
-    audit(
-        session,
-        AuditRecord(
-            "released" if held_slot else "dequeued",
-            actor,
-            item.id,
-            old_state=old,
-            new_state=snapshot(item),
-            trigger=trigger,
-        ),
-    )
+    audit(session, release_record(old, item.id, item.admission, actor, trigger))
     if held_slot:
         signal(session, PROJECT_QUEUED, item.project)

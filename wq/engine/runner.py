@@ -28,7 +28,7 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.failures import record_failure
 from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
-from wq.engine.finish_group import FinishGroup, GroupRelease, hand_back, store_together
+from wq.engine.finish_group import FinishGroup, GroupRelease, store_together
 from wq.engine.item_reads import ItemReads
 from wq.engine.metrics import metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
@@ -40,7 +40,6 @@ from wq.engine.registry import (
     Wait,
 )
 from wq.engine.releases import release_if_unchanged, release_slot, snapshot
-from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -200,7 +199,10 @@ class ItemRunner:
         )
         if len(self._alone) > MAX_ALONE:  # ids of items other replicas took and ran
             self._alone.clear()
-        hand_back(self.sessions, steps, now=self.clock())
+        with self.sessions.begin() as session:
+            leases.give_back(
+                session, [(step.item_id, step.token) for step in steps], resume_at=self.clock()
+            )
         self._alone.update(step.item_id for step in steps)
         for step in steps:
             assert step.done is not None
@@ -260,8 +262,7 @@ class ItemRunner:
             if self._stopping.is_set():
                 # Shutting down: hand the item back between actions. It keeps its
                 # slot and its place in line; another replica, told, claims it at once.
-                leases.drop_lease(session, item_id, token)
-                signal(session, ITEMS_ADMITTED)
+                leases.give_back(session, [(item_id, token)])
                 self._commit(session, item_id, token, done, actor)
                 return False
             if (
