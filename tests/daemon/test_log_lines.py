@@ -6,13 +6,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from wq.daemon.logs import TEXT_FORMAT, LineHandler, TextFormatter, setup_logging
-from wq.engine.audit import AuditRecord, announce_committed
+from wq.engine.audit import AuditRecord, announce_committed, timestamp
 
 
 class CountingStream(io.StringIO):
@@ -46,6 +47,20 @@ def test_the_text_format_is_loggings_own_with_its_time_cached() -> None:
         record = logging.LogRecord("wq.daemon", logging.INFO, __file__, 1, "hi %s", ("x",), None)
         record.created, record.msecs = created, (created - int(created)) * 1000
         assert fast.format(record) == plain.format(record)
+    try:
+        raise ValueError("broken")
+    except ValueError:
+        failed = logging.LogRecord(
+            "wq.daemon", logging.ERROR, __file__, 1, "failed %d", (3,), sys.exc_info()
+        )
+    assert fast.format(failed) == plain.format(failed)
+    assert "ValueError: broken" in fast.format(failed)
+
+
+def test_an_entry_time_reads_the_same_from_any_zone() -> None:
+    instant = datetime(2026, 12, 4, 4, 30, 0, 5, tzinfo=UTC)
+    elsewhere = instant.astimezone(timezone(timedelta(hours=-5)))
+    assert timestamp(instant) == timestamp(elsewhere) == "2026-12-04T04:30:00.000005Z"
 
 
 def test_a_commits_audit_rows_are_a_line_each_and_one_flush(logged: CountingStream) -> None:
@@ -75,3 +90,28 @@ def test_a_handler_error_is_reported_not_raised(capsys: pytest.CaptureFixture[st
     record = logging.LogRecord("wq.daemon", logging.INFO, __file__, 1, "hi", (), None)
     handler.emit(record)  # logging's own handleError: a note on stderr, no exception
     assert "disk full" in capsys.readouterr().err
+
+
+def test_json_lines_carry_each_entry_as_an_object() -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    stream = io.StringIO()
+    setup_logging("json", stream)
+    try:
+        at = datetime(2026, 12, 4, 4, 30, tzinfo=UTC)
+        announce_committed(
+            [
+                AuditRecord(event, "wq-1:7/worker-1", trigger={"source": "engine"}, at=at).row()
+                for event in ("admitted", "released")
+            ]
+        )
+    finally:
+        root.handlers[:], root.level = handlers, level
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["audit"]["event_type"] for line in lines] == ["admitted", "released"]
+    assert [line["message"] for line in lines] == [
+        "audit " + json.dumps(line["audit"], sort_keys=True, separators=(",", ":"))
+        for line in lines
+    ]
+    assert {line["logger"] for line in lines} == {"wq.audit"}
+    assert lines[0]["audit"]["timestamp"] == "2026-12-04T04:30:00.000000Z"

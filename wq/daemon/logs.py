@@ -8,12 +8,13 @@ when an exception is logged.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from datetime import UTC, datetime
 from typing import IO, Any
+
+from wq.engine import jsontext
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -34,7 +35,8 @@ class JsonLineFormatter(logging.Formatter):
             line["audit"] = entry
         if record.exc_info:
             line["exc_info"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+        # orjson: a JSON line costs a fraction of json.dumps's (compact, UTF-8 as is).
+        return jsontext.dumps(line, default=str)
 
 
 class TextFormatter(logging.Formatter):
@@ -44,6 +46,16 @@ class TextFormatter(logging.Formatter):
         super().__init__(TEXT_FORMAT)
         self._second = -1
         self._second_text = ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's line, as `logging.Formatter(TEXT_FORMAT)` writes it."""
+        if record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)
+        # `TEXT_FORMAT` written out: logging's generic path (its style object, the
+        # record's whole dict as format values) was a third of an audit line's cost.
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record)
+        return f"{record.asctime} {record.levelname} {record.name}: {record.message}"
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """The local time as logging's default writes it (`2026-12-04 04:30:15,123`)."""

@@ -83,24 +83,26 @@ def _compact(state: dict[str, Any] | None) -> dict[str, Any] | None:
 def timestamp(at: datetime) -> str:
     """An entry's time as written in its log line and archive: ISO 8601, UTC, microseconds."""
     # isoformat: strftime cost a few percent of an unchanged submission's CPU.
+    if at.tzinfo is UTC:  # as the engine makes them: only "+00:00" to replace
+        return at.isoformat(timespec="microseconds")[:-6] + "Z"
     return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def document(row: dict[str, Any], entry_id: int | None = None) -> dict[str, Any]:
     """The JSON form of one entry (log line, S3 object): None fields are left out."""
+    # Built key by key (not a dict filtered afterwards): every audit line makes one.
+    entry: dict[str, Any] = {} if entry_id is None else {"id": entry_id}
+    entry["timestamp"] = timestamp(row["at"])
+    entry["event_type"] = row["event_type"]
     item_id = row.get("work_item_id")
-    fields = {
-        "id": entry_id,
-        "timestamp": timestamp(row["at"]),
-        "event_type": row["event_type"],
-        "work_item_id": None if item_id is None else str(item_id),
-        "actor": row["actor"],
-        "old_state": row.get("old_state"),
-        "new_state": row.get("new_state"),
-        "trigger": row.get("trigger"),
-        "metadata": row.get("metadata"),
-    }
-    return {key: value for key, value in fields.items() if value is not None}
+    if item_id is not None:
+        entry["work_item_id"] = str(item_id)
+    entry["actor"] = row["actor"]
+    for key in ("old_state", "new_state", "trigger", "metadata"):
+        value = row.get(key)
+        if value is not None:
+            entry[key] = value
+    return entry
 
 
 def audit(session: Session, *records: AuditRecord) -> None:
@@ -205,23 +207,22 @@ def announce_committed(rows: list[dict[str, Any]]) -> None:
     """What follows the commit of audit rows written without a session (`row()`s of
     `AuditRecord`s): log them, wake the archiver."""
     if log.isEnabledFor(logging.INFO):
+        # The lines of one commit are logged at one moment from one thread: their
+        # records differ only in the entry, so each is a copy of one record made here
+        # (making a record looks up the time, thread, process and file: most of a
+        # line's cost). `log.info` would also look up the caller's frame per line.
+        model = log.makeRecord(log.name, logging.INFO, __file__, 0, "audit %s", (), None)
         last = len(rows) - 1
         for index, row in enumerate(rows):
             entry = document(row)
+            record = logging.LogRecord.__new__(logging.LogRecord)
+            record.__dict__.update(model.__dict__)
+            record.args = (jsontext.dumps(entry, default=str, sort_keys=True),)
             # `audit` is the structured form for `--log-format json`; `wq_more` tells
             # the daemon's handler that lines of the same commit follow (one flush for
-            # all). The record is made here: `log.info` would look up the caller's
-            # frame for every line, a fifth of its cost.
-            record = log.makeRecord(
-                log.name,
-                logging.INFO,
-                __file__,
-                0,
-                "audit %s",
-                (jsontext.dumps(entry, default=str, sort_keys=True),),
-                None,
-                extra={"audit": entry, "wq_more": index < last},
-            )
+            # all).
+            record.audit = entry
+            record.wq_more = index < last
             log.handle(record)
     for listener in list(_committed_listeners):
         listener()
