@@ -62,6 +62,35 @@ def test_a_claim_loads_the_items_it_leases_with_their_dimensions(store: Store) -
     assert item.stamp == load(store.sessions, item_id).stamp
 
 
+def test_a_claim_detaches_only_what_it_loaded(store: Store) -> None:
+    registry = chain_registry(Behaviour())
+    config = make_config(store.url)
+    first, second = (
+        submit(store.sessions, registry, config, "p/a").item.id,  # type: ignore[union-attr]
+        submit(store.sessions, registry, config, "p/b").item.id,  # type: ignore[union-attr]
+    )
+    dispatch(store.sessions, config, ["p/a"], clock=utcnow)  # the other stays queued
+    now = utcnow()
+    with store.sessions.begin() as session:
+        other = session.get(WorkItem, second)  # the caller's own, in the claim's session
+        assert other is not None
+        other.error = "noted"
+        taken = claim_for_workers(
+            session,
+            owner="me",
+            types=["chain"],
+            free=1,
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+            load=item_loads(registry),
+        )
+        (claim,) = taken.claims
+        assert claim.item is not None and claim.item not in session
+        assert other in session and other.statuses == []
+    assert claim.id == first
+    assert load(store.sessions, second).error == "noted"  # still written by the commit
+
+
 def test_the_worker_runs_on_what_the_claim_loaded_and_reads_nothing_itself(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,6 +131,9 @@ def _claim_and_load(
 ) -> list[leases.Claim]:
     """PostgreSQL: claim and load in one statement; the items detached, as leased."""
     token = str(uuid.uuid4())
+    # Only what this statement loads is in a session that held nothing: then all of it
+    # is detached at once (expunging item by item walks each one's dimensions).
+    detach_all = not session.identity_map and not session.new
     rows = session.execute(
         load.claimed,
         {
@@ -150,8 +153,11 @@ def _claim_and_load(
             ("leased_until", lease_until),
         ):
             set_committed_value(item, key, value)
-        session.expunge(item)  # its dimensions too (the cascade)
+        if not detach_all:
+            session.expunge(item)  # its dimensions too (the cascade)
         claims.append(leases.Claim(item.id, token, previous_owner, previous_until, item.type, item))
+    if detach_all:
+        session.expunge_all()
     return claims
 
 

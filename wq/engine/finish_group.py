@@ -183,8 +183,7 @@ def release_group(
         mark_released(release.item, fenced.new_admission, now)
         for row in fenced.rows:
             on_commit.defer(session, AUDIT_WRITTEN, row)
-        if fenced.payloads and (PROJECT_QUEUED, release.item.project) not in on_commit.pending(
-            session, SIGNAL_SENT
-        ):
-            on_commit.defer(session, SIGNAL_SENT, (PROJECT_QUEUED, release.item.project))
+        signal = (PROJECT_QUEUED, release.item.project)
+        if fenced.payloads and not on_commit.is_pending(session, SIGNAL_SENT, signal):
+            on_commit.defer(session, SIGNAL_SENT, signal)
     return done

@@ -167,6 +167,7 @@ class Metrics:
             buckets=EXECUTOR_BUCKETS,
             registry=r,
         )
+        self._run_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self.claims_per_pass = Histogram(
             f"{s}claims_per_pass",
             "Admitted items claimed by one scheduler pass or batch (the sum is all items claimed).",
@@ -253,8 +254,18 @@ class Metrics:
 
     def count_run(self, item_type: str, action: str, outcome: str, seconds: float) -> None:
         """Count one executor action that ran, with its outcome and duration."""
-        self.executor_runs.labels(item_type, action, outcome).inc()
-        self.executor_duration.labels(item_type, action).observe(seconds)
+        key = (item_type, action, outcome)
+        children = self._run_children.get(key)
+        if children is None:
+            # `labels()` hashes and locks on every call: once per item on the worker
+            # path. The children stay the same (nothing here removes labels).
+            children = (
+                self.executor_runs.labels(item_type, action, outcome),
+                self.executor_duration.labels(item_type, action),
+            )
+            self._run_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def count_applications(self, outcome: str, amount: int = 1) -> None:
         """Count stored events applied, discarded or failed."""

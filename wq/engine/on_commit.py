@@ -52,9 +52,9 @@ def defer(session: Session, kind: str, value: Any) -> None:
     entries.setdefault(kind, []).append((session.get_nested_transaction(), value))
 
 
-def pending(session: Session, kind: str) -> list[Any]:
-    """The values of one kind still waiting for the commit."""
-    return [value for _, value in session.info.get(_KEY, {}).get(kind, ())]
+def is_pending(session: Session, kind: str, value: Any) -> bool:
+    """Whether `value` already waits for the commit among the values of its kind."""
+    return any(each == value for _, each in session.info.get(_KEY, {}).get(kind, ()))
 
 
 def has_entries(session: Session) -> bool:

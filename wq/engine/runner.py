@@ -317,7 +317,11 @@ class ItemRunner:
     ) -> bool:
         """Commit; False when it failed storing an action's writes (counted as its failure)."""
         if done is None:
-            session.commit()
+            # A session with nothing begun and nothing changed (a claimed item about to
+            # run its first action) has nothing to commit: SQLAlchemy would begin and
+            # commit an empty transaction, running every commit hook for nothing.
+            if session.in_transaction() or session.new or session.dirty or session.deleted:
+                session.commit()
             return True
         try:
             session.commit()

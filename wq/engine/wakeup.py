@@ -136,7 +136,7 @@ def _end_quiet(session: Session, transaction: SessionTransaction) -> None:
 
 def signal(session: Session, kind: str, subject: str = "") -> None:
     """Announce work from inside a transaction; delivered only if it commits."""
-    if (kind, subject) not in on_commit.pending(session, "signal"):
+    if not on_commit.is_pending(session, "signal", (kind, subject)):
         on_commit.defer(session, "signal", (kind, subject))
 
 
