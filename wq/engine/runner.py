@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import leases
+from wq.engine import leases, on_commit
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.failures import record_failure
@@ -60,6 +60,8 @@ class _Step:
     started: float
     done: _Done | None = None  # the last action, when the item waits in a group
     release: GroupRelease | None = None  # its release, when it waits in a group
+    # As its claim loaded it: no statement sent in its session yet.
+    as_loaded: bool = False
 
 
 @dataclass
@@ -134,13 +136,14 @@ class ItemRunner:
         kept = False  # the group has the session now
         try:
             session.info[_IN_EXECUTOR] = False  # the lease holder's session (no stamps)
+            loaded = item is not None
             if item is None:
                 item = self.reads.read(session, item_id)
             else:
                 session.add(item)  # as loaded: clean, no statement
             if item is None or item.lease_token != token:
                 return False
-            step = _Step(session, item, item.id, token, actor, started)
+            step = _Step(session, item, item.id, token, actor, started, as_loaded=loaded)
             kept = self._drive(step, self._next_action(item), None, group)
         finally:
             if not kept:
@@ -275,8 +278,14 @@ class ItemRunner:
                 self._commit(session, item_id, token, done, actor)
                 return False
             # End the transaction (storing the last action's writes): no lock is
-            # held, and on SQLite no write lock, while the executor calls out.
-            if not self._commit(session, item_id, token, done, actor):
+            # held, and on SQLite no write lock, while the executor calls out. Before
+            # the first action on an item as loaded there is nothing to end (no
+            # statement sent, nothing changed), unless its decider changed it.
+            untouched = step.as_loaded and not (
+                session.new or session.dirty or session.deleted or on_commit.has_entries(session)
+            )
+            step.as_loaded = False
+            if not untouched and not self._commit(session, item_id, token, done, actor):
                 return False
             self.current[item_id] = action
             try:
@@ -317,11 +326,7 @@ class ItemRunner:
     ) -> bool:
         """Commit; False when it failed storing an action's writes (counted as its failure)."""
         if done is None:
-            # A session with nothing begun and nothing changed (a claimed item about to
-            # run its first action) has nothing to commit: SQLAlchemy would begin and
-            # commit an empty transaction, running every commit hook for nothing.
-            if session.in_transaction() or session.new or session.dirty or session.deleted:
-                session.commit()
+            session.commit()
             return True
         try:
             session.commit()
