@@ -75,17 +75,27 @@ class AuditRecord:
 
 
 def _compact(state: dict[str, Any] | None) -> dict[str, Any] | None:
-    if state is None:
-        return None
+    if state is None or None not in state.values():
+        return state  # nothing to drop (most states): no copy
     return {key: value for key, value in state.items() if value is not None}
 
 
 def timestamp(at: datetime) -> str:
     """An entry's time as written in its log line and archive: ISO 8601, UTC, microseconds."""
+    global _last_timestamp
+    last_at, last_text = _last_timestamp  # one tuple: read and replaced whole by threads
+    if at == last_at:  # the rows of one admission pass share their time
+        return last_text
     # isoformat: strftime cost a few percent of an unchanged submission's CPU.
     if at.tzinfo is UTC:  # as the engine makes them: only "+00:00" to replace
-        return at.isoformat(timespec="microseconds")[:-6] + "Z"
-    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+        text = at.isoformat(timespec="microseconds")[:-6] + "Z"
+    else:
+        text = at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    _last_timestamp = (at, text)
+    return text
+
+
+_last_timestamp: tuple[datetime | None, str] = (None, "")
 
 
 def document(row: dict[str, Any], entry_id: int | None = None) -> dict[str, Any]:
