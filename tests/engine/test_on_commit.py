@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from tests.conftest import Store
+from wq.engine import on_commit
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.wakeup import PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
 
@@ -44,3 +45,33 @@ def test_a_root_rollback_delivers_nothing(store: Store) -> None:
         session.rollback()
         session.commit()  # a later, empty commit must not deliver the dropped signal
     assert not hub.wait(0)
+
+
+def test_what_is_pending_follows_savepoints_takes_and_commits(store: Store) -> None:
+    with store.sessions() as session:
+        on_commit.defer(session, "signal", ("k", "a"))
+        assert on_commit.is_pending(session, "signal", ("k", "a"))
+        assert not on_commit.is_pending(session, "signal", ("k", "b"))
+        try:
+            with session.begin_nested():
+                on_commit.defer(session, "signal", ("k", "b"))
+                assert on_commit.is_pending(session, "signal", ("k", "b"))
+                raise RuntimeError("roll the savepoint back")
+        except RuntimeError:
+            pass
+        assert not on_commit.is_pending(session, "signal", ("k", "b"))  # dropped with it
+        on_commit.defer(session, "signal", ("k", "c"))  # as many entries as before
+        assert on_commit.is_pending(session, "signal", ("k", "c"))
+        assert not on_commit.is_pending(session, "signal", ("k", "b"))
+        assert on_commit.take(session, "signal") == [("k", "a"), ("k", "c")]
+        assert not on_commit.is_pending(session, "signal", ("k", "a"))
+        on_commit.defer(session, "signal", ("k", "a"))
+        session.commit()
+        assert not on_commit.is_pending(session, "signal", ("k", "a"))  # gone with it
+
+
+def test_a_signal_repeated_in_a_transaction_waits_once(store: Store) -> None:
+    with store.sessions() as session:
+        for project in ("a", "b", "a", "a", "b"):
+            signal(session, PROJECT_QUEUED, project)
+        assert on_commit.take(session, "signal") == [(PROJECT_QUEUED, "a"), (PROJECT_QUEUED, "b")]

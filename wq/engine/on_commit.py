@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
 _KEY = "wq_on_commit"
+_INDEX_KEY = "wq_on_commit_index"  # `is_pending`'s sets, per kind
 Handler = Callable[[Session, list[Any]], None]
 _before: dict[str, Handler] = {}
 _handlers: dict[str, Handler] = {}
@@ -53,8 +54,37 @@ def defer(session: Session, kind: str, value: Any) -> None:
 
 
 def is_pending(session: Session, kind: str, value: Any) -> bool:
-    """Whether `value` already waits for the commit among the values of its kind."""
-    return any(each == value for _, each in session.info.get(_KEY, {}).get(kind, ()))
+    """Whether `value` (hashable) already waits for the commit among its kind's values.
+
+    Answered from a set kept beside the kind's list (a batch asks once per item it
+    releases; a scan of the list grew with the projects of the batch). The set follows
+    the list while values are only appended to it; a list replaced (a savepoint rolled
+    back, the values taken or committed) is indexed anew.
+    """
+    entries = session.info.get(_KEY, {}).get(kind)
+    if not entries:
+        return False
+    indexes: dict[str, _Index] = session.info.setdefault(_INDEX_KEY, {})
+    index = indexes.get(kind)
+    if index is None or index.entries is not entries:
+        index = indexes[kind] = _Index(entries)
+    index.catch_up()
+    return value in index.values
+
+
+class _Index:
+    """The values of one kind's list of deferred entries, as a set."""
+
+    def __init__(self, entries: list[tuple[Any, Any]]) -> None:
+        self.entries = entries
+        self.values: set[Any] = set()
+        self._seen = 0
+
+    def catch_up(self) -> None:
+        """Add the values appended since the last look."""
+        for _, value in self.entries[self._seen :]:
+            self.values.add(value)
+        self._seen = len(self.entries)
 
 
 def has_entries(session: Session) -> bool:
@@ -94,6 +124,7 @@ def _committed(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint was released: its entries now belong to the enclosing one
     entries = session.info.pop(_KEY, {})
+    session.info.pop(_INDEX_KEY, None)
     for kind, function in _handlers.items():
         if entries.get(kind):
             function(session, [value for _, value in entries[kind]])
@@ -111,3 +142,4 @@ def _rolled_back(session: Session, previous: SessionTransaction) -> None:
         }
     elif previous.parent is None:
         session.info.pop(_KEY, None)
+        session.info.pop(_INDEX_KEY, None)
