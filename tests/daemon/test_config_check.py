@@ -76,6 +76,10 @@ def test_config_check(tmp_path: Path) -> None:
     result = run_wq("config", "check", str(good), env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert str(good) in result.stdout and "ok" in result.stdout
+    # Named as `wq daemon -c` and `wq db migrate -c` name it, too.
+    result = run_wq("config", "check", "-c", str(good), env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert str(good) in result.stdout and "ok" in result.stdout
 
     for path, key in [
         (bad, "pools.default.capacity"),

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
+from typer._click import exceptions as click  # typer ships its own click
 
 db_app = typer.Typer(
     help="Database schema migrations.", no_args_is_help=True, rich_markup_mode=None
@@ -73,7 +74,13 @@ def db_current(config: ConfigOption = None) -> None:
 
 @config_app.command("check")
 def config_check(
-    path: Annotated[str, typer.Argument(help="The config file to validate")],
+    path: Annotated[
+        str | None, typer.Argument(help="The config file to validate (or give it with -c)")
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", "-c", help="The config file, as `wq daemon -c` takes it"),
+    ] = None,
     no_env: Annotated[
         bool,
         typer.Option(
@@ -82,9 +89,16 @@ def config_check(
     ] = False,
 ) -> None:
     """Validate a config file without starting anything."""
+    if path is not None and config is not None and path != config:
+        raise typer.BadParameter(
+            "two config files named: give one, as the argument or with -c", param_hint="--config"
+        )
+    chosen = path if path is not None else config
+    if chosen is None:
+        raise click.MissingParameter(param_type="argument", param_hint="'path' (or -c FILE)")
     from wq.daemon import commands
 
-    raise typer.Exit(commands.config_check(path, no_env=no_env))
+    raise typer.Exit(commands.config_check(chosen, no_env=no_env))
 
 
 def register(app: typer.Typer) -> None:
