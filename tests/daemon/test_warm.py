@@ -1,5 +1,6 @@
-"""The warm-up at start: the pool's connections open, every route matched once, and
-nothing of it seen from outside (no audit row, no request counted, no log line)."""
+"""The warm-up at start: the pool's connections open, every route matched once, the
+OpenAPI document built, and nothing of it seen from outside (no audit row, no request
+counted, no log line)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ def test_the_warm_up_opens_the_pool_and_leaves_no_trace(
     store: Store, runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
     threads = runtime.config.server.request_threads
-    with caplog.at_level(logging.INFO), TestClient(create_app(runtime)) as client:
+    app = create_app(runtime)
+    with caplog.at_level(logging.INFO), TestClient(app) as client:
         assert runtime.engine.pool.checkedin() >= threads  # type: ignore[attr-defined]
+        # Built before the first request asks for it (the shell completion's types).
+        assert app.openapi_schema is not None
         exposition = client.get("/metrics").text
     assert NO_ROUTE not in exposition
     assert not [record for record in caplog.records if NO_ROUTE in record.getMessage()]

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from textual.app import ScreenStackError
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
@@ -72,6 +73,27 @@ def test_no_poll_while_a_modal_is_open() -> None:
         )
 
     run(server, scenario)
+
+
+def test_a_poll_due_while_the_app_closes_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = CannedServer()
+
+    def no_screens(_: WqApp) -> None:
+        raise ScreenStackError("No screens on stack")
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, PoolsScreen)
+        await until(pilot, lambda: not screen.busy, message="the pools")
+        asked = server.paths.count("/api/pools")
+        # While the app closes its screens go before its timers: a poll then finds no
+        # screen at all (seen as a traceback from a test that quit the app).
+        with monkeypatch.context() as closing:
+            closing.setattr(WqApp, "screen", property(no_screens))
+            screen.poll()
+        assert server.paths.count("/api/pools") == asked and not screen.busy
+
+    run(server, scenario, refresh=60)
 
 
 def test_a_refresh_updates_cells_and_keeps_cursor_and_scroll() -> None:

@@ -41,7 +41,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     size = runtime.config.server.request_threads
     async with loop_reads(runtime.engine, runtime.timeouts, size=size) as reads:
         app.state.loop_reads = reads
-        await warm_up(app.router, runtime.engine, size)
+        await warm_up(app.router, runtime.engine, size, app.openapi)
         try:
             yield
         finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from anyio import to_thread
@@ -59,10 +60,14 @@ async def _match_every_route(router: ASGIApp) -> None:
         await router(scope, receive, send)
 
 
-async def warm_up(router: ASGIApp, engine: Engine, connections: int) -> None:
-    """Match every route once, start a worker thread (anyio's backend with it) and open
-    the pool's connections.
+async def warm_up(
+    router: ASGIApp, engine: Engine, connections: int, document: Callable[[], object]
+) -> None:
+    """Match every route once, start a worker thread (anyio's backend with it), open
+    the pool's connections and build the OpenAPI document (`document`).
 
+    The document is built on its first request otherwise (0.3 s and more): the CLI's
+    shell completion asks for it with a one-second budget and offered no types then.
     Best effort: a database that does not answer now is the first requests' to meet.
     """
     await _match_every_route(router)
@@ -70,3 +75,4 @@ async def warm_up(router: ASGIApp, engine: Engine, connections: int) -> None:
         await to_thread.run_sync(_open_connections, engine, connections)
     except Exception as err:
         log.warning("warm-up: could not open the database connections: %s", err)
+    await to_thread.run_sync(document)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from textual import on, work
+from textual.app import ScreenStackError
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
@@ -72,8 +73,12 @@ class PollingScreen(Screen[None]):
         """Fetch now unless the view is hidden or a poll is still running."""
         if self.busy:
             return
+        try:
+            top = self.app.screen
+        except ScreenStackError:
+            return  # the app is closing: a timer fired after the last screen went
         # Not `is_current`: that stays true for a screen seen behind a modal dialog.
-        if self.app.screen is not self:
+        if top is not self:
             self.schedule(self.wq.refresh_seconds)
             return
         self.busy = True
