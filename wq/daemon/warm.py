@@ -75,4 +75,7 @@ async def warm_up(
         await to_thread.run_sync(_open_connections, engine, connections)
     except Exception as err:
         log.warning("warm-up: could not open the database connections: %s", err)
-    await to_thread.run_sync(document)
+    try:
+        await to_thread.run_sync(document)
+    except Exception as err:  # its request answers the error, as before the warm-up
+        log.warning("warm-up: could not build the OpenAPI document: %s", err)
