@@ -60,7 +60,11 @@ def test_the_text_format_is_loggings_own_with_its_time_cached() -> None:
 def test_an_entry_time_reads_the_same_from_any_zone() -> None:
     instant = datetime(2026, 12, 4, 4, 30, 0, 5, tzinfo=UTC)
     elsewhere = instant.astimezone(timezone(timedelta(hours=-5)))
-    assert timestamp(instant) == timestamp(elsewhere) == "2026-12-04T04:30:00.000005Z"
+    # Each formatted afresh (the last time formatted is kept: another one in between).
+    assert timestamp(instant + timedelta(seconds=1)) == "2026-12-04T04:30:01.000005Z"
+    assert timestamp(elsewhere) == "2026-12-04T04:30:00.000005Z"
+    assert timestamp(instant + timedelta(seconds=1)) == "2026-12-04T04:30:01.000005Z"
+    assert timestamp(instant) == "2026-12-04T04:30:00.000005Z"
 
 
 def test_a_commits_audit_rows_are_a_line_each_and_one_flush(logged: CountingStream) -> None:
