@@ -42,7 +42,9 @@ def submit(payload: str, cache_home: Path) -> Result:
 def test_a_payload_json_does_not_allow_is_a_usage_error(
     payload: str, said: str, cache_home: Path
 ) -> None:
-    assert_usage(submit(payload, cache_home), "--payload", said)
+    result = submit(payload, cache_home)
+    assert_usage(result, "--payload", said)
+    assert result.stderr.splitlines()[1] == "hint: see wq submit task --help"
 
 
 def test_a_payload_file_with_an_infinite_number(tmp_path: Path, cache_home: Path) -> None:

@@ -209,6 +209,7 @@ def test_status_of_an_unknown_type_names_the_known_ones(
     assert result.stderr.splitlines()[0] == (
         "wq: error: --type: 'bogus' is not a type this server knows (mr)"
     )
+    assert result.stderr.splitlines()[1] == "hint: see wq status --help"
     known = invoke(["status", "--type", "mr", "--limit", "1", "--json"], env(daemon, cache_home))
     assert known.code == 0, known
 

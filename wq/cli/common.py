@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer._click.globals import get_current_context  # typer ships its own click
 
 from wq.cli.completion import complete_id
 from wq.cli.output import Output as Output
@@ -111,8 +112,11 @@ def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
 
 
 def usage_error(message: str) -> NoReturn:
-    """A usage error found after parsing (exit 2)."""
-    fail(message, 2, hint="see --help")
+    """A usage error found after parsing (exit 2), with the command's help named as
+    click names it for the errors it finds itself."""
+    context = get_current_context(silent=True)
+    command = context.command_path if context is not None else "wq"
+    fail(message, 2, hint=f"see {command} --help")
 
 
 @contextlib.contextmanager
