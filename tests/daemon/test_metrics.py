@@ -9,14 +9,17 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from tests.conftest import Store, make_config
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.daemon.app import create_app
-from wq.daemon.http_metrics import normalize_template
+from wq.daemon.http_metrics import MAX_REMEMBERED_PATHS, HttpMetrics, normalize_template
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.events import store_event
+from wq.engine.metrics import Metrics
 from wq.engine.models import WorkItem
 
 G, S = "hummingbird_", "hummingbird_workqueue_"
@@ -219,3 +222,30 @@ def test_paths_under_a_parameter_stay_one_route(
     samples: Any = scrape(client)
     routes = {labels["route"] for labels in series(samples, G + "http_requests_total")}
     assert routes == {"/api/pools/{project}"}
+
+
+def test_labels_are_remembered_per_method_and_path_and_stay_bounded() -> None:
+    async def ok(_request: Any) -> PlainTextResponse:
+        return PlainTextResponse("")
+
+    routes = [
+        Route("/api/work-items/chain", ok, methods=["POST"]),
+        Route("/api/work-items/{item_id}", ok, methods=["GET"]),
+        Route("/api/webhooks/gitlab", ok, methods=["POST"]),
+    ]
+    metrics = HttpMetrics(PlainTextResponse(""), metrics=Metrics(), routes=routes)
+
+    def label(method: str, path: str) -> str:
+        return metrics.label({"type": "http", "method": method, "path": path, "root_path": ""})
+
+    for _ in range(2):  # answered the same whether remembered or not
+        assert label("POST", "/api/webhooks/gitlab") == "/api/webhooks/gitlab"
+        assert label("GET", "/api/webhooks/gitlab") == "/api/webhooks/gitlab"  # a 405
+        assert label("GET", "/api/work-items/1") == "/api/work-items/{id}"
+        assert label("POST", "/api/work-items/chain") == "/api/work-items/chain"
+        assert label("GET", "/api/work-items/chain") == "/api/work-items/{id}"
+        assert label("GET", "/nowhere") == "unmatched"
+    for number in range(3 * MAX_REMEMBERED_PATHS):  # ids without end in the paths
+        assert label("GET", f"/api/work-items/{number}") == "/api/work-items/{id}"
+    assert len(metrics._labels) <= MAX_REMEMBERED_PATHS
+    assert label("POST", "/api/webhooks/gitlab") == "/api/webhooks/gitlab"

@@ -72,8 +72,11 @@ def create_app(runtime: Runtime) -> FastAPI:
     types = [runtime.registry.get(name) for name in runtime.registry.names]
     # Order matters: a type's own submission route and the bulk actions before the
     # item routes (whose `{item_id}` would take their paths), the unknown-type fallback
-    # after them.
+    # after them. The webhooks come first: they take the most requests, and no other
+    # path starts with theirs (routes are tried in order, per request).
     routers = [
+        webhooks.router,
+        type_webhooks.build_router(types),
         health.router,
         identity.router,
         submissions.build_router(types),
@@ -84,8 +87,6 @@ def create_app(runtime: Runtime) -> FastAPI:
         pools.router,
         stats.router,
         replicas.router,
-        webhooks.router,
-        type_webhooks.build_router(types),
     ]
     for router in routers:
         app.include_router(router)

@@ -12,6 +12,8 @@ A pure ASGI middleware, outermost of the daemon's, so refusals answered by the b
 guard or the auth layer are counted like any other answer. It matches the request
 against the routes itself, before the app runs: the body guard answers some requests
 before any routing, and the route the app picked is not reliably left in the scope.
+The label of a recent method and path is remembered, so that the webhook's stream is
+matched once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from wq.engine.metrics import Metrics
 EXCLUDED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Labels of recent paths kept, so that a busy path (a webhook) is matched against the
+# routes once; emptied when full (paths that carry ids would fill it without end).
+MAX_REMEMBERED_PATHS = 1024
 _PARAM = re.compile(r"\{([^}:]+)(?::[^}]*)?\}")
 
 
@@ -69,6 +74,18 @@ class HttpMetrics:
             for route in routes
             if isinstance(template := getattr(route, "path", None), str)
         ]
+        self._labels: dict[tuple[str, str, str], str] = {}
+
+    def label(self, scope: Scope) -> str:
+        """The route label of this request, remembered by method and path."""
+        key = (scope.get("method", ""), scope.get("root_path", ""), scope.get("path", ""))
+        label = self._labels.get(key)
+        if label is None:
+            label = route_label(scope, self.routes)
+            if len(self._labels) >= MAX_REMEMBERED_PATHS:
+                self._labels.clear()
+            self._labels[key] = label
+        return label
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in EXCLUDED_PATHS:
@@ -76,7 +93,7 @@ class HttpMetrics:
             return
         method = scope.get("method", "")
         method = method if method in METHODS else "other"
-        route = route_label(scope, self.routes)
+        route = self.label(scope)
         status = 500  # unless the app answers: an exception escaping it is a 500
         metrics = self.metrics
 
