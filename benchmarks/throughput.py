@@ -58,6 +58,7 @@ from databases import add_admin_url, bench_database, libpq_url
 from sqlalchemy import Engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from wq.daemon.heap import freeze_startup_heap
 from wq.daemon.logs import setup_logging
 from wq.engine import audit, schema
 from wq.engine.config import Config, parse_config
@@ -633,6 +634,7 @@ def _process_replica(
         make_sessionmaker(engine), noop_registry(cheap), config, owner=f"bench-p{index}"
     )
     listener = NotifyListener(engine, manager.wakeup) if listen else None
+    freeze_startup_heap()  # as a started daemon does
     cpu_start = time.process_time()
     if listener:
         listener.start()
@@ -715,6 +717,7 @@ def run_wq(
         )
         manager = managers[0]
         sessions = manager.sessions
+        freeze_startup_heap()  # as a started daemon does, before its first request
         context = multiprocessing.get_context("spawn")
         go, halt = context.Event(), context.Event()
         ready = [context.Event() for _ in range(processes - 1)]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wq.daemon.heap import freeze_startup_heap
+from wq.daemon.heap import YOUNG_GENERATION_THRESHOLD, freeze_startup_heap
 
 
 class Node:
@@ -20,9 +20,11 @@ class Node:
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
-    """This test process's heap is thawed again afterwards."""
+    """This test process's heap is thawed again afterwards, its thresholds restored."""
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 def _walked_by_the_collector(obj: object) -> bool:
@@ -51,3 +53,19 @@ def test_garbage_is_collected_and_what_lives_is_frozen() -> None:
     later = Node()
     later.other = later
     assert _walked_by_the_collector(later)
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_cycles_made_later_are_freed_without_an_explicit_collection() -> None:
+    freeze_startup_heap()
+    assert gc.get_threshold()[0] == YOUNG_GENERATION_THRESHOLD
+    assert gc.isenabled()
+    cycle = Node()
+    cycle.other = cycle
+    gone = weakref.ref(cycle)
+    del cycle
+    assert gone() is not None  # reference counting alone cannot free a cycle
+    # As requests and items make container objects, the collector runs by itself.
+    made = [Node() for _ in range(YOUNG_GENERATION_THRESHOLD * 3)]
+    assert gone() is None
+    assert len(made) == YOUNG_GENERATION_THRESHOLD * 3

@@ -9,15 +9,27 @@ frozen (`gc.freeze`): later passes skip them, so a full pass walks what requests
 engine threads made since, a few thousand objects. Reference counting still frees a
 frozen object that is dropped; only a cycle among frozen objects would stay, and what
 start-up leaves alive is meant to live until the process ends.
+
+The young generation is then collected after `YOUNG_GENERATION_THRESHOLD` new
+container objects instead of Python's 700: an item's way through the engine makes
+a few hundred (ORM states, rows, audit entries), so the default made a pass every few
+items, some 0.02 ms of each item's 0.2 ms on the cheap path. A pass then walks at most
+that many young objects (about a millisecond); cyclic garbage is still freed, in
+fewer, larger passes.
 """
 
 from __future__ import annotations
 
 import gc
 
+YOUNG_GENERATION_THRESHOLD = 10_000
+
 
 def freeze_startup_heap() -> int:
-    """Collect what start-up left as garbage, freeze the rest; the objects now frozen."""
+    """Collect what start-up left as garbage, freeze the rest, and collect the young
+    generation less often; return the objects now frozen."""
     gc.collect()
     gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
     return gc.get_freeze_count()
