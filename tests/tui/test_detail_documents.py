@@ -49,9 +49,13 @@ def test_a_big_document_is_previewed_and_the_output_shown_as_text() -> None:
             assert "more lines" in preview and "o opens it in $PAGER" in preview
             assert '"log_tail"' not in screen.details.text  # shown apart, as text
             output = screen.query_one("#output", Static)
-            await pilot.pause()
-            shown = [line.strip() for line in on_screen(output).splitlines()]
-            assert shown[:3] == OUTPUT.splitlines()
+
+            def shown() -> list[str]:
+                return [line.strip() for line in on_screen(output).splitlines()]
+
+            # Drawn once laid out: a frame or more later on a loaded machine.
+            await until(pilot, lambda: shown()[:1] == OUTPUT.splitlines()[:1], message="output")
+            assert shown()[:3] == OUTPUT.splitlines()
             # Under 120 columns the document is below the summary, with the whole width.
             pane = screen.query_one("#details-pane")
             assert pane.size.width >= 76, pane.size
