@@ -16,7 +16,12 @@ from tests.conftest import Store, make_config
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.daemon.app import create_app
-from wq.daemon.http_metrics import MAX_REMEMBERED_PATHS, HttpMetrics, normalize_template
+from wq.daemon.http_metrics import (
+    MAX_REMEMBERED_PATH_LENGTH,
+    MAX_REMEMBERED_PATHS,
+    HttpMetrics,
+    normalize_template,
+)
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.events import store_event
 from wq.engine.metrics import Metrics
@@ -248,4 +253,8 @@ def test_labels_are_remembered_per_method_and_path_and_stay_bounded() -> None:
     for number in range(3 * MAX_REMEMBERED_PATHS):  # ids without end in the paths
         assert label("GET", f"/api/work-items/{number}") == "/api/work-items/{id}"
     assert len(metrics._labels) <= MAX_REMEMBERED_PATHS
+    metrics._labels.clear()
+    long_id = "7" * MAX_REMEMBERED_PATH_LENGTH
+    assert label("GET", f"/api/work-items/{long_id}") == "/api/work-items/{id}"
+    assert not metrics._labels  # matched, not kept
     assert label("POST", "/api/webhooks/gitlab") == "/api/webhooks/gitlab"

@@ -31,8 +31,10 @@ EXCLUDED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # Labels of recent paths kept, so that a busy path (a webhook) is matched against the
-# routes once; emptied when full (paths that carry ids would fill it without end).
+# routes once; emptied when full (paths that carry ids would fill it without end). A
+# longer path is matched each time: a caller's long paths take no memory here.
 MAX_REMEMBERED_PATHS = 1024
+MAX_REMEMBERED_PATH_LENGTH = 256
 _PARAM = re.compile(r"\{([^}:]+)(?::[^}]*)?\}")
 
 
@@ -78,7 +80,10 @@ class HttpMetrics:
 
     def label(self, scope: Scope) -> str:
         """The route label of this request, remembered by method and path."""
-        key = (scope.get("method", ""), scope.get("root_path", ""), scope.get("path", ""))
+        path = scope.get("path", "")
+        if len(path) > MAX_REMEMBERED_PATH_LENGTH:
+            return route_label(scope, self.routes)
+        key = (scope.get("method", ""), scope.get("root_path", ""), path)
         label = self._labels.get(key)
         if label is None:
             label = route_label(scope, self.routes)
