@@ -42,11 +42,13 @@ from wq.engine.registry import UnchangedCheck
 
 
 def kill_connections(store: Store) -> None:
-    """The server ends every session of the test's database but the one asking."""
+    """The server ends every session of the test's database but the one asking, and
+    each has said so (as a restart does) before this returns: without the wait, a
+    backend still ending was taken from the pool before its goodbye arrived."""
     with store.engine.connect() as admin:
         admin.execute(
             text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         )
