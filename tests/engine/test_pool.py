@@ -18,7 +18,8 @@ def test_a_connection_killed_while_idle_is_replaced_unnoticed(
         with engine.connect() as conn:
             pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         with other.begin() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})  # once ended
+            # Returns once the backend has ended, not as soon as it was told to.
+            conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
         monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)  # it has been idle long enough
         with engine.connect() as conn:
             assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
