@@ -66,6 +66,6 @@ def test_cycles_made_later_are_freed_without_an_explicit_collection() -> None:
     del cycle
     assert gone() is not None  # reference counting alone cannot free a cycle
     # As requests and items make container objects, the collector runs by itself.
-    made = [Node() for _ in range(YOUNG_GENERATION_THRESHOLD * 3)]
+    kept = [Node() for _ in range(YOUNG_GENERATION_THRESHOLD * 3)]  # alive, not garbage
     assert gone() is None
-    assert len(made) == YOUNG_GENERATION_THRESHOLD * 3
+    del kept

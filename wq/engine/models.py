@@ -415,15 +415,13 @@ _SCHEDULING = frozenset(
 def _changes_state(item: WorkItem) -> bool:
     """True when a column beyond the lease and the schedule changed in this flush."""
     state = inspect(item)
-    # An attribute set since the load keeps its old value in `committed_state`: only
-    # those can have changed (a type's detail rows have dozens of columns).
-    if not state.committed_state:
-        return False
     ignored = _SCHEDULING.union(item.scheduling_columns)
     columns = state.mapper.column_attrs
+    # An attribute set since the load keeps its old value in `committed_state`: only
+    # those can have changed (a type's detail rows have dozens of columns).
     return any(
         key in columns and key not in ignored and state.attrs[key].history.has_changes()
-        for key in list(state.committed_state)
+        for key in state.committed_state
     )
 
 
