@@ -24,6 +24,7 @@ from tests.daemon.test_daemon_process import (  # noqa: F401 - fixtures
     start_daemon,
 )
 from tests.support.runs import cancel_runs_under
+from tests.support.signals import default_sigint
 from tests.support.waiting import wait_for
 
 LINE_DEADLINE = 60.0
@@ -62,6 +63,7 @@ def following(item_id: str, env: dict[str, str], root: Path) -> subprocess.Popen
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,  # Ctrl-C answered even if the runner ignores it
     )
 
 
