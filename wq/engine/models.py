@@ -425,6 +425,13 @@ def _changes_state(item: WorkItem) -> bool:
     )
 
 
+def _modified(obj: object) -> bool:
+    """`Session.is_modified`, looking only at the attributes set since the load (it
+    looks at every attribute; the others have no history)."""
+    state = inspect(obj)
+    return any(state.attrs[key].history.has_changes() for key in state.committed_state)
+
+
 @event.listens_for(Session, "before_flush")
 def _touch_changes(session: Session, _context: Any, _instances: Any) -> None:
     """Stamp `updated_at` on every item whose state this flush changes (and no other)."""
@@ -463,9 +470,9 @@ def _stamp_changes(session: Session, _context: Any, _instances: Any) -> None:
 
     for obj in session.dirty:
         if isinstance(obj, WorkItem):
-            if session.is_modified(obj):
+            if _modified(obj):
                 items[id(obj)] = obj
-        elif isinstance(obj, WorkItemStatus) and session.is_modified(obj):
+        elif isinstance(obj, WorkItemStatus) and _modified(obj):
             owner_of(obj)
     for obj in (*session.new, *session.deleted):
         if isinstance(obj, WorkItemStatus):
