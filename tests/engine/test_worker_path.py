@@ -276,11 +276,13 @@ def test_an_item_changed_after_the_claim_loaded_it_is_read_again_before_letting_
     manager = ProcessingManager(store.sessions, registry, config)
     original = manager._runner.run
 
-    def changed_meanwhile(item_id: uuid.UUID, token: str, actor: str, **kw: Any) -> None:
+    def changed_meanwhile(item_id: uuid.UUID, token: str, actor: str, **kw: Any) -> bool:
         with store.sessions.begin() as session:
             found = session.get(WorkItem, item_id)
             set_dimension(session, found, "needs_step2", True)
-        original(item_id, token, actor, **kw)
+        # Whether the worker kept the item to store it with others: without it, the
+        # item would count as returned before its group was stored.
+        return original(item_id, token, actor, **kw)
 
     manager._runner.run = changed_meanwhile  # type: ignore[method-assign]
     assert manager.run_once() == 1
