@@ -7,9 +7,11 @@ import os
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Store
 from tests.types.task.helpers import KINDS, program, submit, task, task_daemon, wait
-from wq.types.task.runners import FAILED, MISSING, RUNNING, SUCCEEDED, RunSpec, tail
+from wq.types.task.runners import FAILED, MISSING, RUNNING, SUCCEEDED, RunSpec, command, tail
 from wq.types.task.runners.command import CommandRunner
 from wq.types.task.settings import CommandRunnerConfig
 
@@ -129,8 +131,15 @@ def zombie_children() -> list[int]:
     return found
 
 
-def test_a_finished_run_leaves_no_zombie(tmp_path: Path) -> None:
-    """The daemon had a `<defunct>` child per finished task until garbage collection."""
+@pytest.mark.parametrize("reap_wait", [command.REAP_WAIT_SECONDS, 0.0])
+def test_a_finished_run_leaves_no_zombie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reap_wait: float
+) -> None:
+    """The daemon had a `<defunct>` child per finished task until garbage collection.
+
+    With no wait for the supervisor's exit (as when it is slow to exit on a loaded
+    machine), it is still collected once it exits, without another poll."""
+    monkeypatch.setattr(command, "REAP_WAIT_SECONDS", reap_wait)
     local = runner(tmp_path)
     run_ids = [f"wq-zombie-{n}" for n in range(5)]
     for run_id in run_ids:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,8 +195,12 @@ class CommandRunner:
         written; its supervisor exits right after, so it is waited for a moment."""
         child = self._children.get(ended) if ended is not None else None
         if child is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 child.wait(timeout=REAP_WAIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                # Slow to exit (a loaded machine): collected the moment it does, not at
+                # the next poll, which may never come when no other run follows.
+                threading.Thread(target=child.wait, name="wq-reap", daemon=True).start()
         for run_id, process in list(self._children.items()):
             if process.poll() is not None:
                 self._children.pop(run_id, None)
