@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar, cast
 
@@ -412,24 +413,19 @@ _SCHEDULING = frozenset(
 )
 
 
+def _changed_since_load(obj: object) -> Iterator[str]:
+    """The attributes of `obj` whose value this flush changes. Only an attribute set
+    since the load keeps its old value in `committed_state`, so only those are looked
+    at (`Session.is_modified` looks at every one; a type's detail rows have dozens)."""
+    state = inspect(obj)
+    return (key for key in state.committed_state if state.attrs[key].history.has_changes())
+
+
 def _changes_state(item: WorkItem) -> bool:
     """True when a column beyond the lease and the schedule changed in this flush."""
-    state = inspect(item)
     ignored = _SCHEDULING.union(item.scheduling_columns)
-    columns = state.mapper.column_attrs
-    # An attribute set since the load keeps its old value in `committed_state`: only
-    # those can have changed (a type's detail rows have dozens of columns).
-    return any(
-        key in columns and key not in ignored and state.attrs[key].history.has_changes()
-        for key in state.committed_state
-    )
-
-
-def _modified(obj: object) -> bool:
-    """`Session.is_modified`, looking only at the attributes set since the load (it
-    looks at every attribute; the others have no history)."""
-    state = inspect(obj)
-    return any(state.attrs[key].history.has_changes() for key in state.committed_state)
+    columns = inspect(item).mapper.column_attrs
+    return any(key in columns and key not in ignored for key in _changed_since_load(item))
 
 
 @event.listens_for(Session, "before_flush")
@@ -470,9 +466,9 @@ def _stamp_changes(session: Session, _context: Any, _instances: Any) -> None:
 
     for obj in session.dirty:
         if isinstance(obj, WorkItem):
-            if _modified(obj):
+            if any(_changed_since_load(obj)):
                 items[id(obj)] = obj
-        elif isinstance(obj, WorkItemStatus) and _modified(obj):
+        elif isinstance(obj, WorkItemStatus) and any(_changed_since_load(obj)):
             owner_of(obj)
     for obj in (*session.new, *session.deleted):
         if isinstance(obj, WorkItemStatus):
