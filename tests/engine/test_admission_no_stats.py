@@ -116,7 +116,7 @@ def admission_pass(backlog: Backlog) -> tuple[list[tuple[str, str, int]], Sent]:
     """One real admission pass: what it admitted, and its admit UPDATE as sent."""
     with capture(backlog.engine) as sent:
         admitted = dispatch(make_sessionmaker(backlog.engine), backlog.config, clock=utcnow)
-    updates = [s for s in sent if s.statement.lstrip().startswith("UPDATE work_items")]
+    updates = [s for s in sent if "UPDATE work_items AS w" in s.statement]
     assert len(updates) == 1, [s.statement for s in sent]
     return [(entry.project, entry.lane, entry.seq) for entry in admitted], updates[0]
 
@@ -173,8 +173,8 @@ def test_a_pass_without_statistics_admits_the_heads_and_loops_once_per_lane(
         assert not seq_scans(lines), report
         read = scans(lines)
         # The probe for waiting work, the in-flight count and the head probe of every
-        # lane, and the UPDATE itself.
-        assert {scan.alias for scan in read} == {"a", "e", "q", "w"}, report
+        # lane, the lock of the heads, and the UPDATE itself.
+        assert {scan.alias for scan in read} == {"a", "e", "q", "t", "w"}, report
         # Each lane is probed once: never again for every queued row of a join.
         assert all(scan.loops <= lanes for scan in read), report
         # The head probes read the heads, not the lanes behind them; the probe for
@@ -184,12 +184,15 @@ def test_a_pass_without_statistics_admits_the_heads_and_loops_once_per_lane(
         assert sum(scan.read for scan in read if scan.alias == "e") <= lanes, report
 
 
-def test_a_pass_without_statistics_updates_the_heads_by_primary_key(backlog: Backlog) -> None:
+def test_a_pass_without_statistics_locks_and_updates_the_heads_by_primary_key(
+    backlog: Backlog,
+) -> None:
     requeue(backlog.engine)
     admitted, sent = admission_pass(backlog)
     plan = explain_admit(backlog, sent)
     for kind, lines in (("custom", plan.custom), ("generic", plan.generic)):
-        updated = [scan for scan in scans(lines) if scan.alias == "w"]
-        assert sum(scan.read for scan in updated) <= 2 * len(admitted), (
-            f"{kind} plan:\n" + "\n".join(lines)
-        )
+        for alias in ("t", "w"):  # the heads locked, then updated
+            touched = [scan for scan in scans(lines) if scan.alias == alias]
+            assert touched and sum(scan.read for scan in touched) <= 2 * len(admitted), (
+                f"{kind} plan:\n" + "\n".join(lines)
+            )

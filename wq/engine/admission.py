@@ -91,7 +91,12 @@ _LANE_ORDER = {ALERT_LANE: 0, NORMAL_LANE: 1}
 
 
 def admit(
-    session: Session, config: Config, projects: Iterable[str], clock: Callable[[], datetime]
+    session: Session,
+    config: Config,
+    projects: Iterable[str],
+    clock: Callable[[], datetime],
+    *,
+    held: set[str] | None = None,
 ) -> list[Admitted]:
     """Admit the heads of the given projects' lanes into their free slots (caller commits).
 
@@ -99,14 +104,17 @@ def admit(
     replicas by one admission lock per pass; audit rows in FIFO order per lane. The
     pass's time is read from `clock` once it holds the lock: read before, a pass that
     waited for another replica's would stamp its admissions (later seqs) earlier than
-    that replica's.
+    that replica's. A lane whose head another transaction has locked admits nothing
+    this time; its project is added to `held`, to be looked at again.
     """
     lanes = _capacities(config, projects)
     if not lanes:
         return []
     store.lock_admission(session)
     now = clock()
-    rows = store.admit_heads(session, lanes, now)
+    rows, held_lanes = store.admit_heads(session, lanes, now)
+    if held is not None:
+        held.update(project for project, _ in held_lanes)
     # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
     admitted = sorted(
         (
@@ -165,17 +173,19 @@ def dispatch(
     *,
     clock: Callable[[], datetime],
     wake_self: bool = True,
+    held: set[str] | None = None,
 ) -> list[Admitted]:
     """One admission pass over the given projects (all with queued work when None), at
     the time `clock` tells once the pass holds the admission lock.
 
-    One short transaction for the whole pass, whatever the number of projects.
-    `wake_self=False`: the caller claims what it admits at once, so its own scheduler
-    is not woken for them (other replicas are).
+    One short transaction for the whole pass, whatever the number of projects; it
+    never waits for a row another transaction holds (see `admit`: such projects go to
+    `held`). `wake_self=False`: the caller claims what it admits at once, so its own
+    scheduler is not woken for them (other replicas are).
     """
     with sessions.begin() as session:
         if not wake_self:
             quiet(session, ITEMS_ADMITTED)
         if projects is None:
             projects = projects_with_queued(session)
-        return admit(session, config, projects, clock)
+        return admit(session, config, projects, clock, held=held)

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases, store
@@ -269,18 +269,7 @@ class WorkerHandoff:
         if not running:
             return 0
         lease_until = self._clock() + timedelta(seconds=seconds)
-        with self._sessions.begin() as session:
-            result = session.execute(
-                update(WorkItem)
-                .where(
-                    WorkItem.id.in_(running),
-                    WorkItem.lease_token.in_(set(running.values())),
-                    WorkItem.leased_until < lease_until,
-                )
-                .values(leased_until=lease_until)
-                .execution_options(synchronize_session=False)
-            )
-        return int(result.rowcount)  # type: ignore[attr-defined]
+        return self._extend(running, lease_until, WorkItem.leased_until < lease_until)
 
     def heartbeat(self) -> int:
         """Extend the leases of every item being processed; return how many still held."""
@@ -289,13 +278,27 @@ class WorkerHandoff:
         if not running:
             return 0
         lease_until = self._clock() + timedelta(seconds=self._settings.lease_seconds)
+        return self._extend(running, lease_until)
+
+    def _extend(
+        self, running: dict[uuid.UUID, str], lease_until: datetime, *also: ColumnElement[bool]
+    ) -> int:
+        """Set the leases of these items (id -> token) still ours to `lease_until`.
+
+        A row another transaction holds is skipped, not waited for: waiting would hold
+        up every other lease of the statement (for as long as the statement timeout,
+        which would fail them all). Its holder is changing the item anyway; its lease
+        is extended by the next heartbeat.
+        """
+        mine = (
+            select(WorkItem.id)
+            .where(WorkItem.id.in_(running), WorkItem.lease_token.in_(set(running.values())), *also)
+            .with_for_update(skip_locked=True)
+        )
         with self._sessions.begin() as session:
             result = session.execute(
                 update(WorkItem)
-                .where(
-                    WorkItem.id.in_(running),
-                    WorkItem.lease_token.in_(set(running.values())),
-                )
+                .where(WorkItem.id.in_(mine.scalar_subquery()))
                 .values(leased_until=lease_until)
                 .execution_options(synchronize_session=False)
             )

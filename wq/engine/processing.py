@@ -60,9 +60,10 @@ STOP_STEP_SECONDS = 1.0
 BATCHES_IN_FLIGHT = 2
 # After a batch failed, the pass that takes its items again comes this much later.
 BATCH_RETRY_SECONDS = 1.0
-# An item whose events could not be applied (another transaction held it) is tried
-# again this much later: its lock's end wakes nobody.
-LOCKED_EVENTS_RETRY_SECONDS = 0.5
+# An item whose events could not be applied, or a project whose queue head could not
+# be admitted (another transaction held it), is tried again this much later: the
+# lock's end wakes nobody.
+LOCKED_RETRY_SECONDS = 0.5
 # Items whose stored events one transaction applies: their intake waits for it.
 EVENT_ITEMS_PER_TRANSACTION = 32
 
@@ -115,6 +116,9 @@ class ProcessingManager:
         self._waking_at = 0.0  # monotonic time the scheduler's current wait ends
         # Items whose events wait because another transaction held them (scheduler's).
         self._events_later: set[uuid.UUID] = set()
+        # Projects whose admission waits because another transaction held a queue
+        # head (scheduler's).
+        self._admit_later: set[str] = set()
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
@@ -269,8 +273,8 @@ class ProcessingManager:
     def _wait_seconds(self) -> float:
         """Until the next poll, or sooner when a known lease or backoff runs out."""
         wait = self.settings.poll_interval_seconds
-        if self._events_later:
-            wait = min(wait, LOCKED_EVENTS_RETRY_SECONDS)
+        if self._events_later or self._admit_later:
+            wait = min(wait, LOCKED_RETRY_SECONDS)
         for due in (self._handoff.due, self._batch_due):
             if due is not None:
                 wait = min(wait, max(0.0, due - time.monotonic()))
@@ -308,12 +312,24 @@ class ProcessingManager:
         waiting = sorted(later | set(event_items))
         for start in range(0, len(waiting), EVENT_ITEMS_PER_TRANSACTION):
             self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION])
+        held, self._admit_later = self._admit_later, set()
+        if projects is not None and held:
+            projects = projects | held
         if projects is None or projects:
             # The claim and the batch below take what this admits: no second pass for
             # it. Pipelined BEGIN too: an admission pass follows most releases.
-            admitted = dispatch(
-                self._worker_sessions, self.config, projects, clock=self.clock, wake_self=False
-            )
+            try:
+                admitted = dispatch(
+                    self._worker_sessions,
+                    self.config,
+                    projects,
+                    clock=self.clock,
+                    wake_self=False,
+                    held=self._admit_later,
+                )
+            except BaseException:
+                self._admit_later |= held  # still to be looked at
+                raise
             claim = claim or bool(admitted)
         if not (claim or self._handoff.surplus_waiting):
             # (While items wait for a worker, full batches do not poke: the releases'

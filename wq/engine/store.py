@@ -136,17 +136,21 @@ def lock_admission(session: Session) -> None:
 # so a pass reads what it admits, never the backlog behind it. Each LATERAL names the
 # one before it, which fixes that order whatever the planner believes of the table
 # (without statistics, a semi-join here read the whole queue). The heads are gathered
-# into an array first (an InitPlan run once), so the rows are then updated by primary
-# key (a join here was once planned as a loop over the whole queue). The outer test of
-# `admission` is written so that it cannot match the partial indexes: without
-# statistics the planner believes ix_work_items_queue empty and would read the whole
-# queue through it to find these rows. (It still re-checks a row changed meanwhile.)
+# into an array first (an InitPlan run once), so the rows are then locked and updated
+# by primary key (a join here was once planned as a loop over the whole queue). The
+# tests of `admission` on the rows are written so that they cannot match the partial
+# indexes: without statistics the planner believes ix_work_items_queue empty and would
+# read the whole queue through it to find these rows.
+#
+# A head another transaction has locked (an operator's session, a long bulk change) is
+# skipped, never waited for: waiting would hold up every lane of the pass, and the
+# admission lock every replica's passes with it. So that nothing overtakes it, its
+# lane admits none of the heads behind it either; the lane comes back as `held` (a row
+# with no id), for the caller to look at again soon.
 _ADMIT_HEADS_PG = text(
     f"""
-UPDATE work_items AS w
-SET admission = '{ADMITTED}', admitted_at = :now, updated_at = :now
-WHERE w.admission || '' = '{QUEUED}' AND w.id = ANY(ARRAY(
-    SELECT h.id
+WITH heads AS MATERIALIZED (
+    SELECT h.id, h.project, h.lane, h.seq
     FROM unnest(CAST(:projects AS text[]), CAST(:lanes AS text[]), CAST(:capacities AS int[]))
         AS c(project, lane, capacity)
     CROSS JOIN LATERAL (
@@ -161,14 +165,37 @@ WHERE w.admission || '' = '{QUEUED}' AND w.id = ANY(ARRAY(
             AND a.admission = '{ADMITTED}'
     ) AS f
     CROSS JOIN LATERAL (
-        SELECT q.id FROM work_items AS q
+        SELECT q.id, q.project, q.lane, q.seq FROM work_items AS q
         WHERE q.project = c.project AND q.lane = c.lane AND q.admission = '{QUEUED}'
             AND (q.run_after IS NULL OR q.run_after <= :now)
         ORDER BY q.seq
         LIMIT greatest(c.capacity - f.busy, 0)
     ) AS h
-))
-RETURNING w.id, w.project, w.lane, w.seq, w.queued_at
+), taken AS MATERIALIZED (
+    SELECT t.id FROM work_items AS t
+    WHERE t.id = ANY(ARRAY(SELECT heads.id FROM heads)) AND t.admission || '' = '{QUEUED}'
+    FOR UPDATE SKIP LOCKED
+), held AS MATERIALIZED (
+    SELECT heads.project, heads.lane, min(heads.seq) AS seq
+    FROM heads LEFT JOIN taken ON taken.id = heads.id
+    WHERE taken.id IS NULL
+    GROUP BY heads.project, heads.lane
+), admitted AS (
+    UPDATE work_items AS w
+    SET admission = '{ADMITTED}', admitted_at = :now, updated_at = :now
+    WHERE w.id = ANY(ARRAY(
+        SELECT heads.id FROM heads JOIN taken ON taken.id = heads.id
+        WHERE NOT EXISTS (
+            SELECT FROM held
+            WHERE held.project = heads.project AND held.lane = heads.lane
+                AND held.seq < heads.seq
+        )
+    ))
+    RETURNING w.id, w.project, w.lane, w.seq, w.queued_at
+)
+SELECT id, project, lane, seq, queued_at FROM admitted
+UNION ALL
+SELECT NULL, project, lane, NULL, NULL FROM held
 """
 ).columns(id=Uuid(), project=String(), lane=String(), seq=BigInteger(), queued_at=UtcDateTime())
 
@@ -183,18 +210,26 @@ class AdmittedRow(NamedTuple):
     queued_at: datetime | None
 
 
+class AdmittedHeads(NamedTuple):
+    """What `admit_heads` did: the items it admitted, and the (project, lane) pairs it
+    left alone because another transaction held one of their heads."""
+
+    admitted: list[AdmittedRow]
+    held: set[tuple[str, str]]
+
+
 def admit_heads(
     session: Session, lanes: Sequence[tuple[str, str, int]], now: datetime
-) -> list[AdmittedRow]:
+) -> AdmittedHeads:
     """Admit the heads of each (project, lane, capacity) into its free slots.
 
-    Returns every admitted item (with when it was queued), unordered. The caller
-    holds the admission lock. PostgreSQL: one statement for all lanes; SQLite (one
-    writer, no round trips): two index probes per lane and one UPDATE, in the same
-    transaction.
+    Returns every admitted item (with when it was queued), unordered, and the lanes
+    held up by a head another transaction has locked. The caller holds the admission
+    lock. PostgreSQL: one statement for all lanes; SQLite (one writer, no row locks,
+    no round trips): two index probes per lane and one UPDATE, in the same transaction.
     """
     if not lanes:
-        return []
+        return AdmittedHeads([], set())
     if _is_postgres(session):
         rows = session.execute(
             _ADMIT_HEADS_PG,
@@ -205,7 +240,15 @@ def admit_heads(
                 "capacities": [lane[2] for lane in lanes],
             },
         )
-        return [AdmittedRow(row.id, row.project, row.lane, row.seq, row.queued_at) for row in rows]
+        result = AdmittedHeads([], set())
+        for row in rows:
+            if row.id is None:
+                result.held.add((row.project, row.lane))
+            else:
+                result.admitted.append(
+                    AdmittedRow(row.id, row.project, row.lane, row.seq, row.queued_at)
+                )
+        return result
     # SQLite (one writer, no round trips): the heads of each lane and, if there are
     # any, its busy count, by index probes with prebuilt statements, then one UPDATE
     # by primary key.
@@ -231,7 +274,7 @@ def admit_heads(
             .execution_options(synchronize_session=False)
         )
         admitted.extend(AdmittedRow(*row) for row in rows)
-    return admitted
+    return AdmittedHeads(admitted, set())
 
 
 _LANE_BUSY = (

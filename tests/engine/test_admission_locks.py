@@ -1,0 +1,113 @@
+"""Admission never waits for a queued row another transaction holds.
+
+A head of a lane locked elsewhere (an operator's open transaction, a long bulk change)
+holds up its own lane, in FIFO order: nothing behind it is admitted before it. Every
+other lane is admitted at once, and the held lane is looked at again soon after, with
+no other wake-up.
+
+PostgreSQL only: SQLite has one writer at a time, taken at BEGIN, and no row locks.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, text
+
+from tests.conftest import Store, make_config
+from tests.engine.helpers import Listening, load
+from tests.engine.test_admission import REGISTRY, enqueue
+from tests.support.waiting import wait_for
+from wq.engine.admission import dispatch
+from wq.engine.config import Config
+from wq.engine.models import utcnow
+from wq.engine.processing import ProcessingManager
+
+pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+
+
+def pools_of_two(store: Store, **processing: Any) -> Config:
+    overrides: dict[str, Any] = {"pools": {"default": {"capacity": 2, "alert_capacity": 1}}}
+    if processing:
+        overrides["processing"] = processing
+    return make_config(store.url, **overrides)
+
+
+@pytest.fixture
+def holder(store: Store) -> Iterator[Connection]:
+    """A connection of another client, whose transaction ends with the test."""
+    with store.engine.connect() as connection:
+        yield connection
+        connection.rollback()
+
+
+def lock(connection: Connection, item_id: uuid.UUID) -> None:
+    connection.execute(text("SELECT id FROM work_items WHERE id = :id FOR UPDATE"), {"id": item_id})
+
+
+def test_a_locked_head_holds_up_its_lane_and_no_other(store: Store, holder: Connection) -> None:
+    config = pools_of_two(store)
+    head, behind = enqueue(store, config, "team/locked"), enqueue(store, config, "team/locked")
+    other = enqueue(store, config, "team/free")
+    lock(holder, head)
+
+    started = time.monotonic()
+    admitted = dispatch(store.sessions, config, clock=utcnow)
+
+    # At once (a wait would last the statement timeout, 10 s, then fail the pass),
+    # the free project's item only: the item behind the locked head does not overtake it.
+    assert time.monotonic() - started < 5
+    assert [entry.id for entry in admitted] == [other]
+    assert load(store.sessions, head).admission == "queued"
+    assert load(store.sessions, behind).admission == "queued"
+
+    holder.rollback()  # the lock ends: the next pass admits both, in their order
+    admitted = dispatch(store.sessions, config, clock=utcnow)
+    assert [entry.id for entry in admitted] == [head, behind]
+
+
+def test_a_pass_names_the_projects_it_held_up(store: Store, holder: Connection) -> None:
+    config = pools_of_two(store)
+    first, second = enqueue(store, config, "team/p"), enqueue(store, config, "team/p")
+    enqueue(store, config, "team/free")
+    lock(holder, second)
+
+    held: set[str] = set()
+    admitted = dispatch(store.sessions, config, clock=utcnow, held=held)
+
+    # The heads before the locked one are admitted; the lane waits from there on.
+    assert [entry.id for entry in admitted if entry.project == "team/p"] == [first]
+    assert held == {"team/p"}
+
+
+def test_the_scheduler_admits_other_projects_meanwhile_and_the_held_lane_after(
+    store: Store, holder: Connection, managers: list[Any]
+) -> None:
+    # Polling once a minute: only wake-ups and the retry of the held lane admit in time.
+    config = pools_of_two(store, poll_interval_seconds=60.0)
+    held = enqueue(store, config, "team/locked")
+    lock(holder, held)
+    manager = ProcessingManager(store.sessions, REGISTRY, config)
+    managers.append(Listening(store.engine, manager.wakeup))
+    manager.start()
+    managers.append(manager)
+    time.sleep(0.5)  # its first pass looked at every queue
+
+    other = enqueue(store, config, "team/free")  # its NOTIFY wakes the scheduler
+    wait_for(
+        lambda: load(store.sessions, other).admission != "queued",
+        timeout=3,
+        message="another project's item admitted while a queue head is locked",
+    )
+    assert load(store.sessions, held).admission == "queued"
+
+    holder.rollback()
+    wait_for(
+        lambda: load(store.sessions, held).admission != "queued",
+        timeout=5,
+        message="the held item admitted once its lock ended",
+    )
