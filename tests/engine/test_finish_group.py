@@ -13,7 +13,8 @@ import threading
 import uuid
 from typing import Any
 
-from sqlalchemy import event, update
+import pytest
+from sqlalchemy import event, text, update
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import audit_types, claimed, load, submit
@@ -120,6 +121,44 @@ def test_items_changed_or_taken_meanwhile_go_on_alone_the_others_are_stored(
     assert (taken.admission, taken.lease_token) == ("admitted", "someone-else")
     assert not step3_done(store, lost)
     assert "action_completed" not in audit_types(store.sessions, lost)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_row_another_transaction_holds_holds_up_its_item_and_no_other(store: Store) -> None:
+    behaviour = Behaviour()
+    registry = chain_registry(behaviour)
+    first, held, last = at_step3(store, registry, 3)
+    runner = new_runner(store, registry)
+    group = runner.new_group()
+    for claim in claimed(store.sessions, registry, 3):
+        assert runner.run(claim.id, claim.token, "me/worker-0", item=claim.item, group=group)
+    failed: list[BaseException] = []
+
+    def finish() -> None:
+        try:
+            runner.finish(group)
+        except BaseException as err:  # reported by the test
+            failed.append(err)
+
+    with store.engine.connect() as holder:
+        holder.execute(text("SELECT id FROM work_items WHERE id = :id FOR UPDATE"), {"id": held})
+        finishing = threading.Thread(target=finish)
+        finishing.start()
+        # The others are stored and released at once, not after the lock (nor after
+        # the statement timeout, 10 s, which would fail the whole group).
+        wait_for(
+            lambda: all(load(store.sessions, i).admission == "idle" for i in (first, last)),
+            timeout=5,
+            message="the group's other items stored while one row is held",
+        )
+        assert load(store.sessions, held).admission == "admitted"
+        holder.rollback()
+    finishing.join(timeout=15)
+    assert not finishing.is_alive() and not failed
+    # The held item went on alone once its row was free: its step3 stored, released.
+    assert load(store.sessions, held).admission == "idle" and step3_done(store, held)
+    assert behaviour.actions_of(held) == ["step3"]
+    assert audit_types(store.sessions, held).count("released") == 1
 
 
 def test_a_group_the_database_refuses_runs_again_each_item_alone(store: Store) -> None:

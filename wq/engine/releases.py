@@ -170,17 +170,25 @@ def _json(value: Any) -> str:
 
 
 # The items still leased by their tokens and unchanged since read are released; the
-# audit rows and NOTIFYs of those items alone are written, in their order.
+# audit rows and NOTIFYs of those items alone are written, in their order. A row
+# another transaction holds is not waited for (that would hold up every other item of
+# a worker's group): it is left as if changed, and its item goes on alone.
 _RELEASE_PG = text(
     """
-WITH released AS (
+WITH wanted AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(CAST(:wanted AS jsonb))
+        AS wanted(id uuid, token text, stamp bigint, admission text)
+), free AS MATERIALIZED (
+    SELECT item.id FROM work_items AS item
+    WHERE item.id = ANY(ARRAY(SELECT wanted.id FROM wanted))
+    FOR UPDATE SKIP LOCKED
+), released AS (
     UPDATE work_items AS item
     SET admission = wanted.admission, lease_owner = NULL, lease_token = NULL,
         leased_until = NULL, updated_at = :now
-    FROM jsonb_to_recordset(CAST(:wanted AS jsonb))
-        AS wanted(id uuid, token text, stamp bigint, admission text)
-    WHERE item.id = wanted.id AND item.lease_token = wanted.token
-        AND item.stamp = wanted.stamp
+    FROM wanted
+    WHERE item.id = wanted.id AND item.id IN (SELECT free.id FROM free)
+        AND item.lease_token = wanted.token AND item.stamp = wanted.stamp
     RETURNING item.id
 ), audited AS (
     INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state,
