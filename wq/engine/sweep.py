@@ -79,18 +79,23 @@ def sweep_once(
     if expired:
         metrics_of(sessions).lease_rescues.labels("sweep").inc(len(expired))
     with sessions.begin() as session:
+        deferred = (
+            select(WorkItemStatus.work_item_id)
+            .where(WorkItemStatus.status == "true", WorkItemStatus.pending_until <= now)
+            .scalar_subquery()
+        )
+        # An item another transaction holds is left for the next sweep, not waited for:
+        # that would hold up every other due item, and the rest of the sweep with them.
         due = (
             session.execute(
                 select(WorkItem)
-                .join(WorkItemStatus)
                 .where(
+                    WorkItem.id.in_(deferred),
                     WorkItem.phase == ACTIVE,
                     WorkItem.admission == IDLE,
                     WorkItem.type.in_(registry.names),
-                    WorkItemStatus.status == "true",
-                    WorkItemStatus.pending_until <= now,
                 )
-                .distinct()
+                .with_for_update(skip_locked=True, of=WorkItem)
             )
             .scalars()
             .all()
