@@ -10,6 +10,7 @@ PostgreSQL only: SQLite has one writer at a time, taken at BEGIN, and no row loc
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, load
 from tests.engine.test_admission import REGISTRY, enqueue
 from tests.support.waiting import wait_for
+from wq.engine import admission
 from wq.engine.admission import dispatch
 from wq.engine.config import Config
 from wq.engine.models import utcnow
@@ -85,8 +87,14 @@ def test_a_pass_names_the_projects_it_held_up(store: Store, holder: Connection) 
 
 
 def test_the_scheduler_admits_other_projects_meanwhile_and_the_held_lane_after(
-    store: Store, holder: Connection, managers: list[Any]
+    store: Store,
+    holder: Connection,
+    managers: list[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    monkeypatch.setattr(admission, "HELD_WARNING_SECONDS", 1.0)
+    caplog.set_level(logging.WARNING, logger="wq.engine.admission")
     # Polling once a minute: only wake-ups and the retry of the held lane admit in time.
     config = pools_of_two(store, poll_interval_seconds=60.0)
     held = enqueue(store, config, "team/locked")
@@ -105,9 +113,17 @@ def test_the_scheduler_admits_other_projects_meanwhile_and_the_held_lane_after(
     )
     assert load(store.sessions, held).admission == "queued"
 
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "wq.engine.admission"]
+
+    # Held for long, it is worth a warning (once): a transaction left open, most likely.
+    wait_for(warnings, timeout=5, message="a warning of the held queue")
+    time.sleep(1.0)
     holder.rollback()
     wait_for(
         lambda: load(store.sessions, held).admission != "queued",
         timeout=5,
         message="the held item admitted once its lock ended",
     )
+    (warning,) = warnings()
+    assert "team/locked" in warning and "holds locked" in warning

@@ -9,6 +9,8 @@ crash or a second replica cannot leak or double-count a slot.
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,6 +29,10 @@ from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, quiet, signal
 
 DISPATCHER = "dispatcher"
+# A project's queue held up this long by a row another transaction holds is logged.
+HELD_WARNING_SECONDS = 10.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,42 @@ def admit(
         signal(session, ITEMS_ADMITTED)
         after_commit(session, lambda metrics: _observe_waits(metrics, admitted))
     return admitted
+
+
+class HeldProjects:
+    """Projects whose last pass found a queue head locked by another transaction: the
+    scheduler looks at them again soon (the lock's end wakes nobody), and warns once
+    when one has waited `warn_after` seconds (a transaction left open, most likely)."""
+
+    def __init__(self, warn_after: float | None = None) -> None:
+        self.projects: set[str] = set()
+        self._warn_after = HELD_WARNING_SECONDS if warn_after is None else warn_after
+        self._since: dict[str, float] = {}  # held since (monotonic), while held
+        self._warned: set[str] = set()
+
+    def take(self) -> set[str]:
+        """The projects to look at again, no longer held until a pass says so."""
+        projects, self.projects = self.projects, set()
+        return projects
+
+    def passed(self, looked_at: set[str] | None, held: set[str]) -> None:
+        """A pass over `looked_at` (None: every project) found `held` held up."""
+        now = time.monotonic()
+        self.projects |= held
+        for project in list(self._since):
+            if project not in self.projects and (looked_at is None or project in looked_at):
+                del self._since[project]
+                self._warned.discard(project)
+        for project in held:
+            since = self._since.setdefault(project, now)
+            if now - since >= self._warn_after and project not in self._warned:
+                self._warned.add(project)
+                log.warning(
+                    "admission in %s has waited %.0f s for a queued item that another "
+                    "transaction holds locked; the project's queue moves once it ends",
+                    project,
+                    now - since,
+                )
 
 
 def _waited(queued_at: datetime | None, now: datetime) -> float | None:

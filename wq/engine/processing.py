@@ -34,7 +34,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases
-from wq.engine.admission import dispatch
+from wq.engine.admission import HeldProjects, dispatch
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.events import HandlerRaised, drain_events_of
@@ -116,9 +116,8 @@ class ProcessingManager:
         self._waking_at = 0.0  # monotonic time the scheduler's current wait ends
         # Items whose events wait because another transaction held them (scheduler's).
         self._events_later: set[uuid.UUID] = set()
-        # Projects whose admission waits because another transaction held a queue
-        # head (scheduler's).
-        self._admit_later: set[str] = set()
+        # Projects whose admission waits for a queue head another transaction holds.
+        self._held = HeldProjects()
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
@@ -273,7 +272,7 @@ class ProcessingManager:
     def _wait_seconds(self) -> float:
         """Until the next poll, or sooner when a known lease or backoff runs out."""
         wait = self.settings.poll_interval_seconds
-        if self._events_later or self._admit_later:
+        if self._events_later or self._held.projects:
             wait = min(wait, LOCKED_RETRY_SECONDS)
         for due in (self._handoff.due, self._batch_due):
             if due is not None:
@@ -312,12 +311,13 @@ class ProcessingManager:
         waiting = sorted(later | set(event_items))
         for start in range(0, len(waiting), EVENT_ITEMS_PER_TRANSACTION):
             self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION])
-        held, self._admit_later = self._admit_later, set()
-        if projects is not None and held:
-            projects = projects | held
+        held_before = self._held.take()
+        if projects is not None and held_before:
+            projects = projects | held_before
         if projects is None or projects:
             # The claim and the batch below take what this admits: no second pass for
             # it. Pipelined BEGIN too: an admission pass follows most releases.
+            held: set[str] = set()
             try:
                 admitted = dispatch(
                     self._worker_sessions,
@@ -325,11 +325,12 @@ class ProcessingManager:
                     projects,
                     clock=self.clock,
                     wake_self=False,
-                    held=self._admit_later,
+                    held=held,
                 )
             except BaseException:
-                self._admit_later |= held  # still to be looked at
+                self._held.projects |= held_before  # still to be looked at
                 raise
+            self._held.passed(projects, held)
             claim = claim or bool(admitted)
         if not (claim or self._handoff.surplus_waiting):
             # (While items wait for a worker, full batches do not poke: the releases'
