@@ -12,6 +12,7 @@ connection; read endpoints close theirs.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -55,10 +56,13 @@ async def _session(factory: sessionmaker[Session]) -> AsyncIterator[Session]:
     try:
         yield session
     finally:
-        # Closing returns the connection (a rollback: I/O), so off the event loop;
-        # a session that never connected, or was closed already, has nothing to do.
+        # Closing returns the connection (a rollback: I/O), so off the event loop; and
+        # off the request threads too, on the loop's own executor: the transaction may
+        # hold a lock (SQLite's one write lock, a row) that every request thread is
+        # waiting for, and then none would ever be free to end it. A session that never
+        # connected, or was closed already, has nothing to do.
         if session.in_transaction():
-            await run_in_threadpool(session.close)
+            await asyncio.get_running_loop().run_in_executor(None, session.close)
         else:
             session.close()
 
