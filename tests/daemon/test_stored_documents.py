@@ -35,8 +35,28 @@ def nested(depth: int) -> str:
             '{"project": "group/app", "payload": "' + "x" * 3_800_000 + '"}',
             "payload: 3.6 MB, at most 256 KiB",
         ),
+        # A number beyond a float's range was stored as null.
+        ('{"project": "group/app", "payload": {"a": 1e999}}', "1e999 is out of the range"),
+        ('{"project": "group/app", "payload": [-2E+400]}', "-2E+400 is out of the range"),
+        # An unpaired surrogate escape was a 500 (the size check could not encode it).
+        ('{"project": "group/app", "payload": {"a": "\\ud800"}}', "payload: holds text that"),
+        ('{"project": "group/app", "dedup_key": "\\udc00x"}', "dedup_key: holds text that"),
+        ('{"project": "d\\ud800emo"}', "project: holds text that is not valid Unicode"),
+        ('{"project": "group/app", "\\udfff": 1}', "a field's name holds text that"),
     ],
-    ids=["deep", "very-deep", "nan", "infinity", "large"],
+    ids=[
+        "deep",
+        "very-deep",
+        "nan",
+        "infinity",
+        "large",
+        "overflow",
+        "negative-overflow",
+        "surrogate",
+        "surrogate-key",
+        "surrogate-project",
+        "surrogate-name",
+    ],
 )
 def test_unstorable_document_is_422_naming_the_limit_and_writes_nothing(
     client: TestClient, store: Store, body: str, message: str

@@ -2,14 +2,16 @@
 
 Every field of a body may be kept (a task's payload, an MR's fields, a webhook's
 body) and later written back in every list that shows it. A document the API
-cannot write back (nested deeper than the serialisers go, `NaN`, megabytes in one
-field) would break those lists for every caller, so it is refused (422, naming the
-field and the limit) before any route runs, and nothing is written.
+cannot write back (nested deeper than the serialisers go, `NaN`, `1e999`, an unpaired
+surrogate escape, megabytes in one field) would break those lists for every caller, so
+it is refused (422, naming the field and the limit) before any route runs, and nothing
+is written.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 
@@ -23,6 +25,16 @@ class DocumentRefused(ValueError):
 
 def _refuse_constant(name: str) -> Any:
     raise DocumentRefused(f"{name} is not a JSON number")
+
+
+def _finite_number(text: str) -> float:
+    """A JSON number as a float; one too large for it (`1e999`) would be stored as
+    infinity, which JSON cannot write back, so it is refused."""
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 24 else text[:24] + "..."
+        raise DocumentRefused(f"{shown} is out of the range of a JSON number")
+    return value
 
 
 def _depth(value: Any) -> int:
@@ -43,6 +55,20 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+# A JSON `\ud800` escape can spell half of a UTF-16 pair alone: a string no
+# database or JSON writer takes.
+_UNPAIRED = "holds text that is not valid Unicode (an unpaired surrogate escape)"
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _size(count: int) -> str:
     if count >= 1024 * 1024:
         return f"{count / (1024 * 1024):.1f} MB"
@@ -54,7 +80,7 @@ def _size(count: int) -> str:
 def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
     """Raise NotJson or DocumentRefused unless every field of `body` is storable."""
     try:
-        document = json.loads(body, parse_constant=_refuse_constant)
+        document = json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_number)
     except DocumentRefused as refused:
         raise DocumentRefused(f"body: {refused}") from None
     except RecursionError:
@@ -63,9 +89,14 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
         raise NotJson(f"the body is not valid JSON: {error}") from None
     fields = document.items() if isinstance(document, dict) else [("body", document)]
     for name, value in fields:
+        if not _is_unicode(name):
+            raise DocumentRefused(f"body: a field's name {_UNPAIRED}")
         # The body itself is one level: a field may nest max_depth levels below it.
         if _depth(value) > max_depth:
             raise DocumentRefused(f"{name}: nested deeper than {max_depth} levels")
-        size = len(json.dumps(value, ensure_ascii=False).encode())
+        text = json.dumps(value, ensure_ascii=False)
+        if not _is_unicode(text):
+            raise DocumentRefused(f"{name}: {_UNPAIRED}")
+        size = len(text.encode())
         if size > max_bytes:
             raise DocumentRefused(f"{name}: {_size(size)}, at most {_size(max_bytes)}")

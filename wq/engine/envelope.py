@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -42,10 +44,22 @@ def _reject_constant(name: str) -> Any:
     raise UndecodableMessage(f"{name} is not a JSON number")
 
 
+def _finite_number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: infinity, which JSON cannot write back
+        raise UndecodableMessage("a number beyond the range of a JSON number")
+    return value
+
+
+# The escape of half a UTF-16 pair: only where one is can a lone surrogate be.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_json(data: str | bytes) -> Any:
     """Strict JSON of bounded depth; every failure is an `UndecodableMessage`."""
     try:
-        document = json.loads(data, parse_constant=_reject_constant)
+        document = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_number)
     except UndecodableMessage:
         raise
     except RecursionError:
@@ -56,7 +70,22 @@ def parse_json(data: str | bytes) -> Any:
         raise UndecodableMessage(f"not valid JSON ({type(err).__name__})") from None
     if _depth(document) > MAX_DEPTH:
         raise UndecodableMessage(f"the JSON nests deeper than {MAX_DEPTH} levels")
+    if isinstance(data, str):
+        escaped = _SURROGATE_ESCAPE.search(data) is not None
+    else:
+        escaped = _SURROGATE_ESCAPE_BYTES.search(data) is not None
+    if escaped and not _is_unicode(document):
+        raise UndecodableMessage("the JSON holds an unpaired surrogate escape (not Unicode)")
     return document
+
+
+def _is_unicode(document: Any) -> bool:
+    """Whether every text of `document` can be written as UTF-8 (no lone surrogate)."""
+    try:
+        json.dumps(document, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _depth(document: Any) -> int:

@@ -461,8 +461,20 @@ def test_the_allowed_skew_is_configurable(store: Store, monkeypatch: pytest.Monk
         b"[" * 100_000,
         b'{"object_kind": "merge_request", "deep": ' + b"[" * 100 + b"]" * 100 + b"}",
         b"\xff\xfe not utf-8",
+        b'{"object_kind": "merge_request", "note": "a\\ud800b"}',
+        b'{"object_kind": "merge_request", "n": 1e999}',
     ],
-    ids=["nul_free_text", "nul_action", "nan", "huge_int", "deep", "too_deep", "bad_utf8"],
+    ids=[
+        "nul_free_text",
+        "nul_action",
+        "nan",
+        "huge_int",
+        "deep",
+        "too_deep",
+        "bad_utf8",
+        "unpaired_surrogate",
+        "overflowing_number",
+    ],
 )
 def test_hostile_webhook_bodies_are_400_and_store_nothing(
     daemon: tuple[Any, TestClient, FakeGitLab, str], body: bytes
