@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import unicodedata
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -32,5 +34,24 @@ TRICKY = st.text(
 @example("my project")
 @example("group/\u202etcejorp")
 @example("a\u200bb")
+@example("demo\u061cx")
+@example("demo\U000e0001x")
+@example("demo\u3164")
 def test_the_pattern_and_the_check_agree(path: str) -> None:
     assert (re.fullmatch(PROJECT_PATTERN, path) is not None) == (project_problem(path) is None)
+
+
+def test_every_format_and_ignorable_character_is_refused() -> None:
+    # Every format character (a bidirectional mark, a tag character, an interlinear
+    # annotation...) and the blank-looking fillers, which make lookalikes of a name.
+    unseen = [
+        chr(code)
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+    ]
+    unseen += ["\u115f", "\u1160", "\u3164", "\uffa0", "\u034f", "\ufe0f", "\U000e0100"]
+    accepted = [f"U+{ord(c):04X}" for c in unseen if project_problem(f"demo{c}x") is None]
+    assert accepted == []
+    assert all(re.fullmatch(PROJECT_PATTERN, f"demo{c}x") is None for c in unseen)
+    # Letters of every script stay welcome.
+    assert project_problem("grüppe/проект/项目/مشروع") is None
