@@ -113,6 +113,45 @@ def test_environment_selects_file_and_database(
     assert load_config().database_url == "postgresql://db/y"
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("garbage", "cannot be parsed as a database URL"),
+        ("mysql://wq:s3cret@db/wq", "mysql:// is not supported"),
+        ("postgresql://db:port/wq", "cannot be parsed as a database URL"),
+    ],
+)
+def test_a_database_url_without_a_driver_is_refused_by_key_and_variable(
+    url: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLAlchemy would fail on these only when the daemon opens the database.
+    with pytest.raises(ConfigError) as err:
+        parse_config({"database_url": url}, "cfg.yml")
+    assert str(err.value).startswith(f"config cfg.yml: database_url: {said}")
+    assert "only postgresql:// and sqlite:// URLs are supported" in str(err.value)
+    assert "s3cret" not in str(err.value)
+    for var in ("WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG", "WQ_DATABASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr("wq.engine.config.SYSTEM_CONFIG_PATHS", ())
+    monkeypatch.setenv("DATABASE_URL", url)
+    with pytest.raises(ConfigError, match=f"^environment variable DATABASE_URL: {said}"):
+        load_config()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///wq.db",
+        "sqlite://",
+        "postgresql://wq@db/wq",
+        "postgres://db/wq",
+        "postgresql+psycopg://wq:pw@db:5432/wq",
+    ],
+)
+def test_postgresql_and_sqlite_urls_are_taken(url: str) -> None:
+    assert parse_config({"database_url": url}, "cfg.yml").database_url == url
+
+
 def test_no_config_is_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("WQ_CONFIG", "WORKQUEUE_SERVICE_CONFIG", "WQ_DATABASE_URL", "DATABASE_URL"):
         monkeypatch.delenv(var, raising=False)

@@ -8,6 +8,7 @@ import pty
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -25,6 +26,29 @@ def test_tui_command_has_its_options() -> None:
 def test_tui_refuses_a_too_short_refresh() -> None:
     result = CliRunner().invoke(app, ["tui", "--refresh", "0"], catch_exceptions=False)
     assert result.exit_code == 2
+
+
+def test_tui_without_a_terminal_refuses_at_once(tmp_path: Path) -> None:
+    # Textual reads keys from stdin and draws on a terminal: with /dev/null and pipes it
+    # used to spin at full CPU forever, writing escape codes into the pipe.
+    env = {**os.environ, "WQ_TOKEN": "x", "TERM": "xterm-256color", "HOME": str(tmp_path)}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "wq", "tui", "--url", "http://127.0.0.1:9"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=15,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError("wq tui ran without a terminal") from None
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (
+        "wq: error: wq tui needs a terminal (stdin, stdout and stderr must be a TTY)\n"
+    )
 
 
 # `python -m wq` with a bug planted in the app: it raises as soon as it is mounted.

@@ -23,7 +23,7 @@ from wq.cli.common import (
 )
 from wq.cli.completion import complete_project
 from wq.cli.live import follow
-from wq.cli.output import age, emit, table, text
+from wq.cli.output import MACHINE, age, emit, table, text
 from wq.client.pressure import most_pressed, pressure
 
 SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -166,21 +166,28 @@ def queue(
         usage_error(f"--lane: {lane!r} is not one of alert, normal")
     mode = output_mode(output, json_flag)
     with errors(), client(url, no_auth) as api:
-        if not project:
-            chosen = most_pressed(api.pools())
-            if chosen is None:
-                sys.stderr.write("no project has queued or in-flight work\n")
-                return
-            sys.stderr.write(f"the queue of {chosen}, the most pressed project\n")
-            project = chosen
+        shown = project or None
 
         def fetch() -> list[dict[str, Any]]:
-            return api.queue(project, lane=lane, limit=limit)
+            # Without --project, the most pressed project once one has work; then that
+            # one stays, so a watch does not jump between projects as pressures change.
+            nonlocal shown
+            if shown is None:
+                shown = most_pressed(api.pools())
+                if shown is None:
+                    return []
+                sys.stderr.write(f"the queue of {shown}, the most pressed project\n")
+            return api.queue(shown, lane=lane, limit=limit)
 
         if watch_flag:
             follow(mode, fetch, queue_view, interval=interval, key="id")
-        else:
-            emit(fetch(), mode, queue_view)
+            return
+        entries = fetch()
+        if shown is None:
+            sys.stderr.write("no project has queued or in-flight work\n")
+            if mode not in MACHINE:
+                return
+        emit(entries, mode, queue_view)
 
 
 def register(app: typer.Typer) -> None:

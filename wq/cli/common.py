@@ -93,11 +93,38 @@ def output_mode(output: Output, json_flag: bool) -> Output:
     return Output.json if json_flag else output
 
 
+# Options whose values name local files (`--payload @FILE`, `--file LOCAL:REPO`): a file's
+# name need not be UTF-8, and what of them is sent is checked where they are read.
+LOCAL_FILE_OPTIONS = frozenset({"payload", "files", "creates"})
+
+
 def client(url: str | None, no_auth: bool) -> ApiClient:
-    """The API client for one command."""
+    """The API client for one command, once its options are known to be sendable text."""
     from wq.client.api import ApiClient
 
+    refuse_options_not_utf8()
     return ApiClient(url, no_auth=no_auth)
+
+
+def refuse_options_not_utf8() -> None:
+    """A usage error naming the first option (or argument) of the running command whose
+    text is not UTF-8: bytes of another encoding on the command line, which no request
+    can carry (httpx would fail on them mid-request, with a traceback)."""
+    from wq.client.utf8 import is_utf8
+
+    context = get_current_context(silent=True)
+    while context is not None:
+        for param in context.command.params:
+            if param.name is None or param.name in LOCAL_FILE_OPTIONS:
+                continue
+            value = context.params.get(param.name)
+            values = value if isinstance(value, list | tuple) else [value]
+            if any(isinstance(each, str) and not is_utf8(each) for each in values):
+                option = param.param_type_name == "option"
+                usage_error(
+                    f"{param.opts[0] if option else param.name.upper()}: not valid UTF-8 text"
+                )
+        context = context.parent
 
 
 def fail(message: str, code: int, hint: str | None = None) -> NoReturn:

@@ -26,6 +26,7 @@ from wq.cli.submit import (
     output_mode,
     report,
 )
+from wq.client.utf8 import is_utf8
 
 
 def _pair(flag: str, value: str) -> tuple[str, str]:
@@ -33,6 +34,15 @@ def _pair(flag: str, value: str) -> tuple[str, str]:
     if not sep or not left or not right:
         usage_error(f"{flag} {value!r}: expected two paths separated by ':'")
     return left, right
+
+
+def _local_and_repo(flag: str, value: str) -> tuple[str, str]:
+    """`LOCAL:REPO`: the local file's name may be any bytes, the repository path is sent
+    and must be text (the options are left out of the command-wide check for that)."""
+    local, repo = _pair(flag, value)
+    if not is_utf8(repo):
+        usage_error(f"{flag}: the repository path is not valid UTF-8 text")
+    return local, repo
 
 
 def _content(flag: str, local: str) -> dict[str, str]:
@@ -52,10 +62,10 @@ def file_actions(
     """The Commits API actions for the file flags, in the order given per kind."""
     actions: list[dict[str, Any]] = []
     for value in updates:
-        local, repo = _pair("--file", value)
+        local, repo = _local_and_repo("--file", value)
         actions.append({"action": "update", "file_path": repo, **_content("--file", local)})
     for value in creates:
-        local, repo = _pair("--create", value)
+        local, repo = _local_and_repo("--create", value)
         actions.append({"action": "create", "file_path": repo, **_content("--create", local)})
     for repo in deletes:
         actions.append({"action": "delete", "file_path": repo})

@@ -29,6 +29,7 @@ from wq.cli.submit import (
     output_mode,
     report,
 )
+from wq.client.utf8 import is_utf8
 
 
 def read_payload(value: str | None) -> dict[str, Any]:
@@ -39,9 +40,17 @@ def read_payload(value: str | None) -> dict[str, Any]:
     if value.startswith("@"):
         source = value[1:]
         try:
-            text = sys.stdin.read() if source == "-" else Path(source).expanduser().read_text()
+            if source == "-":
+                text = sys.stdin.read()
+            else:
+                text = Path(source).expanduser().read_text(encoding="utf-8")
         except OSError as err:
             usage_error(f"--payload: cannot read {source}: {err.strerror or err}")
+        except UnicodeDecodeError as err:
+            name = "standard input" if source == "-" else source
+            usage_error(f"--payload: {name} is not UTF-8 text (byte {err.start})")
+    if not is_utf8(text):  # bytes of another encoding in the argument itself
+        usage_error("--payload: not valid UTF-8 text")
     try:
         payload = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as err:
@@ -54,7 +63,22 @@ def read_payload(value: str | None) -> dict[str, Any]:
         usage_error("--payload: must be a JSON object")
     if _depth(payload) > MAX_PAYLOAD_DEPTH:
         usage_error(f"--payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
+    surrogate = _lone_surrogate(payload)
+    if surrogate is not None:
+        usage_error(
+            f"--payload: holds text that is not valid Unicode (the lone surrogate {surrogate})"
+        )
     return payload
+
+
+def _lone_surrogate(payload: dict[str, Any]) -> str | None:
+    """The first lone surrogate in the payload's text (a JSON escape such as `\\ud800`,
+    which Python's json reads but no UTF-8 request can carry), escaped; or None."""
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"\\u{ord(err.object[err.start]):04x}"
+    return None
 
 
 # No server takes a deeper payload (server.max_document_depth is at most 128); each

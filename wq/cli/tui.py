@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
-from wq.cli.common import NoAuthOption, UrlOption, client, errors, usage_error
+from wq.cli.common import NoAuthOption, UrlOption, client, errors, fail, usage_error
+from wq.client.errors import EXIT_USAGE
 
 # The TUI's views (its modes), known here without importing Textual.
 VIEWS = ("overview", "pools", "queue", "items")
@@ -34,6 +36,8 @@ def tui(
     for keys)."""
     if view not in VIEWS:
         usage_error(f"--view: {view!r} is not one of {', '.join(VIEWS)}")
+    if not on_a_terminal():
+        fail("wq tui needs a terminal (stdin, stdout and stderr must be a TTY)", EXIT_USAGE)
     with errors(), client(url, no_auth) as api:
         from wq.tui.app import WqApp
 
@@ -41,6 +45,15 @@ def tui(
         app.run()
     if app.return_code:  # the app died (Textual has printed why): say so to the caller
         raise typer.Exit(app.return_code)
+
+
+def on_a_terminal() -> bool:
+    """Whether the dashboard can run here: keys come from stdin, and Textual draws on
+    stderr (stdout on Windows). Without a terminal it does not stop: at the end of
+    stdin its driver polls again and again, at full CPU, drawing into a pipe or a file.
+    """
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    return all(stream is not None and stream.isatty() for stream in streams)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ Thread-safe: the TUI calls it from worker threads.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,11 @@ Login = Callable[[str], str]
 """A login: takes the server URL, returns a Bearer token or raises `AuthenticationRequired`."""
 
 LOGIN_HINT = "run `kinit` and `wq login`, or set WQ_TOKEN"
+
+# A Bearer token travels in an HTTP header as it is: printable ASCII without spaces.
+# A line break pasted along or a non-ASCII letter cannot even be sent: said as such,
+# not as the network error or traceback sending it would end in.
+_TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,12 @@ class Credentials:
         found = env_token(self._environ)
         if found is not None:
             variable, value = found
+            if not _TOKEN_CHARACTERS.fullmatch(value):
+                raise AuthenticationRequired(
+                    f"the token in {variable} is malformed: "
+                    "it holds characters a token cannot have",
+                    hint=f"check {variable}: a token is printable ASCII, without spaces",
+                )
             return Token(value, "env", variable)
         cached = self.cache.load(self.server)
         if cached is not None:

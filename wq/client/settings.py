@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from wq.client.errors import UsageError
+from wq.client.utf8 import is_utf8
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_VARIABLES = ("WQ_URL", "WORKQUEUE_SERVICE_URL")
@@ -36,6 +37,8 @@ def resolve_url(flag: str | None, environ: Mapping[str, str] | None = None) -> s
     else:
         found = _first(URL_VARIABLES, environ)
         source, url = found if found else ("the default URL", DEFAULT_URL)
+    if not is_utf8(url):
+        raise UsageError(f"{source}: not valid UTF-8 text")
     url = url.rstrip("/")
     if "://" not in url:
         # `127.0.0.1:8080` is the local daemon: plain HTTP. Anything else needs its

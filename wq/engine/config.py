@@ -246,6 +246,8 @@ def parse_config(data: Any, source: str) -> Config:
     except ValidationError as err:
         raise ConfigError(_format_error(source, err)) from None
     config._source = source
+    if config.database_url:
+        _check_database_url(config.database_url, f"config {source}: database_url")
     secret_env = config.events.webhook_secret_env
     if secret_env and not os.environ.get(secret_env):
         raise ConfigError(
@@ -299,9 +301,21 @@ def load_config(explicit: str | None = None) -> Config:
     config = read_config_file(path) if path else Config()
     for var in DATABASE_ENV_VARS:
         if os.environ.get(var):
+            _check_database_url(os.environ[var], f"environment variable {var}")
             config = config.model_copy(update={"database_url": os.environ[var]})
             break
     return _audit_from_env(config)
+
+
+def _check_database_url(url: str, where: str) -> None:
+    """Refuse a database URL wq has no driver for, or no URL at all, naming `where` it
+    was given: SQLAlchemy would fail on it only when the database is first opened."""
+    # Imported here: SQLAlchemy and psycopg load only once there is a URL to check.
+    from wq.engine.db import url_problem
+
+    problem = url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}")
 
 
 def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:

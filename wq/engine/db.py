@@ -152,6 +152,25 @@ def connect_postgres(dsn: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, **kwargs: 
     return conn
 
 
+# The URLs wq has a driver for: PostgreSQL through psycopg 3 (the plain spellings are
+# mapped to it, see normalize_url) and SQLite. SQLAlchemy would take others and fail
+# only once it imports a driver module that is not installed.
+SUPPORTED_DRIVERS = ("postgresql", "postgres", "postgresql+psycopg", "sqlite", "sqlite+pysqlite")
+SUPPORTED_URLS = "only postgresql:// and sqlite:// URLs are supported"
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` is no database URL wq can use, in words without its password; None if
+    it is one."""
+    try:
+        drivername = make_url(url).drivername
+    except (exc.ArgumentError, ValueError):  # no scheme; a port that is not a number
+        return f"cannot be parsed as a database URL ({SUPPORTED_URLS})"
+    if drivername not in SUPPORTED_DRIVERS:
+        return f"{drivername}:// is not supported ({SUPPORTED_URLS})"
+    return None
+
+
 def normalize_url(url: str) -> str:
     """Map the plain `postgresql://` spellings to the psycopg 3 driver."""
     parsed = make_url(url)
