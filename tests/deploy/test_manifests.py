@@ -157,6 +157,8 @@ def test_the_config_passes_a_full_check_with_the_deployments_environment(
     # in a pod (Kubernetes names the cluster's API server to every container).
     for name in from_secrets(container(objects, "wq")):
         monkeypatch.setenv(name, "dummy-" + name.lower())
+    # The database URL must be one (the check refuses what is not).
+    monkeypatch.setenv("WQ_DATABASE_URL", "postgresql://wq@db.invalid/wq")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "172.30.0.1")
     assert commands.config_check(str(path)) == commands.EXIT_OK
     assert capsys.readouterr().out.strip() == f"{path}: ok"
