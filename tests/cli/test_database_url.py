@@ -68,3 +68,19 @@ def test_the_daemon_refuses_a_bad_database_url_at_once(tmp_path: Path) -> None:
     env = base_env(tmp_path, WQ_DATABASE_URL="mysql://x@y/z")
     from_env = run(["daemon", "--port", "0"], env, tmp_path)
     assert_one_line(from_env, "environment variable WQ_DATABASE_URL: mysql://", SUPPORTED)
+
+
+def test_db_current_on_a_missing_sqlite_file_says_so_and_creates_nothing(
+    tmp_path: Path, cache_home: Path
+) -> None:
+    # It read an empty database into being (and its directories), then called it outdated.
+    path = tmp_path / "nx" / "a" / "b" / "x.db"
+    env = cli_env(cache_home, WQ_DATABASE_URL=f"sqlite:///{path}")
+    assert_one_line(invoke(["db", "current"], env), f"no database at {path}", "wq db migrate")
+    assert not (tmp_path / "nx").exists()
+    # Creating it is `wq db migrate`'s job.
+    migrated = invoke(["db", "migrate"], env)
+    assert migrated.code == 0, migrated
+    assert "migrated from empty" in migrated.stdout
+    current = invoke(["db", "current"], env)
+    assert current.code == 0 and "up to date" in current.stdout, current

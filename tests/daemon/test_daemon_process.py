@@ -383,6 +383,12 @@ def test_embedded_daemon_keeps_its_data_across_restarts(
     # The second start finds the already-migrated embedded database and a fresh token.
     first = start_daemon(daemons, tmp_path, clean_env(tmp_path))
     first.wait_healthy()
+    # A multi-user host: the database is its user's alone (SQLite gives the WAL and its
+    # index the database file's mode).
+    data = tmp_path / "data" / "wq"
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in data.glob("wq.db*")}
+    assert modes == {"wq.db": 0o600, "wq.db-wal": 0o600, "wq.db-shm": 0o600}
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
     _, first_token = read_token(tmp_path, first.url)
     # The embedded default configures no GitLab project, so the API refuses `mr`
     # submissions; write one item through the engine into the daemon's database instead
@@ -441,6 +447,12 @@ REFUSALS: dict[str, Refusal] = {
     "unmigrated-sqlite": Refusal(
         "processing:\n  workers: 2\n", ("wq db migrate",), database="sqlite"
     ),
+    # Nor does it create a SQLite file that is not there, nor its directories.
+    "missing-sqlite": Refusal(
+        "processing:\n  workers: 2\n",
+        ("no database at", "wq db migrate"),
+        database="missing-sqlite",
+    ),
 }
 
 
@@ -467,7 +479,10 @@ def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
         else:
             args += ["--config", str(config_path)]
         if case.database == "sqlite":
+            (root / "fresh.db").touch()  # empty, as made by hand
             env["WQ_DATABASE_URL"] = f"sqlite:///{root / 'fresh.db'}"
+        elif case.database == "missing-sqlite":
+            env["WQ_DATABASE_URL"] = f"sqlite:///{root / 'nx' / 'a' / 'x.db'}"
         running[name] = (
             config_path,
             subprocess.Popen(
@@ -509,6 +524,9 @@ def test_daemon_refuses_bad_configuration(refusals: dict[str, Outcome], case: st
         assert "listening on" not in outcome.stderr
     for needle in REFUSALS[case].names:
         assert needle in message, f"{needle!r} not in {message!r}"
+    if REFUSALS[case].database == "missing-sqlite":
+        # Refused before anything was created.
+        assert not (outcome.config_path.parent.parent / "nx").exists()
 
 
 @pytest.mark.usefixtures("no_system_config")

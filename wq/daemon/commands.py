@@ -49,8 +49,14 @@ def daemon(
     return EXIT_OK
 
 
-def _database(config_path: str | None, config: Config | None = None) -> Engine:
-    """The configured database alone: migrating needs no types, tokens or auth tiers."""
+def _database(
+    config_path: str | None, config: Config | None = None, *, create: bool = False
+) -> Engine:
+    """The configured database alone: migrating needs no types, tokens or auth tiers.
+
+    Only `wq db migrate` (`create`) makes a SQLite file that is not there: a command
+    that reads must not leave an empty database behind.
+    """
     from wq.engine.config import default_database_url
     from wq.engine.db import Timeouts, make_engine
 
@@ -58,8 +64,20 @@ def _database(config_path: str | None, config: Config | None = None) -> Engine:
     # Migrations may run long statements: only the connection attempt is bounded.
     timeouts = Timeouts(config.database.connect_timeout_seconds, statement_seconds=None)
     return make_engine(
-        config.database_url or default_database_url(), pool_size=1, timeouts=timeouts
+        config.database_url or default_database_url(),
+        pool_size=1,
+        timeouts=timeouts,
+        create=create,
     )
+
+
+def _missing(err: BaseException) -> str | None:
+    """What to say when `err` is a SQLite file that is not there (None otherwise)."""
+    from wq.engine.db import missing_database
+    from wq.engine.schema import FIX_COMMAND
+
+    missing = missing_database(err)
+    return None if missing is None else f"{missing}: run `{FIX_COMMAND}` to create it"
 
 
 def audit_archive(config_path: str | None, since: datetime, until: datetime | None) -> int:
@@ -92,7 +110,7 @@ def audit_archive(config_path: str | None, since: datetime, until: datetime | No
     except Exception as err:
         from wq.engine.outage import describe
 
-        return _fail(f"cannot read the audit log: {describe(err)}")
+        return _fail(_missing(err) or f"cannot read the audit log: {describe(err)}")
     span = f"from {since.isoformat()} to {until.isoformat() if until else 'now'}"
     if result.failed:
         return _fail(
@@ -114,9 +132,11 @@ def db_migrate(config_path: str | None) -> int:
     from wq.engine.outage import describe
 
     try:
-        engine = _database(config_path)
+        engine = _database(config_path, create=True)
     except ConfigError as err:
         return _fail(str(err))
+    except OSError as err:  # the SQLite file or its directory cannot be made
+        return _fail(f"cannot create {err.filename}: {err.strerror or err}")
     try:
         before = schema.current_revision(engine)
         schema.upgrade(engine)
@@ -143,7 +163,9 @@ def db_current(config_path: str | None) -> int:
         current = schema.current_revision(engine)
         head = schema.head_revision(engine)
     except Exception as err:
-        return _fail(f"cannot read the schema revision of {_shown(engine)}: {describe(err)}")
+        return _fail(
+            _missing(err) or f"cannot read the schema revision of {_shown(engine)}: {describe(err)}"
+        )
     state = "up to date" if current == head else f"outdated, head is {head}: run `wq db migrate`"
     print(f"{_shown(engine)}: {current or 'empty'} ({state})")
     return EXIT_OK if current == head else EXIT_FAILURE

@@ -204,7 +204,9 @@ def build_runtime(
         connect_seconds=config.database.connect_timeout_seconds,
         statement_seconds=config.database.statement_timeout_seconds,
     )
-    engine = make_engine(url, pool_size=workers + 5, timeouts=timeouts)
+    # Only the embedded default makes (and migrates) its database; a config file's
+    # daemon needs `wq db migrate` first and must not leave an empty file behind.
+    engine = make_engine(url, pool_size=workers + 5, timeouts=timeouts, create=config.embedded)
     wakeup = Wakeup()
     metrics = Metrics(config.metrics.prefix, config.metrics.service_prefix)
     sessions = make_sessionmaker(engine)

@@ -27,7 +27,7 @@ from wq.daemon.preflight import check_startable, is_loopback, start_warnings
 from wq.daemon.runtime import Runtime, build_registry, build_runtime, unhandled_by_default
 from wq.engine import schema
 from wq.engine.config import Config
-from wq.engine.db import is_sqlite
+from wq.engine.db import is_sqlite, missing_database
 from wq.engine.listener import NotifyListener
 from wq.engine.outage import describe
 from wq.engine.sqs import EventsConfigError
@@ -75,6 +75,9 @@ def prepare_database(runtime: Runtime) -> None:
     except schema.SchemaOutdated as err:
         raise StartupError(str(err)) from None
     except Exception as err:
+        missing = missing_database(err)
+        if missing is not None:  # a config file's SQLite database, not made yet
+            raise StartupError(f"{missing}: run `{schema.FIX_COMMAND}` to create it") from None
         shown = runtime.engine.url.render_as_string(hide_password=True)
         raise StartupError(f"cannot use the database {shown}: {describe(err)}") from None
 

@@ -14,12 +14,14 @@ longer answers. Such a connection is closed, and the pool replaces it.
 from __future__ import annotations
 
 import math
+import os
 import select
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from psycopg.abc import RV, PQGen
@@ -28,6 +30,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import jsontext
+from wq.engine.private import create_private_file, make_private_dirs
 
 READ_ONLY_OPTION = "wq_read_only"
 # How much longer than the statement timeout the client waits for an answer: the
@@ -184,6 +187,42 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
+class DatabaseMissing(sqlite3.OperationalError):
+    """The SQLite file of an engine that may not create it is not there.
+
+    A driver error, so that SQLAlchemy wraps it like any failure to connect (its
+    `orig`): see `missing_database`.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"no database at {path}")
+        self.path = path
+
+
+def missing_database(err: BaseException) -> DatabaseMissing | None:
+    """The `DatabaseMissing` behind an error from an engine, if that is what it is."""
+    cause = getattr(err, "orig", None) or err
+    return cause if isinstance(cause, DatabaseMissing) else None
+
+
+def _open_existing_only(engine: Engine) -> None:
+    @event.listens_for(engine, "do_connect")
+    def _connect(
+        _dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]
+    ) -> sqlite3.Connection | None:
+        path = cargs[0] if cargs else ""
+        if cparams.get("uri") or not path or path == ":memory:":
+            return None  # a URI of the URL's own says its mode itself
+        if not os.path.exists(path):
+            raise DatabaseMissing(path)
+        # mode=rw never creates the file, should it be removed after the look above
+        # (a new empty database would only hide the loss).
+        connection: sqlite3.Connection = sqlite3.connect(
+            f"file:{quote(path)}?mode=rw", uri=True, **cparams
+        )
+        return connection
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -204,16 +243,36 @@ def _configure_sqlite(engine: Engine) -> None:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> Engine:
-    """Create an engine for a database URL, creating the SQLite directory if needed.
+def _create_sqlite_file(database: str) -> None:
+    """Make a SQLite file and its directory that are not there yet, for their user
+    alone: they hold every work item. SQLite gives the -wal and -shm files the
+    database file's mode. What exists keeps its mode."""
+    path = Path(database)
+    make_private_dirs(path.parent)
+    create_private_file(path)  # an empty file is an empty database to SQLite
 
-    `timeouts` apply to PostgreSQL (SQLite waits for its lock with a busy timeout).
+
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 20,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    create: bool = True,
+) -> Engine:
+    """Create an engine for a database URL.
+
+    A SQLite file that is not there is created (0600, in a 0700 directory) only with
+    `create`; without it, connecting fails with `DatabaseMissing` and nothing is
+    created. `timeouts` apply to PostgreSQL (SQLite waits for its lock with a busy
+    timeout).
     """
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        on_disk = bool(parsed.database) and parsed.database != ":memory:"
+        uri = str(parsed.query.get("uri", "")).lower() in ("true", "1")
+        if create and on_disk and not uri:
+            _create_sqlite_file(str(parsed.database))
         engine = create_engine(
             url,
             json_serializer=jsontext.dumps,
@@ -221,6 +280,8 @@ def make_engine(url: str, *, pool_size: int = 20, timeouts: Timeouts = DEFAULT_T
             pool_size=pool_size,
             max_overflow=pool_size,
         )
+        if not create:
+            _open_existing_only(engine)
         _configure_sqlite(engine)
         return engine
     engine = create_engine(

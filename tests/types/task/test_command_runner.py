@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from stat import S_IMODE
 
 import pytest
 
@@ -89,6 +91,55 @@ def test_cancel_terminates_the_group_and_unknown_runs_are_missing(tmp_path: Path
     assert local.poll("wq-never-started").state == MISSING
     local.remove("wq-test-1")
     assert local.poll("wq-test-1").state == MISSING
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, under which files are world-readable unless made otherwise."""
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return S_IMODE(path.stat().st_mode)
+
+
+def finished(local: CommandRunner, run_id: str = "wq-test-1") -> None:
+    wait(lambda: local.poll(run_id).state != RUNNING, timeout=30, message="finished")
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_a_runs_directory_and_files_are_its_users_alone(tmp_path: Path) -> None:
+    # spec.json holds the run's environment (a kind's or the runner's `env:` may carry
+    # secrets) and its payload; output.log what the command printed. As the default
+    # runs_dir, $XDG_DATA_HOME/wq/task-runs, with none of it there yet.
+    data = tmp_path / "data"
+    settings = CommandRunnerConfig(env={"API_TOKEN": "s3cret"}, kill_grace_seconds=2.0)
+    local = CommandRunner(settings, data / "wq" / "task-runs", log_tail_bytes=200)
+    local.start(spec(program("print('out')")))
+    finished(local)
+    run_dir = data / "wq" / "task-runs" / "wq-test-1"
+    for directory in (data, data / "wq", data / "wq" / "task-runs", run_dir):
+        assert mode(directory) == 0o700, directory
+    files = {path.name: mode(path) for path in run_dir.iterdir()}
+    assert {"spec.json", "output.log", "exit.json", "supervisor.log"} <= set(files)
+    assert files == dict.fromkeys(files, 0o600)
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_a_runs_dir_that_exists_keeps_its_mode(tmp_path: Path) -> None:
+    # The operator's choice (a directory shared by replicas running as one user); each
+    # run's own directory is private all the same.
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o750)
+    local = runner(tmp_path)
+    local.start(spec(program("print('out')")))
+    finished(local)
+    assert mode(runs) == 0o750
+    assert mode(runs / "wq-test-1") == 0o700
 
 
 def test_tail_starts_at_a_line_when_one_is_near() -> None:

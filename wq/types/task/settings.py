@@ -1,7 +1,7 @@
 """`handled_types.task`: kinds, runners, intake (Grafana, schedules, GitLab rules), GC.
 
-With no `kinds` configured the type runs the built-in demo kinds `echo` and `sleep`
-on the local `command` runner, so a fresh `wq daemon` has something real to run.
+With no `kinds` configured the type runs the built-in demo kinds `echo`, `sleep` and
+`count` on the local `command` runner, so a fresh `wq daemon` has something real to run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator, SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from wq.engine.config import ConfigError
+from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -159,7 +160,8 @@ def _demo_kinds() -> dict[str, KindConfig]:
             timeout_seconds=3600,
             payload_schema={
                 "type": "object",
-                "properties": {"seconds": {"type": "number", "minimum": 0}},
+                # Bounded: 1e308 passed, and the task failed with time.sleep's traceback.
+                "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SECONDS}},
             },
         ),
         "count": KindConfig(
@@ -168,7 +170,7 @@ def _demo_kinds() -> dict[str, KindConfig]:
             timeout_seconds=3600,
             payload_schema={
                 "type": "object",
-                "properties": {"to": {"type": "integer", "minimum": 0, "maximum": 86400}},
+                "properties": {"to": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}},
             },
         ),
     }

@@ -3,6 +3,9 @@
 Each run has a directory `<runs_dir>/<run_id>` holding its spec, output and exit
 status. Creating that directory is the start's claim: a second start of the same run
 id finds it and does nothing, so a new owner re-attaches instead of starting twice.
+The spec holds the run's whole environment (the runner's and the kind's `env:`, which
+may carry secrets) and its payload: each run's directory is 0700 and its files 0600,
+and a runs_dir wq creates is 0700 (one that exists keeps the operator's mode).
 The command runs without a shell, in its own process group, under a small supervisor
 process that outlives the daemon; a restarted daemon polls the directory.
 """
@@ -22,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from wq.engine.private import DIR_MODE, FILE_MODE, make_private_dirs, open_private_append
 from wq.types.task.runners import (
     FAILED,
     MISSING,
@@ -109,8 +113,8 @@ class CommandRunner:
             raise RunnerUnavailable(f"command not found: {argv[0]}")
         run_dir = self._dir(spec.run_id)
         try:
-            self.runs_dir.mkdir(parents=True, exist_ok=True)
-            run_dir.mkdir()
+            make_private_dirs(self.runs_dir)
+            run_dir.mkdir(mode=DIR_MODE)
         except FileExistsError:
             return  # started before (by us or by a worker that lost its lease): attach
         except OSError as err:
@@ -124,7 +128,7 @@ class CommandRunner:
         write_json(run_dir / "spec.json", document)
         try:
             # The child keeps its own copy of the log's descriptor; ours closes at once.
-            with open(run_dir / "supervisor.log", "ab") as supervisor_log:
+            with open_private_append(run_dir / "supervisor.log") as supervisor_log:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "wq.types.task.runners.supervise", str(run_dir)],
                     stdin=subprocess.DEVNULL,
@@ -254,7 +258,7 @@ class CommandRunner:
         run_dir = self._dir(run_id)
         if not run_dir.is_dir() or (run_dir / "exit.json").exists():
             return
-        (run_dir / "cancel").touch()
+        (run_dir / "cancel").touch(mode=FILE_MODE)
         if not self._signal_group(run_dir, signal.SIGTERM):
             # Not announced yet: the supervisor sees the `cancel` file after starting.
             self._wait_exit(run_dir, self.config.kill_grace_seconds)

@@ -4,7 +4,9 @@ Started by the `command` runner in a session of its own, so it outlives the daem
 that started it (a restarted daemon finds the run again through RUN_DIR). It starts
 the command in a new process group with the payload on stdin, sends its output to
 `output.log`, and writes `exit.json` when the command ends; that file is the run's
-result for whoever polls it. Standard library only: it starts fast.
+result for whoever polls it. Its files are 0600, as the rest of the run's directory
+(the command's output may show what its environment holds). Standard library only
+(`wq.engine.private` is too): it starts fast.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from wq.engine.private import open_private_append, write_private
+
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
-    """Write a small JSON file atomically (readers never see half of it)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(document), encoding="utf-8")
-    os.replace(partial, path)
+    """Write a small JSON file atomically (readers never see half of it), 0600."""
+    write_private(path, json.dumps(document))
 
 
 def _feed(stdin: Any, data: bytes) -> None:
@@ -38,7 +40,7 @@ def _feed(stdin: Any, data: bytes) -> None:
 def supervise(run_dir: Path) -> int:
     """Run the command described in RUN_DIR/spec.json to its end; return its exit code."""
     spec = json.loads((run_dir / "spec.json").read_text(encoding="utf-8"))
-    with open(run_dir / "output.log", "ab") as out:
+    with open_private_append(run_dir / "output.log") as out:
         try:
             child = subprocess.Popen(
                 spec["argv"],
