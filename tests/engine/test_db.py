@@ -9,29 +9,14 @@ its database (`wq db current`, a configured daemon) creates no file nor director
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import exc, text
 
+from tests.support.modes import mode, umask_022  # noqa: F401 - fixture
 from wq.engine import db, schema
 from wq.engine.db import make_engine
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    """The usual umask, under which files are world-readable unless made otherwise."""
-    previous = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(previous)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 @pytest.mark.usefixtures("umask_022")

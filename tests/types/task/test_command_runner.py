@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from stat import S_IMODE
 
 import pytest
 
 from tests.conftest import Store
+from tests.support.modes import mode, umask_022  # noqa: F401 - fixture
 from tests.types.task.helpers import KINDS, program, submit, task, task_daemon, wait
 from wq.types.task.runners import FAILED, MISSING, RUNNING, SUCCEEDED, RunSpec, command, tail
 from wq.types.task.runners.command import CommandRunner
@@ -91,20 +90,6 @@ def test_cancel_terminates_the_group_and_unknown_runs_are_missing(tmp_path: Path
     assert local.poll("wq-never-started").state == MISSING
     local.remove("wq-test-1")
     assert local.poll("wq-test-1").state == MISSING
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    """The usual umask, under which files are world-readable unless made otherwise."""
-    previous = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(previous)
-
-
-def mode(path: Path) -> int:
-    return S_IMODE(path.stat().st_mode)
 
 
 def finished(local: CommandRunner, run_id: str = "wq-test-1") -> None:
