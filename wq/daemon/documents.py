@@ -14,6 +14,8 @@ import json
 import math
 from typing import Any
 
+from wq.client.utf8 import is_utf8
+
 
 class NotJson(ValueError):
     """The body cannot be decoded as JSON (400)."""
@@ -60,15 +62,6 @@ def _depth(value: Any) -> int:
 _UNPAIRED = "holds text that is not valid Unicode (an unpaired surrogate escape)"
 
 
-def _is_unicode(text: str) -> bool:
-    """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _size(count: int) -> str:
     if count >= 1024 * 1024:
         return f"{count / (1024 * 1024):.1f} MB"
@@ -89,14 +82,14 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
         raise NotJson(f"the body is not valid JSON: {error}") from None
     fields = document.items() if isinstance(document, dict) else [("body", document)]
     for name, value in fields:
-        if not _is_unicode(name):
+        if not is_utf8(name):
             raise DocumentRefused(f"body: a field's name {_UNPAIRED}")
         # The body itself is one level: a field may nest max_depth levels below it.
         if _depth(value) > max_depth:
             raise DocumentRefused(f"{name}: nested deeper than {max_depth} levels")
-        text = json.dumps(value, ensure_ascii=False)
-        if not _is_unicode(text):
-            raise DocumentRefused(f"{name}: {_UNPAIRED}")
-        size = len(text.encode())
+        try:
+            size = len(json.dumps(value, ensure_ascii=False).encode())
+        except UnicodeEncodeError:
+            raise DocumentRefused(f"{name}: {_UNPAIRED}") from None
         if size > max_bytes:
             raise DocumentRefused(f"{name}: {_size(size)}, at most {_size(max_bytes)}")
