@@ -7,7 +7,8 @@ commit), the item waits in the worker's `FinishGroup`, and the runner
 (`wq.engine.runner.ItemRunner.finish`) stores the group in one transaction: one
 statement releases every item of it under its lease fence (token and stamp, as
 `wq.engine.releases.release_if_unchanged` does for one) and writes their audit rows and
-wake-ups, then one flush writes what their actions changed, then one commit. An item
+wake-ups, then what their actions changed is written (on PostgreSQL read off the
+objects, `wq.engine.group_writes`; else by one flush), then one commit. An item
 the statement does not release (its lease lost, or changed meanwhile) goes on alone.
 """
 
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import on_commit
 from wq.engine.audit import AuditRecord
+from wq.engine.group_writes import GroupWrites
 from wq.engine.models import ADMITTED, EXECUTOR_SESSION, WorkItem
 from wq.engine.releases import (
     AUDIT_WRITTEN,
@@ -123,8 +125,12 @@ def store_together(
             releases = [step.release for step in steps if step.release is not None]
             released = release_group(session, releases, now=now)
             stored = [step for step in steps if step.item_id in released]
+            writes = GroupWrites() if is_postgres(session) else None
             for step in stored:
-                session.add(step.item)  # its writes, flushed with the others'
+                if writes is None or not writes.add(step.item):
+                    session.add(step.item)  # its writes, flushed with the others'
+            if writes is not None:
+                writes.write(session.connection())
             session.commit()
     except Exception as err:
         return _closed(stored), err

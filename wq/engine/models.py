@@ -421,7 +421,7 @@ def _changed_since_load(obj: object) -> Iterator[str]:
     return (key for key in state.committed_state if state.attrs[key].history.has_changes())
 
 
-def _changes_state(item: WorkItem) -> bool:
+def changes_state(item: WorkItem) -> bool:
     """True when a column beyond the lease and the schedule changed in this flush."""
     ignored = _SCHEDULING.union(item.scheduling_columns)
     columns = inspect(item).mapper.column_attrs
@@ -433,7 +433,7 @@ def _touch_changes(session: Session, _context: Any, _instances: Any) -> None:
     """Stamp `updated_at` on every item whose state this flush changes (and no other)."""
     now: datetime | None = None
     for obj in session.dirty:
-        if isinstance(obj, WorkItem) and _changes_state(obj):
+        if isinstance(obj, WorkItem) and changes_state(obj):
             now = now or utcnow()
             obj.updated_at = now
 

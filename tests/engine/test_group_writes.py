@@ -1,0 +1,155 @@
+"""What grouped actions changed is stored as the ORM's flush would store it.
+
+A worker's group of items is stored in one transaction (`wq.engine.finish_group`); on
+PostgreSQL the changes are read off the items' objects and written by plain
+statements (`wq.engine.group_writes`), else, and for changes that are not plain column
+values, by the ORM. Whichever way, the rows must come out the same: new and changed
+dimensions, the item's columns and its type's detail columns.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.conftest import Store, make_config
+from tests.engine.helpers import audit_types, load
+from wq.engine import items
+from wq.engine.admission import dispatch
+from wq.engine.claims import claim_for_workers, item_loads
+from wq.engine.dimensions import first_actionable, set_dimension
+from wq.engine.models import WorkItem, WorkItemStatus, utcnow
+from wq.engine.registry import ActionContext, ItemType, TypeRegistry
+from wq.engine.runner import ItemRunner
+from wq.types.task.models import TaskItem
+
+CHECK_AT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def work(ctx: ActionContext) -> None:
+    """What the item's payload asks for, then `needs_work` handled."""
+    item = ctx.item
+    assert isinstance(item, TaskItem)
+    does = item.payload["does"]
+    if does == "change":  # an existing dimension changed
+        set_dimension(ctx.session, item, "needs_other", False, detail={"seen": 2})
+    elif does == "columns":  # a column of work_items, of task_details, a schedule
+        item.error = "noted"
+        item.log_tail = "last lines"
+        item.next_check_at = CHECK_AT
+    elif does == "append":  # a row appended with the ORM's events, not set_dimension
+        item.statuses.append(WorkItemStatus(dimension="needs_extra", variant="v", status="true"))
+    elif does == "remove":  # a dimension dropped: the ORM deletes the orphan
+        item.statuses.remove(item.status("needs_other"))
+    set_dimension(ctx.session, item, "needs_work", False, detail={"by": does})
+
+
+def registry() -> TypeRegistry:
+    reg = TypeRegistry()
+    reg.register_type(
+        ItemType(
+            name="task",
+            model=TaskItem,
+            decider=lambda item, now: (
+                "work" if first_actionable(item, ["needs_work"], now) else None
+            ),
+            executors={"work": work},
+        )
+    )
+    return reg
+
+
+def submitted(store: Store, reg: TypeRegistry, does: str) -> uuid.UUID:
+    config = make_config(store.url)
+    with store.sessions.begin() as session:
+        item = TaskItem(
+            project=f"gw/{does}",
+            lane="normal",
+            autonomous=False,
+            kind="k",
+            payload={"does": does},
+            runner="command",
+        )
+        intake = items.submit(
+            session,
+            item,
+            registry=reg,
+            pool=config.pool_for(item.project),
+            now=utcnow(),
+            actor="test",
+            trigger={"source": "test"},
+        )
+        assert intake.item is not None
+        set_dimension(session, intake.item, "needs_other", True, detail={"seen": 1})
+        return intake.item.id
+
+
+def run_as_a_group(store: Store, reg: TypeRegistry, count: int) -> set[uuid.UUID]:
+    """Claim `count` items, run each on one worker's group, store the group; the ids of
+    the items the group took (the others were stored alone)."""
+    config = make_config(store.url)
+    dispatch(store.sessions, config, clock=utcnow)
+    now = utcnow()
+    with store.sessions.begin() as session:
+        taken = claim_for_workers(
+            session,
+            owner="me",
+            types=["task"],
+            free=count,
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+            load=item_loads(reg),
+        )
+    assert len(taken.claims) == count
+    runner = ItemRunner(store.sessions, reg, config.processing, utcnow, threading.Event())
+    group = runner.new_group()
+    grouped = {
+        claim.id
+        for claim in taken.claims
+        if runner.run(claim.id, claim.token, "me/worker-0", item=claim.item, group=group)
+    }
+    runner.finish(group)
+    return grouped
+
+
+def dimensions(item: WorkItem) -> dict[tuple[str, str], tuple[str, Any]]:
+    return {(row.dimension, row.variant): (row.status, row.detail) for row in item.statuses}
+
+
+def test_grouped_items_changes_are_stored_whatever_they_are(store: Store) -> None:
+    reg = registry()
+    ids = {
+        does: submitted(store, reg, does)
+        for does in ("new", "change", "columns", "append", "remove")
+    }
+    before = {does: load(store.sessions, item_id) for does, item_id in ids.items()}
+    grouped = run_as_a_group(store, reg, len(ids))
+    # A dimension removed is a statement of its own: that item is stored alone.
+    assert grouped == {item_id for does, item_id in ids.items() if does != "remove"}
+
+    stored = {does: load(store.sessions, item_id) for does, item_id in ids.items()}
+    for does, item in stored.items():
+        assert (item.admission, item.lease_token) == ("idle", None), does
+        assert audit_types(store.sessions, item.id)[-2:] == ["action_completed", "released"]
+        assert dimensions(item)[("needs_work", "")] == ("false", {"by": does}), does
+    assert dimensions(stored["new"])[("needs_other", "")] == ("true", {"seen": 1})
+    assert dimensions(stored["change"])[("needs_other", "")] == ("false", {"seen": 2})
+    changed_row = stored["change"].status("needs_other")
+    assert changed_row is not None
+    assert changed_row.updated_at > before["change"].status("needs_other").updated_at  # type: ignore[union-attr]
+    assert dimensions(stored["append"])[("needs_extra", "v")] == ("true", None)
+    assert ("needs_other", "") not in dimensions(stored["remove"])
+    columns = stored["columns"]
+    assert isinstance(columns, TaskItem)
+    assert (columns.error, columns.log_tail, columns.next_check_at) == (
+        "noted",
+        "last lines",
+        CHECK_AT,
+    )
+    # Nothing of one item's action went to another.
+    for does in ("new", "change", "append", "remove"):
+        other = stored[does]
+        assert isinstance(other, TaskItem)
+        assert (other.error, other.log_tail, other.next_check_at) == (None, None, None)
