@@ -43,6 +43,12 @@ def work(ctx: ActionContext) -> None:
         item.statuses.append(WorkItemStatus(dimension="needs_extra", variant="v", status="true"))
     elif does == "remove":  # a dimension dropped: the ORM deletes the orphan
         item.statuses.remove(item.status("needs_other"))
+    elif does == "elsewhere":  # a row of another item, added without a statement
+        ctx.session.add(
+            WorkItemStatus(
+                work_item_id=uuid.UUID(item.payload["other"]), dimension="needs_note", status="true"
+            )
+        )
     set_dimension(ctx.session, item, "needs_work", False, detail={"by": does})
 
 
@@ -61,7 +67,7 @@ def registry() -> TypeRegistry:
     return reg
 
 
-def submitted(store: Store, reg: TypeRegistry, does: str) -> uuid.UUID:
+def submitted(store: Store, reg: TypeRegistry, does: str, **payload: str) -> uuid.UUID:
     config = make_config(store.url)
     with store.sessions.begin() as session:
         item = TaskItem(
@@ -69,7 +75,7 @@ def submitted(store: Store, reg: TypeRegistry, does: str) -> uuid.UUID:
             lane="normal",
             autonomous=False,
             kind="k",
-            payload={"does": does},
+            payload={"does": does, **payload},
             runner="command",
         )
         intake = items.submit(
@@ -124,10 +130,13 @@ def test_grouped_items_changes_are_stored_whatever_they_are(store: Store) -> Non
         does: submitted(store, reg, does)
         for does in ("new", "change", "columns", "append", "remove")
     }
+    ids["elsewhere"] = submitted(store, reg, "elsewhere", other=str(ids["new"]))
     before = {does: load(store.sessions, item_id) for does, item_id in ids.items()}
     grouped = run_as_a_group(store, reg, len(ids))
-    # A dimension removed is a statement of its own: that item is stored alone.
-    assert grouped == {item_id for does, item_id in ids.items() if does != "remove"}
+    # A dimension removed, a row of another item: those two are stored alone.
+    assert grouped == {
+        item_id for does, item_id in ids.items() if does not in ("remove", "elsewhere")
+    }
 
     stored = {does: load(store.sessions, item_id) for does, item_id in ids.items()}
     for does, item in stored.items():
@@ -141,6 +150,7 @@ def test_grouped_items_changes_are_stored_whatever_they_are(store: Store) -> Non
     assert changed_row.updated_at > before["change"].status("needs_other").updated_at  # type: ignore[union-attr]
     assert dimensions(stored["append"])[("needs_extra", "v")] == ("true", None)
     assert ("needs_other", "") not in dimensions(stored["remove"])
+    assert dimensions(stored["new"])[("needs_note", "")] == ("true", None)
     columns = stored["columns"]
     assert isinstance(columns, TaskItem)
     assert (columns.error, columns.log_tail, columns.next_check_at) == (
@@ -149,7 +159,7 @@ def test_grouped_items_changes_are_stored_whatever_they_are(store: Store) -> Non
         CHECK_AT,
     )
     # Nothing of one item's action went to another.
-    for does in ("new", "change", "append", "remove"):
+    for does in ("new", "change", "append", "remove", "elsewhere"):
         other = stored[does]
         assert isinstance(other, TaskItem)
         assert (other.error, other.log_tail, other.next_check_at) == (None, None, None)

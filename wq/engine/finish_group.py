@@ -86,10 +86,12 @@ class FinishGroup(Generic[Step]):
         session = step.session
         if on_commit.has_entries(session):
             return False
-        session.expunge(step.item)  # with its dimensions and detail rows, changes kept
-        if session.new or session.dirty or session.deleted:
-            session.add(step.item)  # the action changed more than its item's objects
-            return False
+        # The item stays in its session (which sends nothing more) until it is stored.
+        item = step.item
+        own = {id(row) for row in item.__dict__.get("statuses") or ()}
+        for obj in (*session.new, *session.dirty, *session.deleted):
+            if obj is not item and id(obj) not in own:
+                return False  # the action changed more than its item's objects
         self._steps.append(step)
         if self._since is None:
             self._since = time.monotonic()
@@ -128,7 +130,10 @@ def store_together(
             writes = GroupWrites() if is_postgres(session) else None
             for step in stored:
                 if writes is None or not writes.add(step.item):
-                    session.add(step.item)  # its writes, flushed with the others'
+                    # Its writes, flushed with the others' (its dimensions and detail
+                    # rows move with it, changes kept).
+                    step.session.expunge(step.item)
+                    session.add(step.item)
             if writes is not None:
                 writes.write(session.connection())
             session.commit()
