@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from tests.conftest import Store, make_config
@@ -26,6 +26,8 @@ from wq.engine.runner import ItemRunner
 from wq.types.task.models import TaskItem
 
 CHECK_AT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+# A time given in another zone than UTC: the same moment must come back.
+WAKE_AT = datetime(2031, 6, 7, 8, 9, 10, 123456, tzinfo=timezone(timedelta(hours=2)))
 
 
 def work(ctx: ActionContext) -> None:
@@ -34,7 +36,9 @@ def work(ctx: ActionContext) -> None:
     assert isinstance(item, TaskItem)
     does = item.payload["does"]
     if does == "change":  # an existing dimension changed
-        set_dimension(ctx.session, item, "needs_other", False, detail={"seen": 2})
+        set_dimension(
+            ctx.session, item, "needs_other", True, detail={"seen": 2}, pending_until=WAKE_AT
+        )
     elif does == "columns":  # a column of work_items, of task_details, a schedule
         item.error = "noted"
         item.log_tail = "last lines"
@@ -144,9 +148,10 @@ def test_grouped_items_changes_are_stored_whatever_they_are(store: Store) -> Non
         assert audit_types(store.sessions, item.id)[-2:] == ["action_completed", "released"]
         assert dimensions(item)[("needs_work", "")] == ("false", {"by": does}), does
     assert dimensions(stored["new"])[("needs_other", "")] == ("true", {"seen": 1})
-    assert dimensions(stored["change"])[("needs_other", "")] == ("false", {"seen": 2})
+    assert dimensions(stored["change"])[("needs_other", "")] == ("true", {"seen": 2})
     changed_row = stored["change"].status("needs_other")
     assert changed_row is not None
+    assert changed_row.pending_until == WAKE_AT
     assert changed_row.updated_at > before["change"].status("needs_other").updated_at  # type: ignore[union-attr]
     assert dimensions(stored["append"])[("needs_extra", "v")] == ("true", None)
     assert ("needs_other", "") not in dimensions(stored["remove"])

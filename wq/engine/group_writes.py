@@ -5,26 +5,70 @@ actions' changes on their loaded objects only: new or changed dimension rows, ch
 columns of the item's row and of its type's detail row. Attaching each item to the
 group's session for the unit of work to find those changes again was most of the
 cost of storing a group; here they are read off the objects (what changed since the
-load is what the ORM would write) and written by one executemany per table and set of
-columns. An item whose changes are anything else (a dimension removed, a key column
-changed, a default the ORM computes from its context) has no `ItemWrites`: the caller
-leaves it to the ORM.
+load is what the ORM would write) and written by plain statements: the dimension rows
+of the whole group, new and changed, by one statement taking them as one JSON document
+(an executemany costs a round of the driver's Python per row), other columns by one
+executemany per table and set of columns. An item whose changes are anything else (a
+dimension removed, a key column changed, a default the ORM computes from its context, a
+value the ORM would refuse) is not taken: the caller leaves it to the ORM.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Connection, Table, and_, bindparam, inspect
+from sqlalchemy import Column, Connection, Table, and_, bindparam, inspect, text
 from sqlalchemy.orm import ColumnProperty, InstanceState, Mapper
 from sqlalchemy.schema import ColumnDefault
 
+from wq.engine import jsontext
 from wq.engine.models import WorkItem, WorkItemStatus, changes_state, utcnow
 
 STATUSES: Table = WorkItemStatus.__table__  # type: ignore[assignment]
 WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
+
+# The group's dimension rows, new (`new`) and changed, in one statement. `detail` comes
+# as JSON text, written by the engine's own JSON serializer as the ORM's would be (None
+# is JSON null there too).
+_STATUS_COLUMNS = (
+    "work_item_id",
+    "dimension",
+    "variant",
+    "status",
+    "detail",
+    "pending_until",
+    "updated_at",
+)
+if tuple(STATUSES.columns.keys()) != _STATUS_COLUMNS:  # pragma: no cover - a model change
+    raise RuntimeError("work_item_statuses changed: update wq.engine.group_writes")
+_WRITE_STATUSES = text(
+    """
+WITH given AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS given(new boolean,
+        work_item_id uuid, dimension text, variant text, status text, detail text,
+        pending_until timestamptz, updated_at timestamptz)
+), inserted AS (
+    INSERT INTO work_item_statuses (work_item_id, dimension, variant, status, detail,
+        pending_until, updated_at)
+    SELECT work_item_id, dimension, variant, status, CAST(detail AS jsonb), pending_until,
+        updated_at
+    FROM given WHERE new
+    RETURNING 1
+), updated AS (
+    UPDATE work_item_statuses AS row
+    SET status = given.status, detail = CAST(given.detail AS jsonb),
+        pending_until = given.pending_until, updated_at = given.updated_at
+    FROM given
+    WHERE NOT given.new AND row.work_item_id = given.work_item_id
+        AND row.dimension = given.dimension AND row.variant = given.variant
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM updated) AS updated
+"""
+)
 
 # (table, the columns written): the rows that go in one executemany.
 _Shape = tuple[Table, tuple[str, ...]]
@@ -42,25 +86,29 @@ class NotPlain(Exception):
 class GroupWrites:
     """The rows to insert and update for a group's items, by statement shape."""
 
-    inserts: dict[_Shape, list[dict[str, Any]]] = field(default_factory=dict)
+    statuses: list[dict[str, Any]] = field(default_factory=list)  # `_WRITE_STATUSES` rows
     updates: dict[_Shape, list[dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, item: WorkItem) -> bool:
         """Take what `item`'s action changed; False (nothing taken) when the ORM must."""
         try:
-            inserts, updates = _item_changes(item)
+            statuses, updates = _item_changes(item)
         except NotPlain:
             return False
-        for table, values in inserts:
-            self.inserts.setdefault((table, tuple(values)), []).append(values)
+        self.statuses.extend(statuses)
         for table, values, key in updates:
             self.updates.setdefault((table, tuple(values)), []).append(values | key)
         return True
 
     def write(self, connection: Connection) -> None:
-        """Send the inserts, then the updates (the caller's transaction holds the fence)."""
-        for (table, _), rows in self.inserts.items():
-            connection.execute(table.insert(), rows)
+        """Send the dimension rows, then the other columns (the caller's transaction holds
+        the items' fences)."""
+        if self.statuses:
+            written = connection.execute(
+                _WRITE_STATUSES, {"rows": jsontext.dumps(self.statuses)}
+            ).one()
+            if written.inserted + written.updated != len(self.statuses):
+                raise RuntimeError("a changed dimension row was not found to update")
         for (table, columns), rows in self.updates.items():
             keys = [column.key for column in table.primary_key.columns]
             statement = (
@@ -78,13 +126,13 @@ class GroupWrites:
             )
 
 
-_Rows = list[tuple[Table, dict[str, Any]]]
 # (table, the columns set and their values, the row's key as parameters)
 _Updates = list[tuple[Table, dict[str, Any], dict[str, Any]]]
 
 
-def _item_changes(item: WorkItem) -> tuple[_Rows, _Updates]:
-    """The rows to insert and to update for `item` (raises NotPlain)."""
+def _item_changes(item: WorkItem) -> tuple[list[dict[str, Any]], _Updates]:
+    """The dimension rows to write and the other rows to update for `item` (raises
+    NotPlain)."""
     state: InstanceState[WorkItem] = inspect(item)
     mapper = state.mapper
     if state.deleted or state.was_deleted:
@@ -113,19 +161,41 @@ def _item_changes(item: WorkItem) -> tuple[_Rows, _Updates]:
         (table, _with_onupdate(table, values), _key_of(mapper, table, item))
         for table, values in by_table.items()
     ]
-    inserts: _Rows = []
+    statuses: list[dict[str, Any]] = []
     for row in item.__dict__.get("statuses") or ():
         row_state: InstanceState[WorkItemStatus] = inspect(row)
         if row_state.deleted or row_state.was_deleted:
             raise NotPlain
         if row_state.key is None:
-            inserts.append((STATUSES, _new_status(row, item)))
+            statuses.append(_status_row(_new_status(row, item), new=True))
         elif row_state.modified:
             changed = _changed_columns(row_state, STATUSES)
             if changed:
-                row_key = _key_of(row_state.mapper, STATUSES, row)
-                updates.append((STATUSES, _with_onupdate(STATUSES, changed), row_key))
-    return inserts, updates
+                values = _with_onupdate(STATUSES, changed)
+                for name in _STATUS_COLUMNS:
+                    if name not in values:
+                        if name not in row.__dict__:
+                            raise NotPlain  # not loaded
+                        values[name] = row.__dict__[name]
+                statuses.append(_status_row(values, new=False))
+    return statuses, updates
+
+
+def _status_row(values: dict[str, Any], *, new: bool) -> dict[str, Any]:
+    """A row of `_WRITE_STATUSES`, its values as JSON takes them (else NotPlain: the
+    ORM takes them, and refuses what it refuses, such as a time without a zone)."""
+    row: dict[str, Any] = {"new": new, "work_item_id": str(values["work_item_id"])}
+    for column in ("dimension", "variant", "status"):
+        if not isinstance(values[column], str):
+            raise NotPlain
+        row[column] = values[column]
+    row["detail"] = jsontext.dumps(values["detail"])
+    for column in ("pending_until", "updated_at"):
+        moment = values[column]
+        if moment is not None and not (isinstance(moment, datetime) and moment.tzinfo):
+            raise NotPlain
+        row[column] = None if moment is None else moment.isoformat()
+    return row
 
 
 def _changed_columns(state: InstanceState[Any], table: Table) -> dict[str, Any]:
