@@ -1,23 +1,28 @@
 """What grouped actions changed is stored as the ORM's flush would store it.
 
-A worker's group of items is stored in one transaction (`wq.engine.finish_group`); on
-PostgreSQL the changes are read off the items' objects and written by plain
-statements (`wq.engine.group_writes`), else, and for changes that are not plain column
-values, by the ORM. Whichever way, the rows must come out the same: new and changed
+A worker's group of items is stored in one transaction (`wq.engine.finish_group`), and
+a batch of cheap actions is (`wq.engine.batch`); on PostgreSQL their changes are read
+off the items' objects and written by plain statements (`wq.engine.group_writes`: a
+batch's dimension rows only), else, and for changes that are not plain column values,
+by the ORM. Whichever way, the rows must come out the same: new and changed
 dimensions, the item's columns and its type's detail columns.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
 from tests.conftest import Store, make_config
 from tests.engine.helpers import audit_types, load
 from wq.engine import items
 from wq.engine.admission import dispatch
+from wq.engine.batch import BatchRunner
 from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.dimensions import first_actionable, set_dimension
 from wq.engine.models import WorkItem, WorkItemStatus, utcnow
@@ -56,7 +61,8 @@ def work(ctx: ActionContext) -> None:
     set_dimension(ctx.session, item, "needs_work", False, detail={"by": does})
 
 
-def registry() -> TypeRegistry:
+def registry(cheap: bool = False) -> TypeRegistry:
+    """The `task` model with the test's action: run on workers, or cheap (in batches)."""
     reg = TypeRegistry()
     reg.register_type(
         ItemType(
@@ -66,6 +72,7 @@ def registry() -> TypeRegistry:
                 "work" if first_actionable(item, ["needs_work"], now) else None
             ),
             executors={"work": work},
+            cheap_actions=frozenset({"work"}) if cheap else frozenset(),
         )
     )
     return reg
@@ -124,28 +131,45 @@ def run_as_a_group(store: Store, reg: TypeRegistry, count: int) -> set[uuid.UUID
     return grouped
 
 
+def run_as_a_batch(store: Store, reg: TypeRegistry, count: int) -> None:
+    """Run the `count` items' cheap actions in one batch."""
+    config = make_config(store.url)
+    dispatch(store.sessions, config, clock=utcnow)
+    taken = BatchRunner(store.sessions, reg, config.processing, utcnow).take("me", limit=count)
+    assert (taken.taken, taken.handoff) == (count, [])
+
+
 def dimensions(item: WorkItem) -> dict[tuple[str, str], tuple[str, Any]]:
     return {(row.dimension, row.variant): (row.status, row.detail) for row in item.statuses}
 
 
-def test_grouped_items_changes_are_stored_whatever_they_are(store: Store) -> None:
-    reg = registry()
+@pytest.mark.parametrize("path", ["group", "batch"])
+def test_grouped_items_changes_are_stored_whatever_they_are(
+    store: Store, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg = registry(cheap=path == "batch")
     ids = {
         does: submitted(store, reg, does)
         for does in ("new", "change", "columns", "append", "remove")
     }
     ids["elsewhere"] = submitted(store, reg, "elsewhere", other=str(ids["new"]))
     before = {does: load(store.sessions, item_id) for does, item_id in ids.items()}
-    grouped = run_as_a_group(store, reg, len(ids))
-    # A dimension removed, a row of another item: those two are stored alone.
-    assert grouped == {
-        item_id for does, item_id in ids.items() if does not in ("remove", "elsewhere")
-    }
+    if path == "batch":
+        run_as_a_batch(store, reg, len(ids))
+        # In one try: not stored again an action at a time after a failed commit.
+        assert [r.message for r in caplog.records if r.levelno >= logging.WARNING] == []
+    else:
+        grouped = run_as_a_group(store, reg, len(ids))
+        # A dimension removed, a row of another item: those two are stored alone.
+        assert grouped == {
+            item_id for does, item_id in ids.items() if does not in ("remove", "elsewhere")
+        }
 
     stored = {does: load(store.sessions, item_id) for does, item_id in ids.items()}
     for does, item in stored.items():
         assert (item.admission, item.lease_token) == ("idle", None), does
         assert audit_types(store.sessions, item.id)[-2:] == ["action_completed", "released"]
+        assert item.attempts == 0 and item.error in (None, "noted"), does
         assert dimensions(item)[("needs_work", "")] == ("false", {"by": does}), does
     assert dimensions(stored["new"])[("needs_other", "")] == ("true", {"seen": 1})
     assert dimensions(stored["change"])[("needs_other", "")] == ("true", {"seen": 2})

@@ -36,11 +36,13 @@ from wq.engine.claims import audit_takeovers
 from wq.engine.config import ProcessingConfig
 from wq.engine.failures import record_failure
 from wq.engine.fence import _IN_EXECUTOR
+from wq.engine.group_writes import write_dimensions
 from wq.engine.leases import Claim
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import ActionContext, Decision, Requeue, TypeRegistry, Wait
 from wq.engine.releases import Release, release_slots, snapshot
+from wq.engine.store import is_postgres
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -205,6 +207,8 @@ class BatchRunner:
                 for item in items:
                     if not self._advance(session, item, actor, recorded, now, releases, careful):
                         handoff.append(item)
+                if not careful and is_postgres(session):
+                    write_dimensions(session, items)  # (a careful try flushed each already)
                 token = str(uuid.uuid4())
                 lease_until = now + timedelta(seconds=self.settings.lease_seconds)
                 leases.lease(

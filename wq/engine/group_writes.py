@@ -1,5 +1,7 @@
 """What a worker group's items' actions changed, written without the ORM's flush.
 
+(A batch of cheap actions writes its dimension rows the same way: `write_dimensions`.)
+
 The items of a group (`wq.engine.finish_group`) come to be stored with their last
 actions' changes on their loaded objects only: new or changed dimension rows, changed
 columns of the item's row and of its type's detail row. Attaching each item to the
@@ -15,13 +17,13 @@ value the ORM would refuse) is not taken: the caller leaves it to the ORM.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Column, Connection, Table, and_, bindparam, inspect, text
-from sqlalchemy.orm import ColumnProperty, InstanceState, Mapper
+from sqlalchemy.orm import ColumnProperty, InstanceState, Mapper, Session
 from sqlalchemy.schema import ColumnDefault
 
 from wq.engine import jsontext
@@ -104,11 +106,7 @@ class GroupWrites:
         """Send the dimension rows, then the other columns (the caller's transaction holds
         the items' fences)."""
         if self.statuses:
-            written = connection.execute(
-                _WRITE_STATUSES, {"rows": jsontext.dumps(self.statuses)}
-            ).one()
-            if written.inserted + written.updated != len(self.statuses):
-                raise RuntimeError("a changed dimension row was not found to update")
+            _write_statuses(connection, self.statuses)
         for (table, columns), rows in self.updates.items():
             keys = [column.key for column in table.primary_key.columns]
             statement = (
@@ -124,6 +122,31 @@ class GroupWrites:
                     for row in rows
                 ],
             )
+
+
+def write_dimensions(session: Session, items: Sequence[WorkItem]) -> None:
+    """Write the new and changed dimension rows of `items`, attached to `session` with
+    the rest of their changes, by one statement, and detach those rows so that the
+    session's flush leaves them alone (a batch's items, `wq.engine.batch`). An item
+    whose dimensions are not plain, or whose collection of them changed with the ORM's
+    events (the flush would insert what it added), keeps them for the flush.
+    """
+    rows: list[dict[str, Any]] = []
+    written: list[WorkItemStatus] = []
+    for item in items:
+        if "statuses" in inspect(item).committed_state:
+            continue
+        mine: list[WorkItemStatus] = []
+        try:
+            rows.extend(_status_rows(item, mine))
+        except NotPlain:
+            continue
+        written.extend(mine)
+    if not rows:
+        return
+    _write_statuses(session.connection(), rows)  # the connection: no autoflush before it
+    for row in written:
+        session.expunge(row)
 
 
 # (table, the columns set and their values, the row's key as parameters)
@@ -161,6 +184,14 @@ def _item_changes(item: WorkItem) -> tuple[list[dict[str, Any]], _Updates]:
         (table, _with_onupdate(table, values), _key_of(mapper, table, item))
         for table, values in by_table.items()
     ]
+    return _status_rows(item), updates
+
+
+def _status_rows(
+    item: WorkItem, written: list[WorkItemStatus] | None = None
+) -> list[dict[str, Any]]:
+    """The `_WRITE_STATUSES` rows of `item`'s new and changed dimensions (raises
+    NotPlain); the objects they come from are appended to `written`."""
     statuses: list[dict[str, Any]] = []
     for row in item.__dict__.get("statuses") or ():
         row_state: InstanceState[WorkItemStatus] = inspect(row)
@@ -170,15 +201,26 @@ def _item_changes(item: WorkItem) -> tuple[list[dict[str, Any]], _Updates]:
             statuses.append(_status_row(_new_status(row, item), new=True))
         elif row_state.modified:
             changed = _changed_columns(row_state, STATUSES)
-            if changed:
-                values = _with_onupdate(STATUSES, changed)
-                for name in _STATUS_COLUMNS:
-                    if name not in values:
-                        if name not in row.__dict__:
-                            raise NotPlain  # not loaded
-                        values[name] = row.__dict__[name]
-                statuses.append(_status_row(values, new=False))
-    return statuses, updates
+            if not changed:
+                continue
+            values = _with_onupdate(STATUSES, changed)
+            for name in _STATUS_COLUMNS:
+                if name not in values:
+                    if name not in row.__dict__:
+                        raise NotPlain  # not loaded
+                    values[name] = row.__dict__[name]
+            statuses.append(_status_row(values, new=False))
+        else:
+            continue
+        if written is not None:
+            written.append(row)
+    return statuses
+
+
+def _write_statuses(connection: Connection, rows: list[dict[str, Any]]) -> None:
+    written = connection.execute(_WRITE_STATUSES, {"rows": jsontext.dumps(rows)}).one()
+    if written.inserted + written.updated != len(rows):
+        raise RuntimeError("a changed dimension row was not found to update")
 
 
 def _status_row(values: dict[str, Any], *, new: bool) -> dict[str, Any]:
