@@ -204,8 +204,9 @@ def _waited(queued_at: datetime | None, now: datetime) -> float | None:
 
 
 def _observe_waits(metrics: Metrics, admitted: list[Admitted]) -> None:
+    by_lane = {lane: metrics.admission_wait.labels(lane) for lane in {a.lane for a in admitted}}
     for entry in admitted:
-        metrics.admission_wait.labels(entry.lane).observe(entry.waited or 0.0)
+        by_lane[entry.lane].observe(entry.waited or 0.0)
 
 
 def dispatch(
