@@ -29,24 +29,39 @@ def set_dimension(
     pending_until: datetime | None = None,
 ) -> WorkItemStatus:
     """Create or update one dimension of an item (detail replaced as given)."""
+    values = {
+        "status": "true" if needed else "false",
+        "detail": detail,
+        "pending_until": pending_until,
+        "updated_at": utcnow(),
+    }
     row = item.status(dimension, variant)
+    if row is None and inspect(item).persistent:
+        # Made as the loader makes rows (its values put in place: a row not yet
+        # written has no change to track) and added to the loaded collection as if
+        # read with it: the row is inserted as itself, so the flush need not work out
+        # the item's collection changes (most of a cheap batch's flush).
+        row = _new_row(item.id, dimension, variant, values)
+        adapter = collection_adapter(item.statuses)
+        assert adapter is not None  # a loaded instrumented collection
+        adapter.append_without_event(row)
+        session.add(row)
+        return row
     if row is None:
         row = WorkItemStatus(dimension=dimension, variant=variant)
-        if inspect(item).persistent:
-            # Added to the loaded collection as if read with it: the row is inserted
-            # as itself, so the flush need not work out the item's collection changes
-            # (most of a cheap batch's flush).
-            row.work_item_id = item.id
-            adapter = collection_adapter(item.statuses)
-            assert adapter is not None  # a loaded instrumented collection
-            adapter.append_without_event(row)
-        else:
-            item.statuses.append(row)  # a new item: its row is inserted first
-    row.status = "true" if needed else "false"
-    row.detail = detail
-    row.pending_until = pending_until
-    row.updated_at = utcnow()
+        item.statuses.append(row)  # a new item: its row is inserted first
+    for key, value in values.items():
+        setattr(row, key, value)
     session.add(row)
+    return row
+
+
+_ROWS = WorkItemStatus.__mapper__.class_manager
+
+
+def _new_row(item_id: Any, dimension: str, variant: str, values: dict[str, Any]) -> WorkItemStatus:
+    row: WorkItemStatus = _ROWS.new_instance()
+    row.__dict__.update(values, work_item_id=item_id, dimension=dimension, variant=variant)
     return row
 
 
