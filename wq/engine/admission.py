@@ -20,11 +20,12 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import store
+from wq.engine import on_commit, store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.metrics import Metrics, after_commit
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem
+from wq.engine.releases import AUDIT_WRITTEN
 from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, quiet, signal
 
@@ -118,7 +119,9 @@ def admit(
         return []
     store.lock_admission(session)
     now = clock()
-    rows, held_lanes = store.admit_heads(session, lanes, now)
+    rows, held_lanes, audited = store.admit_heads(
+        session, lanes, now, actor=DISPATCHER, trigger=ADMISSION_TRIGGER
+    )
     if held is not None:
         held.update(project for project, _ in held_lanes)
     # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
@@ -130,37 +133,45 @@ def admit(
         key=lambda entry: (entry.project, _LANE_ORDER.get(entry.lane, 2), entry.seq),
     )
     if admitted:
-        audit(
-            session,
-            *(
-                AuditRecord(
-                    "admitted",
-                    DISPATCHER,
-                    entry.id,
-                    old_state={
-                        "admission": QUEUED,
-                        "lane": entry.lane,
-                        "seq": entry.seq,
-                        "project": entry.project,
-                    },
-                    new_state={
-                        "admission": ADMITTED,
-                        "lane": entry.lane,
-                        "seq": entry.seq,
-                        "project": entry.project,
-                    },
-                    trigger={"source": "dispatcher", "reason": "slot free"},
-                    # The wait goes with the row: the stats read it from here, not by
-                    # joining every admission of their window to its item.
-                    metadata=None if entry.waited is None else {"queued_seconds": entry.waited},
-                    at=now,
-                )
-                for entry in admitted
-            ),
-        )
+        records = [admission_record(entry, now) for entry in admitted]
+        if audited:  # written by the statement: logged (and archived) once committed
+            for record in records:
+                on_commit.defer(session, AUDIT_WRITTEN, record.row())
+        else:
+            audit(session, *records)
         signal(session, ITEMS_ADMITTED)
         after_commit(session, lambda metrics: _observe_waits(metrics, admitted))
     return admitted
+
+
+ADMISSION_TRIGGER = {"source": "dispatcher", "reason": "slot free"}
+
+
+def admission_record(entry: Admitted, now: datetime) -> AuditRecord:
+    """The audit row of one admission (`store.admit_heads` writes the same on
+    PostgreSQL)."""
+    return AuditRecord(
+        "admitted",
+        DISPATCHER,
+        entry.id,
+        old_state={
+            "admission": QUEUED,
+            "lane": entry.lane,
+            "seq": entry.seq,
+            "project": entry.project,
+        },
+        new_state={
+            "admission": ADMITTED,
+            "lane": entry.lane,
+            "seq": entry.seq,
+            "project": entry.project,
+        },
+        trigger=dict(ADMISSION_TRIGGER),
+        # The wait goes with the row: the stats read it from here, not by joining every
+        # admission of their window to its item.
+        metadata=None if entry.waited is None else {"queued_seconds": entry.waited},
+        at=now,
+    )
 
 
 class HeldProjects:

@@ -13,7 +13,7 @@ import uuid
 import zlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -30,8 +30,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from wq.engine import jsontext
 from wq.engine.models import (
     ADMITTED,
+    ALERT_LANE,
+    NORMAL_LANE,
     QUEUED,
     SequenceCounter,
     UtcDateTime,
@@ -147,6 +150,9 @@ def lock_admission(session: Session) -> None:
 # admission lock every replica's passes with it. So that nothing overtakes it, its
 # lane admits none of the heads behind it either; the lane comes back as `held` (a row
 # with no id), for the caller to look at again soon.
+#
+# The admissions' audit rows (`admission.admission_record`'s, the same documents) are
+# written by the statement too, in FIFO order per lane, as `admission.admit` sorts them.
 _ADMIT_HEADS_PG = text(
     f"""
 WITH heads AS MATERIALIZED (
@@ -192,6 +198,21 @@ WITH heads AS MATERIALIZED (
         )
     ))
     RETURNING w.id, w.project, w.lane, w.seq, w.queued_at
+), audited AS (
+    INSERT INTO audit_log (at, event_type, work_item_id, actor, old_state, new_state,
+        "trigger", metadata)
+    SELECT :now, 'admitted', a.id, :actor,
+        jsonb_build_object('admission', '{QUEUED}', 'lane', a.lane, 'seq', coalesce(a.seq, 0),
+            'project', a.project),
+        jsonb_build_object('admission', '{ADMITTED}', 'lane', a.lane,
+            'seq', coalesce(a.seq, 0), 'project', a.project),
+        CAST(:trigger AS jsonb),
+        CASE WHEN a.queued_at IS NULL THEN CAST('null' AS jsonb) ELSE jsonb_build_object(
+            'queued_seconds',
+            greatest(EXTRACT(EPOCH FROM CAST(:now AS timestamptz) - a.queued_at), 0)) END
+    FROM admitted AS a
+    ORDER BY a.project COLLATE "C",
+        CASE a.lane WHEN '{ALERT_LANE}' THEN 0 WHEN '{NORMAL_LANE}' THEN 1 ELSE 2 END, a.seq
 )
 SELECT id, project, lane, seq, queued_at FROM admitted
 UNION ALL
@@ -216,12 +237,21 @@ class AdmittedHeads(NamedTuple):
 
     admitted: list[AdmittedRow]
     held: set[tuple[str, str]]
+    audited: bool = False  # their audit rows are written (`actor`, `trigger`)
 
 
 def admit_heads(
-    session: Session, lanes: Sequence[tuple[str, str, int]], now: datetime
+    session: Session,
+    lanes: Sequence[tuple[str, str, int]],
+    now: datetime,
+    *,
+    actor: str,
+    trigger: dict[str, Any],
 ) -> AdmittedHeads:
     """Admit the heads of each (project, lane, capacity) into its free slots.
+
+    On PostgreSQL the admissions' audit rows (by `actor`, for `trigger`) are written by
+    the same statement (`audited`); the caller writes them elsewhere.
 
     Returns every admitted item (with when it was queued), unordered, and the lanes
     held up by a head another transaction has locked. The caller holds the admission
@@ -235,12 +265,14 @@ def admit_heads(
             _ADMIT_HEADS_PG,
             {
                 "now": now,
+                "actor": actor,
+                "trigger": jsontext.dumps(trigger),
                 "projects": [lane[0] for lane in lanes],
                 "lanes": [lane[1] for lane in lanes],
                 "capacities": [lane[2] for lane in lanes],
             },
         )
-        result = AdmittedHeads([], set())
+        result = AdmittedHeads([], set(), audited=True)
         for row in rows:
             if row.id is None:
                 result.held.add((row.project, row.lane))
