@@ -12,7 +12,8 @@ While they are quick, items wait in line for the workers here too (up to
 `QUEUED_SECONDS`): a claim then takes many items at once, once half the line has
 gone, and each worker stores what its items' last actions wrote, and releases them, in
 one transaction for several items (`wq.engine.finish_group`) when it finds the line
-empty or the first of them has waited long enough.
+empty or the first of them has waited long enough. An item waiting in a group takes
+no room in the line: the next claim goes on while the groups are stored.
 
 It knows which items it holds: the heartbeat extends their leases until they are
 stored, and the manager's shutdown waits on the same condition for them to end.
@@ -93,6 +94,7 @@ class WorkerHandoff:
         # Items held (waiting for a worker, running, or waiting to be stored): item id
         # -> lease token (under `returned`).
         self.running: dict[uuid.UUID, str] = {}
+        self._grouped = 0  # of them, items waiting in a group to be stored (under `returned`)
         # Recent seconds per item on a worker; it starts slow: one item per worker.
         self.pace = QUEUED_SECONDS
         # Items were given back for want of a free worker; cleared when one returns.
@@ -119,7 +121,7 @@ class WorkerHandoff:
     def free(self) -> int:
         """How many more items the workers take now."""
         with self.returned:
-            return self.capacity - len(self.running)
+            return self.capacity - len(self.running) + self._grouped
 
     def _claims_now(self, free: int) -> bool:
         """Whether a claim is due: a worker is free, or half the line has gone."""
@@ -219,6 +221,12 @@ class WorkerHandoff:
             self.pace += PACE_WEIGHT * (time.monotonic() - started - self.pace)
             if not kept:
                 self._returned([claim.id])
+            else:
+                with self.returned:
+                    self._grouped += 1
+                    free = self.capacity - len(self.running) + self._grouped
+                if self._claims_now(free):
+                    self._wakeup.poke()
 
     def _finish(self, slot: int) -> None:
         """Store and release the items a worker's group holds (the worker's thread)."""
@@ -231,6 +239,8 @@ class WorkerHandoff:
         except Exception as err:
             self._failures.failed("storing what work items' actions wrote", err)
         finally:
+            with self.returned:
+                self._grouped -= len(item_ids)
             self._returned(item_ids)
 
     def _returned(self, item_ids: list[uuid.UUID]) -> None:
@@ -239,7 +249,7 @@ class WorkerHandoff:
             for item_id in item_ids:
                 self.running.pop(item_id, None)
             self.returned.notify_all()
-            free = self.capacity - len(self.running)
+            free = self.capacity - len(self.running) + self._grouped
         self.surplus_waiting = False
         if self._claims_now(free):
             self._wakeup.poke()
