@@ -1,18 +1,18 @@
-"""What a worker group's items' actions changed, written without the ORM's flush.
+"""What actions changed on their items' loaded objects, written without the ORM's flush.
 
-(A batch of cheap actions writes its dimension rows the same way: `write_dimensions`.)
-
-The items of a group (`wq.engine.finish_group`) come to be stored with their last
-actions' changes on their loaded objects only: new or changed dimension rows, changed
-columns of the item's row and of its type's detail row. Attaching each item to the
-group's session for the unit of work to find those changes again was most of the
+The items of a worker's group (`wq.engine.finish_group`) come to be stored with their
+last actions' changes on their loaded objects only: new or changed dimension rows,
+changed columns of the item's row and of its type's detail row. Attaching each item to
+the group's session for the unit of work to find those changes again was most of the
 cost of storing a group; here they are read off the objects (what changed since the
 load is what the ORM would write) and written by plain statements: the dimension rows
 of the whole group, new and changed, by one statement taking them as one JSON document
 (an executemany costs a round of the driver's Python per row), other columns by one
 executemany per table and set of columns. An item whose changes are anything else (a
 dimension removed, a key column changed, a default the ORM computes from its context, a
-value the ORM would refuse) is not taken: the caller leaves it to the ORM.
+value the ORM would refuse) is not taken: the caller leaves it to the ORM. A batch of
+cheap actions (`wq.engine.batch`) writes its items' dimension rows the same way
+(`write_dimensions`) and leaves the rest to its flush.
 """
 
 from __future__ import annotations
