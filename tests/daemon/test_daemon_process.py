@@ -567,6 +567,27 @@ def test_embedded_default_is_refused_on_the_network_and_in_a_cluster(tmp_path: P
         assert not (root / "data").exists()
 
 
+@pytest.mark.usefixtures("no_system_config")
+def test_embedded_daemon_that_cannot_create_its_data_directory_says_so_in_one_line(
+    tmp_path: Path,
+) -> None:
+    # XDG_DATA_HOME under a regular file: no one can create it, root included (a 0555
+    # parent would not stop root). It was a traceback ending in FileExistsError.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory\n")
+    data = blocker / "data"
+    result = run_wq(
+        "daemon", "--port", "0", env=clean_env(tmp_path, XDG_DATA_HOME=str(data)), cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = error_lines(result.stderr)
+    assert line == (
+        f"wq: error: cannot create {data} (for the database {data / 'wq' / 'wq.db'}): "
+        "Not a directory"
+    )
+
+
 # --------------------------------------------------------------------------- PostgreSQL schema
 
 

@@ -90,3 +90,20 @@ def test_an_engine_that_may_not_create_uses_an_existing_database(tmp_path: Path)
     finally:
         engine.dispose()
     assert not path.exists()
+
+
+def test_a_database_that_cannot_be_created_names_what_and_why(tmp_path: Path) -> None:
+    # A regular file where a directory must go: creation fails even for root.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    for path, failed in (
+        (blocker / "data" / "wq" / "wq.db", blocker / "data"),  # below the file
+        (blocker / "wq.db", blocker),  # the file is the database's directory
+    ):
+        with pytest.raises(db.DatabaseUncreatable) as caught:
+            make_engine(f"sqlite:///{path}", pool_size=1)
+        assert isinstance(caught.value, OSError)
+        assert str(caught.value) == (
+            f"cannot create {failed} (for the database {path}): Not a directory"
+        )
+    assert blocker.read_text() == ""

@@ -129,14 +129,13 @@ def _shown(engine: Engine) -> str:
 def db_migrate(config_path: str | None) -> int:
     """Upgrade the database schema to the newest revision."""
     from wq.engine import schema
+    from wq.engine.db import DatabaseUncreatable
     from wq.engine.outage import describe
 
     try:
         engine = _database(config_path, create=True)
-    except ConfigError as err:
+    except (ConfigError, DatabaseUncreatable) as err:
         return _fail(str(err))
-    except OSError as err:  # the SQLite file or its directory cannot be made
-        return _fail(f"cannot create {err.filename}: {err.strerror or err}")
     try:
         before = schema.current_revision(engine)
         schema.upgrade(engine)

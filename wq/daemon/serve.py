@@ -27,7 +27,7 @@ from wq.daemon.preflight import check_startable, is_loopback, start_warnings
 from wq.daemon.runtime import Runtime, build_registry, build_runtime, unhandled_by_default
 from wq.engine import schema
 from wq.engine.config import Config
-from wq.engine.db import is_sqlite, missing_database
+from wq.engine.db import DatabaseUncreatable, is_sqlite, missing_database
 from wq.engine.listener import NotifyListener
 from wq.engine.outage import describe
 from wq.engine.sqs import EventsConfigError
@@ -126,7 +126,10 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
     loopback = is_loopback(host)
     registry = build_registry(config)
     check_startable(config, registry)
-    runtime = build_runtime(config, registry, loopback=loopback)
+    try:
+        runtime = build_runtime(config, registry, loopback=loopback)
+    except DatabaseUncreatable as err:  # the embedded default's file or its directory
+        raise StartupError(str(err)) from None
     log.info("config: %s", config.source)
     for warning in start_warnings(config, registry, host=host):
         log.warning("%s", warning)

@@ -199,6 +199,24 @@ class DatabaseMissing(sqlite3.OperationalError):
         self.path = path
 
 
+class DatabaseUncreatable(OSError):
+    """A SQLite file, or a directory on its way, that cannot be created.
+
+    Still an `OSError` (errno, strerror and filename are the failed call's); its text
+    is the one line the commands print: what could not be created, for which database,
+    and why.
+    """
+
+    def __init__(self, database: str, err: OSError) -> None:
+        super().__init__(err.errno, err.strerror or str(err), err.filename or database)
+        self.database = database
+
+    def __str__(self) -> str:
+        if self.filename == self.database:
+            return f"cannot create the database {self.database}: {self.strerror}"
+        return f"cannot create {self.filename} (for the database {self.database}): {self.strerror}"
+
+
 def missing_database(err: BaseException) -> DatabaseMissing | None:
     """The `DatabaseMissing` behind an error from an engine, if that is what it is."""
     cause = getattr(err, "orig", None) or err
@@ -246,10 +264,16 @@ def _configure_sqlite(engine: Engine) -> None:
 def _create_sqlite_file(database: str) -> None:
     """Make a SQLite file and its directory that are not there yet, for their user
     alone: they hold every work item. SQLite gives the -wal and -shm files the
-    database file's mode. What exists keeps its mode."""
+    database file's mode. What exists keeps its mode.
+
+    Raises `DatabaseUncreatable` when the file or a directory cannot be made.
+    """
     path = Path(database)
-    make_private_dirs(path.parent)
-    create_private_file(path)  # an empty file is an empty database to SQLite
+    try:
+        make_private_dirs(path.parent)
+        create_private_file(path)  # an empty file is an empty database to SQLite
+    except OSError as err:
+        raise DatabaseUncreatable(database, err) from None
 
 
 def make_engine(
@@ -262,9 +286,9 @@ def make_engine(
     """Create an engine for a database URL.
 
     A SQLite file that is not there is created (0600, in a 0700 directory) only with
-    `create`; without it, connecting fails with `DatabaseMissing` and nothing is
-    created. `timeouts` apply to PostgreSQL (SQLite waits for its lock with a busy
-    timeout).
+    `create` (`DatabaseUncreatable` when it cannot be); without it, connecting fails
+    with `DatabaseMissing` and nothing is created. `timeouts` apply to PostgreSQL
+    (SQLite waits for its lock with a busy timeout).
     """
     url = normalize_url(url)
     parsed = make_url(url)

@@ -10,6 +10,7 @@ library only: the run supervisor imports it and must start fast.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -20,12 +21,17 @@ FILE_MODE = 0o600
 
 
 def make_private_dirs(path: Path) -> None:
-    """Create `path` and its missing parents 0700; directories already there keep their mode."""
+    """Create `path` and its missing parents 0700; directories already there keep their mode.
+
+    Raises `OSError` when one cannot be made (`NotADirectoryError` for a file in the way).
+    """
     missing: list[Path] = []
     current = path
     # Each missing level is ours to create (XDG asks 0700 for them too), not only the
-    # last one: os.makedirs gives the parents the umask's mode.
-    while not current.is_dir() and current.parent != current:
+    # last one: os.makedirs gives the parents the umask's mode. The walk stops at
+    # anything there: a file in the way fails the mkdir below it with ENOTDIR, naming
+    # the directory that cannot be created (as `mkdir -p` does).
+    while not os.path.lexists(current) and current.parent != current:
         missing.append(current)
         current = current.parent
     for directory in reversed(missing):
@@ -35,6 +41,8 @@ def make_private_dirs(path: Path) -> None:
             if not directory.is_dir():
                 raise
             # Made meanwhile by another process (a replica sharing the directory).
+    if not missing and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
 
 
 def create_private_file(path: Path) -> bool:
