@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.daemon import Result, base_env, cli_env, free_port, invoke, run
+from wq.client.token_cache import TokenCache
 
 NOT_UTF8 = "demo\udcff"  # what Python makes of the argument b"demo\xff"
 
@@ -116,3 +117,18 @@ def test_a_malformed_token_is_named_not_sent(variable: str, token: str, cache_ho
     result = invoke(["whoami"], env)
     assert_refused(result, 4, f"the token in {variable} is malformed")
     assert "cannot reach" not in result.stderr and "cannot connect" not in result.stderr
+
+
+@pytest.mark.parametrize("token", ["tökén", "abc\ndef", "abc\x01def", "abc def", "abc\udcff"])
+def test_a_malformed_cached_token_is_named_not_sent(token: str, cache_home: Path) -> None:
+    # It was sent: "cannot reach" for a line break, a traceback for a non-ASCII letter,
+    # and a 401 from the server for a space or a control character.
+    url = closed_url()
+    path = TokenCache(cache_home / "wq" / "tokens").store(url, token)
+    result = invoke(["whoami"], cli_env(cache_home, WQ_URL=url))
+    assert_refused(result, 4, f"the cached token for {url} ({path}) is malformed")
+    assert result.stderr.splitlines()[1] == f"hint: run `wq login` again, or delete {path}"
+    assert "cannot reach" not in result.stderr and "cannot connect" not in result.stderr
+    # The environment's token still comes first, as the cache is never read then.
+    result = invoke(["whoami"], cli_env(cache_home, WQ_URL=url, WQ_TOKEN="t"))
+    assert result.code == 1 and "cannot connect" in result.stderr, result

@@ -36,6 +36,14 @@ LOGIN_HINT = "run `kinit` and `wq login`, or set WQ_TOKEN"
 _TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 
 
+def _refuse_malformed(value: str, what: str, *, hint: str) -> None:
+    """Raise `AuthenticationRequired` naming `what` unless `value` can be a token."""
+    if not _TOKEN_CHARACTERS.fullmatch(value):
+        raise AuthenticationRequired(
+            f"{what} is malformed: it holds characters a token cannot have", hint=hint
+        )
+
+
 @dataclass(frozen=True)
 class Token:
     """A Bearer token and where it came from."""
@@ -97,16 +105,15 @@ class Credentials:
         found = env_token(self._environ)
         if found is not None:
             variable, value = found
-            if not _TOKEN_CHARACTERS.fullmatch(value):
-                raise AuthenticationRequired(
-                    f"the token in {variable} is malformed: "
-                    "it holds characters a token cannot have",
-                    hint=f"check {variable}: a token is printable ASCII, without spaces",
-                )
+            _refuse_malformed(
+                value,
+                f"the token in {variable}",
+                hint=f"check {variable}: a token is printable ASCII, without spaces",
+            )
             return Token(value, "env", variable)
-        cached = self.cache.load(self.server)
+        cached = self._cached()
         if cached is not None:
-            return Token(cached.token, "cache")
+            return cached
         reason = f"not logged in to {self.server}"
         try:
             return self._login_now(reason=reason)
@@ -117,6 +124,23 @@ class Credentials:
             raise AuthenticationRequired(
                 f"{reason}, and logging in failed: {err.message}", hint=err.hint or LOGIN_HINT
             ) from None
+
+    def _cached(self) -> Token | None:
+        """The valid token cached for this server, if any; refused when malformed.
+
+        A cache file edited by hand (or written by something else) may hold what no
+        token has: said as such, naming the file, not sent.
+        """
+        cached = self.cache.load(self.server)
+        if cached is None:
+            return None
+        path = self.cache.path_for(self.server)
+        _refuse_malformed(
+            cached.token,
+            f"the cached token for {self.server} ({path})",
+            hint=f"run `wq login` again, or delete {path}",
+        )
+        return Token(cached.token, "cache")
 
     def _login_now(self, *, reason: str) -> Token:
         if self._login is None:
@@ -162,9 +186,9 @@ class Credentials:
                 self._token = None
                 self._login_rejected = True
                 return None
-            cached = self.cache.load(self.server)
-            if cached is not None and cached.token != token.value:
-                self._token = Token(cached.token, "cache")
+            cached = self._cached()
+            if cached is not None and cached.value != token.value:
+                self._token = cached
             else:
                 self._token = self._login_now(
                     reason=f"the cached token for {self.server} was rejected"
