@@ -57,3 +57,19 @@ def test_a_bad_window_is_a_usage_error(daemon: RunningDaemon, cache_home: Path) 
         2,
         "wq: error: --step: at least 10s; got 5s",
     )
+
+
+def test_stats_of_an_unknown_type_names_the_known_ones(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    # It printed zeros, as if the type had had nothing to do; `wq status` refuses it.
+    result = invoke(["stats", "--type", "bogus"], env(daemon, cache_home))
+    assert result.code == 2 and result.stdout == "", result
+    assert result.stderr.splitlines() == [
+        "wq: error: --type: 'bogus' is not a type this server knows (mr)",
+        "hint: see wq stats --help",
+    ]
+    watched = invoke(["stats", "--type", "bogus", "--watch"], env(daemon, cache_home))
+    assert watched.code == 2 and "'bogus' is not a type" in watched.stderr, watched
+    known = invoke(["stats", "--type", "mr", "-o", "json"], env(daemon, cache_home))
+    assert known.code == 0, known

@@ -165,6 +165,15 @@ def errors() -> Iterator[None]:
         raise typer.Exit(0) from None
 
 
+def check_type(api: ApiClient, item_type: str) -> None:
+    """A usage error naming the server's types unless it knows `item_type` (`--type` of
+    `wq status` and `wq stats`: the list would be empty and the counts zero, as if there
+    were no such items)."""
+    known = [entry["type"] for entry in api.submission_types()]
+    if item_type not in known:
+        usage_error(f"--type: {item_type!r} is not a type this server knows ({', '.join(known)})")
+
+
 def checked_item_id(value: str) -> str:
     """A whole item id, or a short one (at least 6 hex digits) for the server to
     resolve (`wq.client.ids`); anything else is a usage error (exit 2) before any

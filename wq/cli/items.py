@@ -14,6 +14,7 @@ from wq.cli.common import (
     OutputOption,
     UrlOption,
     WatchOption,
+    check_type,
     checked_item_id,
     client,
     errors,
@@ -36,14 +37,6 @@ from wq.client.vocabulary import ADMISSIONS, PHASES
 def _check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> None:
     if value is not None and value not in choices:
         usage_error(f"{name}: {value!r} is not one of {', '.join(choices)}")
-
-
-def _check_type(api: Any, item_type: str) -> None:
-    """A usage error naming the server's types unless it knows `item_type` (the list
-    would be empty, as if there were no such items)."""
-    known = [entry["type"] for entry in api.submission_types()]
-    if item_type not in known:
-        usage_error(f"--type: {item_type!r} is not a type this server knows ({', '.join(known)})")
 
 
 def _summary(item: dict[str, Any]) -> str:
@@ -211,7 +204,7 @@ def status(
     }
     with errors(), client(url, no_auth) as api:
         if item_type is not None:
-            _check_type(api, item_type)
+            check_type(api, item_type)
         if item_id is not None:
             from wq.client.ids import resolve
 

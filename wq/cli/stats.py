@@ -16,6 +16,7 @@ from wq.cli.common import (
     OutputOption,
     UrlOption,
     WatchOption,
+    check_type,
     client,
     errors,
     output_mode,
@@ -124,6 +125,8 @@ def stats(
     check_bounds(window, chosen_step)
     mode = output_mode(output, json_flag)
     with errors(), client(url, no_auth) as api:
+        if item_type is not None:
+            check_type(api, item_type)
 
         def fetch() -> Any:
             return api.stats(window=window, step=chosen_step, item_type=item_type, project=project)
