@@ -83,3 +83,17 @@ def test_the_directory_is_made_private_even_when_it_existed(tmp_path: Path) -> N
     directory.chmod(0o755)
     TokenCache(directory).store("http://h:1", "t")
     assert mode(directory) == 0o700
+
+
+@pytest.mark.parametrize("ttl_seconds", [3600.0, None])  # a login's, the local daemon's
+def test_a_token_written_over_a_world_readable_file_is_private(
+    tmp_path: Path, ttl_seconds: float | None
+) -> None:
+    # A file made by hand or by an older version: the new token is not left 0644.
+    cache = TokenCache(tmp_path / "tokens")
+    path = cache.store("http://h:1", "old")
+    path.chmod(0o644)
+    assert cache.store("http://h:1", "new", ttl_seconds=ttl_seconds) == path
+    assert mode(path) == 0o600
+    entry = cache.load("http://h:1")
+    assert entry is not None and entry.token == "new"
