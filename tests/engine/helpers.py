@@ -110,16 +110,16 @@ def count_by(sessions: sessionmaker[Session], column: Any) -> dict[Any, int]:
 
 
 def claimed(
-    sessions: sessionmaker[Session], registry: TypeRegistry, count: int
+    sessions: sessionmaker[Session], registry: TypeRegistry, count: int, item_type: str = "chain"
 ) -> list[leases.Claim]:
-    """Lease `count` admitted chain items for workers (owner "me"), loaded as the
-    daemon's claim loads them."""
+    """Lease `count` admitted items of `item_type` for workers (owner "me"), loaded as
+    the daemon's claim loads them."""
     now = utcnow()
     with sessions.begin() as session:
         taken = claim_for_workers(
             session,
             owner="me",
-            types=["chain"],
+            types=[item_type],
             free=count,
             now=now,
             lease_until=now + timedelta(seconds=30),

@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import audit_types, load
+from tests.engine.helpers import audit_types, claimed, load
 from wq.engine import items
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
-from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.dimensions import first_actionable, set_dimension
 from wq.engine.models import WorkItem, WorkItemStatus, utcnow
 from wq.engine.registry import ActionContext, ItemType, TypeRegistry
@@ -108,23 +107,12 @@ def run_as_a_group(store: Store, reg: TypeRegistry, count: int) -> set[uuid.UUID
     the items the group took (the others were stored alone)."""
     config = make_config(store.url)
     dispatch(store.sessions, config, clock=utcnow)
-    now = utcnow()
-    with store.sessions.begin() as session:
-        taken = claim_for_workers(
-            session,
-            owner="me",
-            types=["task"],
-            free=count,
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-            load=item_loads(reg),
-        )
-    assert len(taken.claims) == count
+    claims = claimed(store.sessions, reg, count, "task")
     runner = ItemRunner(store.sessions, reg, config.processing, utcnow, threading.Event())
     group = runner.new_group()
     grouped = {
         claim.id
-        for claim in taken.claims
+        for claim in claims
         if runner.run(claim.id, claim.token, "me/worker-0", item=claim.item, group=group)
     }
     runner.finish(group)
