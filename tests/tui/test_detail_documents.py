@@ -53,9 +53,9 @@ def test_a_big_document_is_previewed_and_the_output_shown_as_text() -> None:
             def shown() -> list[str]:
                 return [line.strip() for line in on_screen(output).splitlines()]
 
-            # Drawn once laid out: a frame or more later on a loaded machine.
-            await until(pilot, lambda: shown()[:1] == OUTPUT.splitlines()[:1], message="output")
-            assert shown()[:3] == OUTPUT.splitlines()
+            # Drawn once laid out: a frame or more later on a loaded machine, where the
+            # first line was once seen drawn before the others.
+            await until(pilot, lambda: shown()[:3] == OUTPUT.splitlines(), message="output")
             # Under 120 columns the document is below the summary, with the whole width.
             pane = screen.query_one("#details-pane")
             assert pane.size.width >= 76, pane.size
