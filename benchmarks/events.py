@@ -19,20 +19,20 @@ moto without wq, the floor any consumer of that queue meets here.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 from api import Daemon, cpu_seconds
 from databases import add_admin_url, bench_database
+from loadgen import Pool, closed_loop, encode_request
 from sqlalchemy import Engine, text
 
 from wq.engine import schema
@@ -150,35 +150,39 @@ def through_webhook(args: argparse.Namespace, url: str, root: Path) -> dict[str,
     daemon = Daemon(url, root / "webhook", {}, daemon_document(url, None), {SECRET_ENV: SECRET})
     try:
         daemon.wait_ready()
-        bodies = [json.dumps(pipeline_event(n, args.items)).encode() for n in range(args.events)]
+        authority = f"127.0.0.1:{daemon.port}"
         headers = {"X-Gitlab-Token": SECRET, "Content-Type": "application/json"}
-        clients = [httpx.Client(base_url=daemon.base, timeout=30) for _ in range(args.senders)]
+        requests = [
+            encode_request(
+                "POST",
+                "/api/webhooks/gitlab",
+                authority,
+                None,
+                json.dumps(pipeline_event(n, args.items)).encode(),
+                headers,
+            )
+            for n in range(args.events)
+        ]
+        pool = Pool("127.0.0.1", daemon.port)
         cpu_before = sum(cpu_seconds(daemon.proc.pid))
-
-        def send(index: int) -> None:
-            client = clients[index % args.senders]
-            for number in range(index, args.events, args.senders):
-                answer = client.post(
-                    "/api/webhooks/gitlab", content=bodies[number], headers=headers
-                )
-                if answer.status_code != 202:
-                    raise SystemExit(f"webhook: {answer.status_code} {answer.text}")
-
+        client_before = time.process_time()
         log(f"webhook: {args.events} events from {args.senders} senders")
         started = time.monotonic()
-        with ThreadPoolExecutor(args.senders) as pool:
-            list(pool.map(send, range(args.senders)))
+        statuses = asyncio.run(closed_loop(pool, requests, args.senders))
         received = time.monotonic()
+        client_cpu = time.process_time() - client_before
+        refused = [status for status in statuses if status != 202]
+        if refused:
+            raise SystemExit(f"webhook: {len(refused)} answers were not 202: {refused[:5]}")
         applied = wait_applied(engine, args.timeout)
         cpu = sum(cpu_seconds(daemon.proc.pid)) - cpu_before
-        for client in clients:
-            client.close()
         return {
             "path": "webhook",
             "events": args.events,
             "received_per_second": round(args.events / (received - started)),
             "applied_per_second": round(args.events / (applied - started)),
             "daemon_cpu_ms_per_event": round(cpu * 1000 / args.events, 3),
+            "sender_cpu_ms_per_event": round(client_cpu * 1000 / args.events, 3),
             "anomalies": anomalies(engine, args.events, args.items),
         }
     finally:

@@ -22,10 +22,19 @@ from dataclasses import dataclass, field
 
 
 def encode_request(
-    method: str, target: str, host: str, token: str, body: bytes | None = None
+    method: str,
+    target: str,
+    host: str,
+    token: str | None,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
 ) -> bytes:
-    """One HTTP/1.1 request as bytes, with a Bearer token and an optional JSON body."""
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"Authorization: Bearer {token}"]
+    """One HTTP/1.1 request as bytes, with a Bearer token (unless None), other
+    `headers` and an optional JSON body."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    if token is not None:
+        lines.append(f"Authorization: Bearer {token}")
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     if body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
@@ -135,6 +144,23 @@ class Pool:
         for connection in self.idle:
             connection.close()
         self.idle.clear()
+
+
+async def closed_loop(pool: Pool, requests: list[bytes], senders: int) -> list[int]:
+    """Send `requests` over `senders` connections, each waiting for its answer before
+    sending the next (as a webhook sender does): the answers' status codes, in order.
+    The pool's connections are closed at the end."""
+    statuses = [0] * len(requests)
+
+    async def sender(first: int) -> None:
+        for index in range(first, len(requests), senders):
+            statuses[index] = await pool.request(requests[index])
+
+    try:
+        await asyncio.gather(*(sender(first) for first in range(senders)))
+    finally:
+        pool.close()
+    return statuses
 
 
 async def open_loop(

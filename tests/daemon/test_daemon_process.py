@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -330,6 +331,29 @@ def test_huge_authorization_header_gets_an_answer(tmp_path: Path, daemons: list[
             )
             assert response.status_code in (401, 431), (size, response.text)
             assert response.json()["error"]
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_endless_headers_are_cut_off_with_431(tmp_path: Path, daemons: list[Daemon]) -> None:
+    # uvicorn's httptools protocol buffers a request head without limit: a client that
+    # never ends its headers would grow the daemon's memory until it died.
+    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    daemon.wait_healthy()
+    host, port = daemon.url.removeprefix("http://").split(":")
+    line = b"X-Pad: " + b"a" * 16_000 + b"\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: wq\r\n")
+        with contextlib.suppress(OSError):  # the daemon closes the connection
+            for _ in range(8 * 1024 * 1024 // len(line)):
+                sock.sendall(line)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert b"exceeds" in answer
+    # The daemon goes on answering everyone else.
+    assert httpx.get(f"{daemon.url}/healthz", timeout=10).status_code == 200
 
 
 @pytest.mark.usefixtures("no_system_config")

@@ -30,9 +30,9 @@ from wq.daemon.documents import DocumentRefused, NotJson, check_body
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WEBHOOK_PREFIX = "/api/webhooks/"
-# Headers beyond this are refused with 431 (uvicorn parses up to HEADER_PARSE_LIMIT).
+# Headers beyond this are refused with 431 (a head beyond wq.daemon.http_protocol's
+# own bound never reaches the app).
 MAX_HEADER_BYTES = 256 * 1024
-HEADER_PARSE_LIMIT = 1024 * 1024
 
 
 def _is_api(path: str) -> bool:
