@@ -46,7 +46,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
 
 from wq.engine.db import DatabaseNotAnswering, TimedAsyncConnection, Timeouts, has_input
-from wq.engine.driver_reads import bound
+from wq.engine.driver_reads import Statement, bound
 from wq.engine.models import Base
 
 
@@ -226,7 +226,7 @@ class LoopReads:
         return await self.run(*queries[0], read)
 
     def bound(
-        self, statement: Select[Any], params: Mapping[str, Any]
+        self, statement: Statement, params: Mapping[str, Any]
     ) -> tuple[str, Mapping[str, Any]]:
         """`statement`'s SQL for the driver and its parameters: its own and `params`."""
         return bound(statement, self.dialect, params)

@@ -21,20 +21,22 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Select
+from sqlalchemy import CompoundSelect, Select, TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session
 
+# What can be compiled once and sent through the driver.
+Statement = Select[Any] | CompoundSelect[Any] | TextClause
 # Each statement's SQL for the PostgreSQL dialect and the values of the parameters it
 # binds itself (a `limit(1)`'s), by statement. Callers build their statements once;
 # one built per call would be compiled per call, and its entry go with it.
-_compiled: weakref.WeakKeyDictionary[Select[Any], tuple[str, dict[str, Any]]] = (
+_compiled: weakref.WeakKeyDictionary[Statement, tuple[str, dict[str, Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def compiled(statement: Select[Any], dialect: Dialect) -> tuple[str, dict[str, Any]]:
+def compiled(statement: Statement, dialect: Dialect) -> tuple[str, dict[str, Any]]:
     """`statement`'s SQL for `dialect` and the values of the parameters it binds itself
     (compiled once per statement)."""
     found = _compiled.get(statement)
@@ -48,7 +50,7 @@ def compiled(statement: Select[Any], dialect: Dialect) -> tuple[str, dict[str, A
 
 
 def bound(
-    statement: Select[Any], dialect: Dialect, params: Mapping[str, Any]
+    statement: Statement, dialect: Dialect, params: Mapping[str, Any]
 ) -> tuple[str, Mapping[str, Any]]:
     """`statement`'s SQL for `dialect` and its parameters: its own with `params`."""
     sql, own = compiled(statement, dialect)

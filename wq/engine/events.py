@@ -32,7 +32,7 @@ from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
-from wq.engine.registry import EventContext, TypeRegistry
+from wq.engine.registry import EventContext, EventQuery, TypeRegistry
 from wq.engine.releases import SIGNAL_SENT
 from wq.engine.wakeup import EVENT_STORED, NO_HUB, WAKEUP_KEY, Wakeup, signal
 
@@ -271,7 +271,6 @@ def ingest(
     metrics = metrics_of(sessions)
     metrics.count_event(source, "received")
     latest = utcnow() + max_future_skew
-    payload = without_nul(event.payload) if contains_nul(event.payload) else event.payload
     with sessions.begin() as session:
         targets: dict[uuid.UUID, datetime | None] = {}
         for name in registry.names:
@@ -279,18 +278,47 @@ def ingest(
             if resolver is None:
                 continue
             ids, event_at = resolver(session, event.event_type, event.payload)
-            if ids and event_at is not None and event_at > latest:
-                metrics.count_event(source, "future")
-                log.warning(
-                    "event %s dated %s is further ahead than the allowed skew; ignored",
-                    event.event_type,
-                    event_at.isoformat(),
-                )
+            if ids and too_far_ahead(metrics, source, event.event_type, event_at, latest):
                 return 0
             targets.update(dict.fromkeys(ids, event_at))
-        store_events(session, targets, event.event_type, payload)
+        store_events(session, targets, event.event_type, storable(event.payload))
     metrics.count_event(source, "stored" if targets else "unmatched")
     return len(targets)
+
+
+def storable(payload: Any) -> Any:
+    """The payload with NUL in its text replaced (the database cannot hold it)."""
+    return without_nul(payload) if contains_nul(payload) else payload
+
+
+def too_far_ahead(
+    metrics: Metrics, source: str, event_type: str, event_at: datetime | None, latest: datetime
+) -> bool:
+    """Whether an event dated `event_at` lies beyond `latest` (then counted and logged:
+    it is stored nowhere)."""
+    if event_at is None or event_at <= latest:
+        return False
+    metrics.count_event(source, "future")
+    log.warning(
+        "event %s dated %s is further ahead than the allowed skew; ignored",
+        event_type,
+        event_at.isoformat(),
+    )
+    return True
+
+
+def event_queries(registry: TypeRegistry) -> list[EventQuery] | None:
+    """The lookups of every type that resolves events, or None when one of them can
+    resolve only in a session (it may write: the task type's issue rules submit)."""
+    queries = []
+    for name in registry.names:
+        handled = registry.get(name)
+        if handled.event_resolver is None:
+            continue
+        if handled.event_query is None:
+            return None
+        queries.append(handled.event_query)
+    return queries
 
 
 def items_with_pending_events(session: Session, limit: int = 1000) -> list[uuid.UUID]:

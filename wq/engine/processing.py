@@ -66,6 +66,10 @@ BATCH_RETRY_SECONDS = 1.0
 LOCKED_RETRY_SECONDS = 0.5
 # Items whose stored events one transaction applies: their intake waits for it.
 EVENT_ITEMS_PER_TRANSACTION = 32
+# How long a scheduler woken by stored events alone waits for more before it applies
+# them: events arrive one per request, and a transaction per event cost several times
+# the CPU of applying a few together (benchmarks/events.py).
+EVENT_GATHER_SECONDS = 0.01
 
 
 def default_owner() -> str:
@@ -268,6 +272,12 @@ class ProcessingManager:
             wait = self._wait_seconds()
             self._waking_at = time.monotonic() + wait
             pending = self.wakeup.wait(wait)
+            if (
+                pending.events_only()
+                and len(pending.event_items) < EVENT_ITEMS_PER_TRANSACTION
+                and not self._stopping.wait(EVENT_GATHER_SECONDS)
+            ):
+                pending.add(self.wakeup.wait(0))
 
     def _wait_seconds(self) -> float:
         """Until the next poll, or sooner when a known lease or backoff runs out."""

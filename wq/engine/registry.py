@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from pydantic import BaseModel
-from sqlalchemy import Select
+from sqlalchemy import CompoundSelect, Select
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.config import Config, PoolConfig
@@ -80,6 +80,39 @@ Executor = Callable[[ActionContext], None]
 EventHandler = Callable[[EventContext], None]
 # Maps one event (kind, payload) to the items it concerns and the event's own time.
 EventResolver = Callable[[Session, str, Any], tuple[list[uuid.UUID], datetime | None]]
+
+
+@dataclass(frozen=True)
+class EventLookup:
+    """How to find the items one event concerns by a single read: `statement` selects
+    their ids with `params` bound (None: the event concerns no item, nothing to read);
+    `event_at` is the event's own time."""
+
+    statement: Select[Any] | CompoundSelect[Any] | None
+    params: Mapping[str, Any]
+    event_at: datetime | None
+
+
+NO_ITEMS = EventLookup(None, {}, None)
+# An event resolver as a lookup built without the database: an intake can then run its
+# statement wherever it likes (a webhook's, on the event loop, wq.daemon.loop_events).
+EventQuery = Callable[[str, Any], EventLookup]
+
+
+def query_resolver(query: EventQuery) -> EventResolver:
+    """The `EventResolver` that runs `query`'s statement in the session given."""
+
+    def resolve(
+        session: Session, kind: str, payload: Any
+    ) -> tuple[list[uuid.UUID], datetime | None]:
+        lookup = query(kind, payload)
+        if lookup.statement is None:
+            return [], lookup.event_at
+        return list(
+            session.execute(lookup.statement, dict(lookup.params)).scalars()
+        ), lookup.event_at
+
+    return resolve
 
 
 class RetryLater(Exception):
@@ -244,6 +277,9 @@ class ItemType:
     executors: Mapping[str, Executor]
     event_handler: EventHandler | None = None
     event_resolver: EventResolver | None = None
+    # The resolver as a lookup (`query_resolver(event_query)` is then the resolver):
+    # events for types that all have one are stored without a session.
+    event_query: EventQuery | None = None
     submission: Submission | None = None
     # Why an item of this type may not be retried now (None: it may).
     retry_veto: Callable[[Session, WorkItem], str | None] | None = None

@@ -372,26 +372,37 @@ def insert_events(
     (item id, event time) and NOTIFY, in one statement: the items' intake locks first,
     in the order given (`lock_item`'s, held until the transaction ends)."""
     session.connection().execute(  # the connection: no autoflush before it
-        _INSERT_EVENTS_PG,
-        {
-            "space": _ITEM_LOCK_SPACE,
-            "keys": [_lock_key(str(item_id)) for item_id, _ in events],
-            "events": json.dumps(
-                [
-                    {"id": str(item_id), "at": None if at is None else at.isoformat()}
-                    for item_id, at in events
-                ]
-            ),
-            "event_type": event_type,
-            "payload": payload_json,
-            "now": now,
-            "channel": NOTIFY_CHANNEL,
-            "payloads": list(notify_payloads),
-        },
+        INSERT_EVENTS_PG,
+        insert_events_params(events, event_type, payload_json, now, notify_payloads),
     )
 
 
-_INSERT_EVENTS_PG = text(
+def insert_events_params(
+    events: Sequence[tuple[uuid.UUID, datetime | None]],
+    event_type: str,
+    payload_json: str,
+    now: datetime,
+    notify_payloads: Sequence[str],
+) -> dict[str, Any]:
+    """The parameters of `INSERT_EVENTS_PG` (`insert_events`)."""
+    return {
+        "space": _ITEM_LOCK_SPACE,
+        "keys": [_lock_key(str(item_id)) for item_id, _ in events],
+        "events": json.dumps(
+            [
+                {"id": str(item_id), "at": None if at is None else at.isoformat()}
+                for item_id, at in events
+            ]
+        ),
+        "event_type": event_type,
+        "payload": payload_json,
+        "now": now,
+        "channel": NOTIFY_CHANNEL,
+        "payloads": list(notify_payloads),
+    }
+
+
+INSERT_EVENTS_PG = text(
     """
 WITH locked AS (
     SELECT count(pg_advisory_xact_lock(:space, key)) AS keys

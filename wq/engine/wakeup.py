@@ -45,6 +45,17 @@ class Pending:
     def __bool__(self) -> bool:
         return bool(self.projects or self.event_items or self.claim or self.resync)
 
+    def events_only(self) -> bool:
+        """Whether stored events are all there is to look at."""
+        return bool(self.event_items) and not (self.projects or self.claim or self.resync)
+
+    def add(self, other: Pending) -> None:
+        """Take in what `other` holds too."""
+        self.projects |= other.projects
+        self.event_items |= other.event_items
+        self.claim = self.claim or other.claim
+        self.resync = self.resync or other.resync
+
 
 class Wakeup:
     """A hub that gathers signals and wakes the thread waiting on it.

@@ -20,9 +20,11 @@ from starlette.concurrency import run_in_threadpool
 from wq.daemon.auth import log_decision, webhook_refused
 from wq.daemon.contract import ANY_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
+from wq.daemon.loop_events import ingest_on_loop
+from wq.daemon.loop_reads import LoopReads
 from wq.daemon.routers.type_webhooks import NO_NUL, request_body
 from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
-from wq.engine.events import ingest
+from wq.engine.events import event_queries, ingest
 from wq.engine.models import utcnow
 
 router = APIRouter(prefix="/api/webhooks", tags=["events"])
@@ -83,7 +85,25 @@ async def receive_gitlab_event(
     except UndecodableMessage as err:
         raise HTTPException(400, f"not a GitLab event: {err}") from None
     skew = timedelta(seconds=runtime.config.events.max_future_skew_seconds)
-    stored = await run_in_threadpool(
-        ingest, runtime.sessions, runtime.registry, event, source="webhook", max_future_skew=skew
-    )
+    reads: LoopReads | None = request.app.state.loop_reads
+    queries = event_queries(runtime.registry)
+    if reads is not None and queries is not None:  # PostgreSQL, lookups only
+        stored = await ingest_on_loop(
+            reads,
+            queries,
+            event,
+            wakeup=runtime.wakeup,
+            metrics=runtime.metrics,
+            source="webhook",
+            max_future_skew=skew,
+        )
+    else:
+        stored = await run_in_threadpool(
+            ingest,
+            runtime.sessions,
+            runtime.registry,
+            event,
+            source="webhook",
+            max_future_skew=skew,
+        )
     return JSONResponse({"event": event.event_type, "stored": stored}, status_code=202)

@@ -14,7 +14,7 @@ NEEDS_CONFIG = "it needs GitLab projects and their tokens (handled_types.mr.proj
 def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = "") -> None:
     """Register the `mr` type with its settings from `handled_types.mr`."""
     from wq.types.mr.decider import decide
-    from wq.types.mr.events import ORDERED_EVENTS, handle, resolve
+    from wq.types.mr.events import ORDERED_EVENTS, handle, lookup, resolve
     from wq.types.mr.executors import EXECUTORS
     from wq.types.mr.models import MrItem
     from wq.types.mr.schemas import submission_schema
@@ -30,6 +30,7 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
             executors=EXECUTORS,
             event_handler=handle,
             event_resolver=resolve,
+            event_query=lookup,
             ordered_events=ORDERED_EVENTS,
             submission=Submission(
                 schema=submission_schema(parsed),

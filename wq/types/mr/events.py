@@ -20,19 +20,18 @@ once). A job failure is dropped only when it belongs to a pipeline older than th
 from __future__ import annotations
 
 import re
-import uuid
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import bindparam, select, union_all
+from sqlalchemy.orm import aliased
 
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.dimensions import set_dimension
 from wq.engine.events import StaleEvent
 from wq.engine.items import set_phase
 from wq.engine.models import ACTIVE, CANCELLED, COMPLETED
-from wq.engine.registry import EventContext
+from wq.engine.registry import NO_ITEMS, EventContext, EventLookup, query_resolver
 from wq.types.mr.models import MrItem
 
 SYSTEM = "system"
@@ -107,82 +106,81 @@ def _attributes(payload: dict[str, Any]) -> dict[str, Any]:
     return attributes if isinstance(attributes, dict) else {}
 
 
-# The resolver's queries, built once (an event's intake runs one or two of them):
-# active items of a project by MR, by branch while no item knows the MR, by branch.
+# The resolver's statements, built once: the active items of a project by MR, or by
+# branch. An MR event names its MR: its active item; else, while no item at all knows
+# that MR (one that does belongs to a finished item), the active item on the event's
+# branch that does not know its MR yet.
 _ACTIVE = select(MrItem.id).where(MrItem.project == bindparam("project"), MrItem.phase == ACTIVE)
-_ACTIVE_BY_MR = _ACTIVE.where(MrItem.mr_iid == bindparam("iid"))
-_ACTIVE_BY_NEW_BRANCH = _ACTIVE.where(
-    MrItem.mr_iid.is_(None), MrItem.source_branch == bindparam("branch")
+_KNOWN = aliased(MrItem, flat=True)
+_BY_MR = union_all(
+    _ACTIVE.where(MrItem.mr_iid == bindparam("iid")),
+    _ACTIVE.where(
+        MrItem.mr_iid.is_(None),
+        MrItem.source_branch == bindparam("branch"),
+        ~select(_KNOWN.id)
+        .where(_KNOWN.project == bindparam("project"), _KNOWN.mr_iid == bindparam("iid"))
+        .exists(),
+    ),
 )
-_ACTIVE_BY_BRANCH = _ACTIVE.where(MrItem.source_branch == bindparam("branch"))
-_ANY_BY_MR = (
-    select(MrItem.id)
-    .where(MrItem.project == bindparam("project"), MrItem.mr_iid == bindparam("iid"))
-    .limit(1)
-)
+_BY_BRANCH = _ACTIVE.where(MrItem.source_branch == bindparam("branch"))
 
 
-def _by_mr(session: Session, project: str, iid: int, branch: str | None) -> list[uuid.UUID]:
+def _by_mr(project: str, iid: int, branch: str | None, event_at: datetime | None) -> EventLookup:
     """The active item of MR `iid`; else, while no item knows that MR, the one on `branch`."""
-    ids = list(session.execute(_ACTIVE_BY_MR, {"project": project, "iid": iid}).scalars())
-    if ids or branch is None:
-        return ids
-    known = session.execute(_ANY_BY_MR, {"project": project, "iid": iid}).first()
-    if known is not None:  # that MR belongs to another (finished) item
-        return []
-    found = session.execute(_ACTIVE_BY_NEW_BRANCH, {"project": project, "branch": branch})
-    return list(found.scalars())
+    return EventLookup(_BY_MR, {"project": project, "iid": iid, "branch": branch}, event_at)
 
 
-def _by_ref(session: Session, project: str, ref: Any) -> list[uuid.UUID]:
+def _by_ref(project: str, ref: Any, event_at: datetime | None) -> EventLookup:
     """The active items a pipeline or job ref names: an MR ref by iid, a branch by name."""
     branch = _text(ref)
     if branch is None:
-        return []
+        return NO_ITEMS
     matched = MR_REF.fullmatch(branch)
     if matched is not None:
         iid = _iid(int(matched.group(1)))
-        return [] if iid is None else _by_mr(session, project, iid, None)
-    found = session.execute(_ACTIVE_BY_BRANCH, {"project": project, "branch": branch})
-    return list(found.scalars())
+        return NO_ITEMS if iid is None else _by_mr(project, iid, None, event_at)
+    return EventLookup(_BY_BRANCH, {"project": project, "branch": branch}, event_at)
 
 
-def resolve(session: Session, kind: str, payload: Any) -> tuple[list[uuid.UUID], datetime | None]:
-    """The MR items an event concerns, and the event's own time (its stream's clock)."""
+def lookup(kind: str, payload: Any) -> EventLookup:
+    """How to find the MR items an event concerns, and the event's own time (its
+    stream's clock)."""
     if not isinstance(payload, dict):
-        return [], None
+        return NO_ITEMS
     project = _project_path(payload)
     if project is None:
-        return [], None
+        return NO_ITEMS
     attributes = _attributes(payload)
     if kind == "merge_request":
         iid = _iid(attributes.get("iid"))
         if iid is None:
-            return [], None
-        ids = _by_mr(session, project, iid, _text(attributes.get("source_branch")))
-        return ids, parse_time(attributes.get("updated_at"))
+            return NO_ITEMS
+        branch = _text(attributes.get("source_branch"))
+        return _by_mr(project, iid, branch, parse_time(attributes.get("updated_at")))
     if kind == "pipeline":
         if attributes.get("tag") is True:
-            return [], None
+            return NO_ITEMS
         event_at = parse_time(attributes.get("finished_at") or attributes.get("created_at"))
         merge_request = payload.get("merge_request")
         if isinstance(merge_request, dict):  # a merge request pipeline names its MR
             iid = _iid(merge_request.get("iid"))
             if iid is None:
-                return [], None
-            branch = _text(merge_request.get("source_branch"))
-            return _by_mr(session, project, iid, branch), event_at
-        return _by_ref(session, project, attributes.get("ref")), event_at
+                return NO_ITEMS
+            return _by_mr(project, iid, _text(merge_request.get("source_branch")), event_at)
+        return _by_ref(project, attributes.get("ref"), event_at)
     if kind == "build":
         if payload.get("tag") is True:
-            return [], None
+            return NO_ITEMS
         event_at = parse_time(
             payload.get("build_finished_at")
             or payload.get("build_started_at")
             or payload.get("build_created_at")
         )
-        return _by_ref(session, project, payload.get("ref")), event_at
-    return [], None
+        return _by_ref(project, payload.get("ref"), event_at)
+    return NO_ITEMS
+
+
+resolve = query_resolver(lookup)
 
 
 def _trigger(kind: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
