@@ -612,6 +612,31 @@ def test_embedded_daemon_that_cannot_create_its_data_directory_says_so_in_one_li
     )
 
 
+@pytest.mark.usefixtures("no_system_config")
+def test_embedded_daemon_that_cannot_write_its_local_token_says_so_before_listening(
+    tmp_path: Path,
+) -> None:
+    # XDG_CACHE_HOME is a regular file: the token cache cannot be made. It was a
+    # traceback after the port was bound (exit 3).
+    blocker = tmp_path / "cache-blocker"
+    blocker.write_text("not a directory\n")
+    result = run_wq(
+        "daemon",
+        "--port",
+        "0",
+        env=clean_env(tmp_path, XDG_CACHE_HOME=str(blocker)),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "listening on" not in result.stderr
+    (line,) = [line for line in error_lines(result.stderr) if " INFO " not in line]
+    assert line == (
+        f"wq: error: cannot write the local token under {blocker / 'wq' / 'tokens'}: "
+        "Not a directory (set XDG_CACHE_HOME, or auth.local_token: false)"
+    )
+
+
 # --------------------------------------------------------------------------- PostgreSQL schema
 
 

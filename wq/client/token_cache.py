@@ -64,6 +64,11 @@ class TokenCache:
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", normalize_server(server))
         return self.directory / f"{name}.json"
 
+    def prepare(self) -> None:
+        """Make the directory (0700) if it is missing; `OSError` if it cannot be."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)
+
     def load(self, server: str) -> CachedToken | None:
         """The valid cached token of a server, or None."""
         path = self.path_for(server)
@@ -82,8 +87,7 @@ class TokenCache:
         self, server: str, token: str, *, ttl_seconds: float | None = LOGIN_TTL_SECONDS
     ) -> Path:
         """Write a token for a server (0600, atomically); return the file."""
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.directory, 0o700)
+        self.prepare()
         path = self.path_for(server)
         expires_at = None if ttl_seconds is None else time.time() + ttl_seconds
         body = json.dumps(

@@ -141,14 +141,21 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
     prepare_database(runtime)
     if runtime.local_tier is None and config.auth.local_token is None:
         log.info("local token: off (listening beyond loopback; set auth.local_token to force)")
+    cache = TokenCache()
+    if runtime.local_tier is not None:  # its token is written there once the API is up
+        try:
+            cache.prepare()
+        except OSError as err:
+            raise StartupError(
+                f"cannot write the local token under {cache.directory}: "
+                f"{err.strerror or err} (set XDG_CACHE_HOME, or auth.local_token: false)"
+            ) from None
     sock = _bind(host, port)
     url = _url_for(host, sock.getsockname()[1])
     log.info("listening on %s", url)
     log.info("handled types: %s", ", ".join(runtime.registry.names) or "none")
     for name, reason in unhandled_by_default(config).items():
         log.info("not handled without a config file: %s (%s)", name, reason)
-
-    cache = TokenCache()
 
     app = create_app(runtime)
     app_lifespan = app.router.lifespan_context  # the app's own resources, inside
