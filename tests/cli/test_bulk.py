@@ -81,6 +81,20 @@ def test_nothing_matching_says_so(daemon: RunningDaemon, cache_home: Path) -> No
     assert (result.code, result.stdout, result.stderr) == (0, "", "no items match\n")
 
 
+def test_an_unknown_type_is_refused_not_reported_as_no_match(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    # "no items match" (exit 0) read as if there were nothing to retry of that type.
+    for action in ("retry", "cancel"):
+        result = invoke([action, "--type", "bogus", "--yes"], env(daemon, cache_home))
+        assert result.code == 2, result
+        assert result.stderr.splitlines()[0] == (
+            "wq: error: --type: 'bogus' is not a type this server knows (mr)"
+        )
+    known = invoke(["retry", "--type", "mr", "--yes"], env(daemon, cache_home))
+    assert (known.code, known.stderr) == (0, "no items match\n")
+
+
 def test_names_and_selectors_are_not_mixed(daemon: RunningDaemon, cache_home: Path) -> None:
     for args, message in (
         (["retry"], "name at least one item (wq retry --id ID) or select them"),

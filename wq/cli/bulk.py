@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wq.cli.common import client, errors, fail, usage_error
+from wq.cli.common import check_type, client, errors, fail, usage_error
 from wq.cli.completion import complete_kind, complete_project, complete_type
 from wq.cli.durations import parse_seconds
 from wq.cli.output import Output, emit, table
@@ -125,6 +125,8 @@ def run(
     done_word = {"retry": "retried", "cancel": "cancelled"}[action]
     body = selection.body()
     with errors(), client(url, no_auth) as api:
+        if selection.type is not None:  # "no items match" would hide the typo
+            check_type(api, selection.type)
         listed = api.bulk(action, body, dry_run=True)
         results = listed["results"]
         if dry_run or not results:
