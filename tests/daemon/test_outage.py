@@ -17,6 +17,8 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import make_config
 from tests.support.chain import Behaviour, chain_registry
+from tests.types.mr.events_support import mr_event
+from tests.types.mr.helpers import mr_registry
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
 
@@ -105,3 +107,22 @@ def test_a_database_that_never_answers_gives_503_within_the_timeout(
             assert client.get("/readyz").status_code == 503
     finally:
         runtime.engine.dispose()
+
+
+def test_a_gitlab_event_during_an_outage_is_503_so_gitlab_sends_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On PostgreSQL the webhook stores events on the event loop (wq.daemon.loop_events),
+    # not through a session: a database that cannot be reached must still be a 503.
+    monkeypatch.setenv("WQ_TEST_WEBHOOK_SECRET", "s3cret")
+    config = make_config(UNREACHABLE_URL, events={"webhook_secret_env": "WQ_TEST_WEBHOOK_SECRET"})
+    runtime = build_runtime(config, registry=mr_registry(monkeypatch))
+    event = mr_event("approved")
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        for _ in range(2):
+            response = client.post(
+                "/api/webhooks/gitlab", json=event, headers={"X-Gitlab-Token": "s3cret"}
+            )
+            assert response.status_code == 503, response.text
+            assert "database" in response.json()["error"]
+    runtime.engine.dispose()
