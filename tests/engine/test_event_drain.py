@@ -316,3 +316,20 @@ def test_events_stored_in_one_statement_hold_their_intake_locks_and_wake_every_r
     with store.sessions.begin() as session:
         results = drain_events_of(session, ids, registry)
     assert [results[item_id].applied for item_id in ids] == [1, 1]
+
+
+def test_a_drain_says_which_items_it_left_admitted(store: Store) -> None:
+    # The scheduler claims after applying events only when an item is admitted: events
+    # cannot make an item that is not admitted claimable.
+    registry = chain_registry(Behaviour())
+    ids = with_redo_events(store, registry, make_config(store.url), 2)
+    with store.sessions.begin() as session:
+        for item_id, admission in zip(ids, ("idle", "admitted"), strict=True):
+            session.execute(
+                update(WorkItem).where(WorkItem.id == item_id).values(admission=admission)
+            )
+    with store.sessions.begin() as session:
+        results = drain_events_of(session, ids, registry)
+    assert [results[item_id].applied for item_id in ids] == [1, 1]
+    assert [results[item_id].admitted for item_id in ids] == [False, True]
+    assert load(store.sessions, ids[0]).admission == "queued"  # settled: to be admitted

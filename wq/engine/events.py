@@ -31,7 +31,7 @@ from wq.engine import jsontext, on_commit, store
 from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
-from wq.engine.models import TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
+from wq.engine.models import ADMITTED, TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
 from wq.engine.registry import EventContext, EventQuery, TypeRegistry
 from wq.engine.releases import SIGNAL_SENT
 from wq.engine.wakeup import EVENT_STORED, NO_HUB, WAKEUP_KEY, Wakeup, signal
@@ -58,6 +58,8 @@ class DrainResult:
     failed: int = 0  # of the discarded: their handler raised
     # The item was locked by another transaction: nothing was done, its events wait.
     locked: bool = False
+    # Admitted once its events were applied: they may have made it claimable.
+    admitted: bool = False
 
     def count(self, metrics: Metrics) -> None:
         """Count this drain's outcomes (once its transaction has committed)."""
@@ -185,7 +187,8 @@ def drain_events_of(
     )
     if applied:
         session.execute(delete(PendingEvent).where(PendingEvent.id.in_(applied)))
-    for item_id in items:
+    for item_id, item in items.items():
+        results[item_id].admitted = item.admission == ADMITTED
         after_commit(session, results[item_id].count)
     return results
 

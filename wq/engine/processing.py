@@ -255,12 +255,10 @@ class ProcessingManager:
                     projects=None if resync else pending.projects,
                     event_items=pending.event_items,
                     background=True,
-                    # Woken by submissions and releases alone, a pass claims only if
-                    # it admits something (a timer's wake-up has nothing pending).
-                    claim=resync
-                    or pending.claim
-                    or bool(pending.event_items)
-                    or not pending.projects,
+                    # Woken by submissions, releases and events alone, a pass claims
+                    # only if it admits something or applies events to admitted items
+                    # (a timer's wake-up has nothing pending).
+                    claim=resync or pending.claim or not (pending.projects or pending.event_items),
                 )
                 self.failures.succeeded()
             except Exception as err:
@@ -320,7 +318,8 @@ class ProcessingManager:
         later, self._events_later = self._events_later, set()
         waiting = sorted(later | set(event_items))
         for start in range(0, len(waiting), EVENT_ITEMS_PER_TRANSACTION):
-            self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION])
+            if self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION]):
+                claim = True
         held_before = self._held.take()
         if projects is not None and held_before:
             projects = projects | held_before
@@ -370,25 +369,25 @@ class ProcessingManager:
             raise
         return claimed
 
-    def _apply_events(self, item_ids: list[uuid.UUID], *, savepoints: bool = False) -> None:
+    def _apply_events(self, item_ids: list[uuid.UUID], *, savepoints: bool = False) -> bool:
         """Apply the stored events of these items in one transaction: first without a
         savepoint per event (their writes flushed together), again with them should a
         handler raise, and item by item should the transaction fail, so that one item's
-        failure holds up no other's."""
+        failure holds up no other's. True if an item may have become claimable (one is
+        admitted; or, after a failure, perhaps)."""
         try:
             with self.sessions.begin() as session:
                 results = drain_events_of(session, item_ids, self.registry, savepoints=savepoints)
         except HandlerRaised:
-            self._apply_events(item_ids, savepoints=True)
-            return
+            return self._apply_events(item_ids, savepoints=True)
         except Exception:
             if len(item_ids) == 1 and savepoints:  # the sweep tries again; others go on
                 log.exception("applying the events of work item %s failed", item_ids[0])
-                return
-            for item_id in item_ids:
-                self._apply_events([item_id], savepoints=True)
-            return
+                return True
+            claimable = [self._apply_events([item_id], savepoints=True) for item_id in item_ids]
+            return any(claimable)
         self._events_later.update(item_id for item_id, result in results.items() if result.locked)
+        return any(result.admitted for result in results.values())
 
     def _claim_for_workers(self) -> int:
         """Claim items for the free workers and start them; return how many."""
