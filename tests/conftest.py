@@ -169,6 +169,16 @@ def store(db_url: str) -> Iterator[Store]:
 
 
 @pytest.fixture
+def postgres_store(pg_database: str) -> Iterator[Store]:
+    """The run's PostgreSQL database, emptied, for what exists only there (several
+    processes on one database, the API's statements on the event loop)."""
+    engine = make_engine(pg_database, pool_size=5)
+    empty_postgres(engine)
+    yield Store(pg_database, engine, make_sessionmaker(engine), make_config(pg_database))
+    engine.dispose()
+
+
+@pytest.fixture
 def managers(store: Store) -> Iterator[list[object]]:
     """Processing managers started by a test; stopped at its end."""
     started: list[object] = []

@@ -592,49 +592,35 @@ def test_embedded_default_is_refused_on_the_network_and_in_a_cluster(tmp_path: P
 
 
 @pytest.mark.usefixtures("no_system_config")
-def test_embedded_daemon_that_cannot_create_its_data_directory_says_so_in_one_line(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("variable", "under", "message"),
+    [
+        # It was a traceback ending in FileExistsError.
+        ("XDG_DATA_HOME", "data", "cannot create {home} (for the database {home}/wq/wq.db)"),
+        # It was a traceback after the port was bound (exit 3).
+        (
+            "XDG_CACHE_HOME",
+            "cache",
+            "cannot write the local token under {home}/wq/tokens",
+        ),
+    ],
+)
+def test_embedded_daemon_that_cannot_make_its_directories_says_so_in_one_line(
+    tmp_path: Path, variable: str, under: str, message: str
 ) -> None:
-    # XDG_DATA_HOME under a regular file: no one can create it, root included (a 0555
-    # parent would not stop root). It was a traceback ending in FileExistsError.
+    # The directory under a regular file: no one can create it, root included (a 0555
+    # parent would not stop root).
     blocker = tmp_path / "blocker"
     blocker.write_text("not a directory\n")
-    data = blocker / "data"
-    result = run_wq(
-        "daemon", "--port", "0", env=clean_env(tmp_path, XDG_DATA_HOME=str(data)), cwd=tmp_path
-    )
-    assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    (line,) = error_lines(result.stderr)
-    assert line == (
-        f"wq: error: cannot create {data} (for the database {data / 'wq' / 'wq.db'}): "
-        "Not a directory"
-    )
-
-
-@pytest.mark.usefixtures("no_system_config")
-def test_embedded_daemon_that_cannot_write_its_local_token_says_so_before_listening(
-    tmp_path: Path,
-) -> None:
-    # XDG_CACHE_HOME is a regular file: the token cache cannot be made. It was a
-    # traceback after the port was bound (exit 3).
-    blocker = tmp_path / "cache-blocker"
-    blocker.write_text("not a directory\n")
-    result = run_wq(
-        "daemon",
-        "--port",
-        "0",
-        env=clean_env(tmp_path, XDG_CACHE_HOME=str(blocker)),
-        cwd=tmp_path,
-    )
+    home = blocker / under
+    env = clean_env(tmp_path, **{variable: str(home)})
+    result = run_wq("daemon", "--port", "0", env=env, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert "listening on" not in result.stderr
     (line,) = [line for line in error_lines(result.stderr) if " INFO " not in line]
-    assert line == (
-        f"wq: error: cannot write the local token under {blocker / 'wq' / 'tokens'}: "
-        "Not a directory (set XDG_CACHE_HOME, or auth.local_token: false)"
-    )
+    expected = "wq: error: " + message.format(home=home) + ": Not a directory"
+    assert line.removesuffix(" (set XDG_CACHE_HOME, or auth.local_token: false)") == expected
 
 
 # --------------------------------------------------------------------------- PostgreSQL schema

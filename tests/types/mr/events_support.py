@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
@@ -165,3 +166,28 @@ def counted(outcome: str, metrics: Metrics = DEFAULT) -> float:
         for sample in metric.samples
         if sample.name.endswith("_total") and sample.labels.get("outcome") == outcome
     )
+
+
+Deliver = Callable[[Store, TypeRegistry, dict[str, Any]], int]
+
+
+def check_resolution(store: Store, registry: TypeRegistry, deliver: Deliver) -> None:
+    """An event concerns the item that knows its MR, else (while no item knows that MR)
+    the active item on the branch it names; each event delivered by `deliver` (the
+    session's path or the event loop's)."""
+    known = new_item(store, registry, 4, "wq/known")
+    fresh = new_item(store, registry, None, "wq/fresh")
+    # Another branch, no branch, or an MR some item already knows: not the fresh item.
+    assert deliver(store, registry, mr_event("close", 5, branch="wq/elsewhere")) == 0
+    nameless = mr_event("close", 5)
+    del nameless["object_attributes"]["source_branch"]
+    assert deliver(store, registry, nameless) == 0
+    assert deliver(store, registry, mr_event("close", 4, branch="wq/fresh")) == 1
+    assert item(store, known).phase == "cancelled"
+    assert item(store, fresh).phase == "active"
+    # A finished item's MR on the fresh item's branch is still not the fresh item's.
+    assert deliver(store, registry, mr_event("close", 4, branch="wq/fresh")) == 0
+    assert item(store, fresh).phase == "active"
+    # The fresh item's own MR, before the item recorded its iid: the branch decides.
+    assert deliver(store, registry, mr_event("approved", 6, branch="wq/fresh")) == 1
+    assert item(store, fresh).status("needs_reconcile") is not None

@@ -17,6 +17,7 @@ from tests.support.waiting import wait_for
 from tests.types.mr.events_support import (
     PROJECT,
     build_event,
+    check_resolution,
     counted,
     deliver,
     item,
@@ -294,23 +295,7 @@ def test_malformed_iids_match_nothing_and_change_nothing(
 def test_resolution_is_by_iid_else_by_the_branch_the_event_names(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    registry = mr_registry(monkeypatch)
-    known = new_item(store, registry, 4, "wq/known")
-    fresh = new_item(store, registry, None, "wq/fresh")
-    # Another branch, no branch, or an MR some item already knows: not the fresh item.
-    assert deliver(store, registry, mr_event("close", 5, branch="wq/elsewhere")) == 0
-    nameless = mr_event("close", 5)
-    del nameless["object_attributes"]["source_branch"]
-    assert deliver(store, registry, nameless) == 0
-    assert deliver(store, registry, mr_event("close", 4, branch="wq/fresh")) == 1
-    assert item(store, known).phase == "cancelled"
-    assert item(store, fresh).phase == "active"
-    # A finished item's MR on the fresh item's branch is still not the fresh item's.
-    assert deliver(store, registry, mr_event("close", 4, branch="wq/fresh")) == 0
-    assert item(store, fresh).phase == "active"
-    # The fresh item's own MR, before the item recorded its iid: the branch decides.
-    assert deliver(store, registry, mr_event("approved", 6, branch="wq/fresh")) == 1
-    assert item(store, fresh).status("needs_reconcile") is not None
+    check_resolution(store, mr_registry(monkeypatch), deliver)
 
 
 def test_webhook_shares_the_exact_resolution(

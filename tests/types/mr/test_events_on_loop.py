@@ -9,7 +9,6 @@ replicas told.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -18,10 +17,11 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
-from tests.conftest import Store, empty_postgres, make_config
+from tests.conftest import Store
 from tests.types.mr.events_support import (
     apply_pending,
     build_event,
+    check_resolution,
     counted,
     item,
     mr_event,
@@ -31,7 +31,7 @@ from tests.types.mr.events_support import (
 from tests.types.mr.helpers import mr_registry
 from wq.daemon.loop_events import ingest_on_loop
 from wq.daemon.loop_reads import loop_reads
-from wq.engine.db import Timeouts, make_engine, make_sessionmaker
+from wq.engine.db import Timeouts
 from wq.engine.envelope import Event
 from wq.engine.events import DEFAULT_MAX_FUTURE_SKEW, event_queries, ingest
 from wq.engine.metrics import Metrics
@@ -39,15 +39,6 @@ from wq.engine.models import PendingEvent
 from wq.engine.registry import TypeRegistry
 from wq.engine.store import NOTIFY_CHANNEL
 from wq.engine.wakeup import EVENT_STORED, Wakeup
-
-
-@pytest.fixture
-def pg_store(pg_database: str) -> Iterator[Store]:
-    """The run's PostgreSQL database, emptied (the loop path exists only there)."""
-    engine = make_engine(pg_database, pool_size=5)
-    empty_postgres(engine)
-    yield Store(pg_database, engine, make_sessionmaker(engine), make_config(pg_database))
-    engine.dispose()
 
 
 def on_loop(
@@ -100,37 +91,24 @@ def stored_rows(store: Store) -> list[tuple[Any, ...]]:
 
 
 def test_resolution_on_the_loop_is_by_iid_else_by_the_branch_the_event_names(
-    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry = mr_registry(monkeypatch)
-    known = new_item(pg_store, registry, 4, "wq/known")
-    fresh = new_item(pg_store, registry, None, "wq/fresh")
-    assert deliver(pg_store, registry, mr_event("close", 5, branch="wq/elsewhere")) == 0
-    nameless = mr_event("close", 5)
-    del nameless["object_attributes"]["source_branch"]
-    assert deliver(pg_store, registry, nameless) == 0
-    assert deliver(pg_store, registry, mr_event("close", 4, branch="wq/fresh")) == 1
-    assert item(pg_store, known).phase == "cancelled"
-    assert item(pg_store, fresh).phase == "active"
-    # A finished item's MR on the fresh item's branch is still not the fresh item's.
-    assert deliver(pg_store, registry, mr_event("close", 4, branch="wq/fresh")) == 0
-    assert item(pg_store, fresh).phase == "active"
-    # The fresh item's own MR, before the item recorded its iid: the branch decides.
-    assert deliver(pg_store, registry, mr_event("approved", 6, branch="wq/fresh")) == 1
-    assert item(pg_store, fresh).status("needs_reconcile") is not None
+    check_resolution(postgres_store, registry, deliver)
     # Pipelines and jobs: by branch, and by the iid of a merge request pipeline's ref.
-    assert deliver(pg_store, registry, pipeline_event("success", 80, branch="wq/fresh")) == 1
-    assert item(pg_store, fresh).head_pipeline_id == 80
-    merge_ref = build_event(9, branch="refs/merge-requests/6/head", pipeline_id=81)
-    assert deliver(pg_store, registry, merge_ref) == 0  # the item has not recorded MR 6
+    fresh = new_item(postgres_store, registry, None, "wq/pipelines")
+    assert deliver(postgres_store, registry, pipeline_event("success", 80, "wq/pipelines")) == 1
+    assert item(postgres_store, fresh).head_pipeline_id == 80
+    merge_ref = build_event(9, branch="refs/merge-requests/7/head", pipeline_id=81)
+    assert deliver(postgres_store, registry, merge_ref) == 0  # no item has recorded MR 7
 
 
 def test_the_loop_stores_what_the_session_path_stores(
-    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry = mr_registry(monkeypatch)
-    new_item(pg_store, registry, 1, "wq/sync-1")
-    new_item(pg_store, registry, 2, "wq/sync-2")
+    new_item(postgres_store, registry, 1, "wq/sync-1")
+    new_item(postgres_store, registry, 2, "wq/sync-2")
     events = [
         mr_event("approved", 1),
         pipeline_event("failed", 90, branch="wq/sync-2"),
@@ -142,54 +120,59 @@ def test_the_loop_stores_what_the_session_path_stores(
     for document in events:
         by_session.append(
             ingest(
-                pg_store.sessions, registry, Event(document["object_kind"], document), source="t"
+                postgres_store.sessions,
+                registry,
+                Event(document["object_kind"], document),
+                source="t",
             )
         )
-    expected = stored_rows(pg_store)
-    with pg_store.sessions.begin() as session:
+    expected = stored_rows(postgres_store)
+    with postgres_store.sessions.begin() as session:
         session.query(PendingEvent).delete()
-    assert [on_loop(pg_store, registry, document) for document in events] == by_session
+    assert [on_loop(postgres_store, registry, document) for document in events] == by_session
     assert by_session == [1, 1, 1, 0, 0]
-    assert stored_rows(pg_store) == expected
+    assert stored_rows(postgres_store) == expected
 
 
 def test_the_loop_counts_refuses_the_far_future_and_tells_every_scheduler(
-    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry = mr_registry(monkeypatch)
-    item_id = new_item(pg_store, registry)
+    item_id = new_item(postgres_store, registry)
     metrics, wakeup = Metrics(), Wakeup()
     future = mr_event("update", updated_at="2999-01-01 00:00:00 UTC")
-    assert on_loop(pg_store, registry, future, wakeup=wakeup, metrics=metrics) == 0
-    assert counted("future", metrics) == 1 and stored_rows(pg_store) == []
+    assert on_loop(postgres_store, registry, future, wakeup=wakeup, metrics=metrics) == 0
+    assert counted("future", metrics) == 1 and stored_rows(postgres_store) == []
     assert not wakeup.wait(0), "nothing stored, nobody woken"
-    assert on_loop(pg_store, registry, mr_event("merge", 99), metrics=metrics) == 0
+    assert on_loop(postgres_store, registry, mr_event("merge", 99), metrics=metrics) == 0
     assert counted("unmatched", metrics) == 1
-    with psycopg.connect(pg_store.url, autocommit=True) as other_replica:
+    with psycopg.connect(postgres_store.url, autocommit=True) as other_replica:
         other_replica.execute(f"LISTEN {NOTIFY_CHANNEL}")
-        assert on_loop(pg_store, registry, mr_event("approved"), wakeup=wakeup, metrics=metrics)
+        assert on_loop(
+            postgres_store, registry, mr_event("approved"), wakeup=wakeup, metrics=metrics
+        )
         heard = [notice.payload for notice in other_replica.notifies(timeout=5, stop_after=1)]
     assert heard == [f"{wakeup.origin}|{EVENT_STORED}:{item_id}"]
     assert wakeup.wait(0).event_items == {item_id}
     assert counted("stored", metrics) == 1 and counted("received", metrics) == 3
-    assert [row[0] for row in stored_rows(pg_store)] == [item_id]
+    assert [row[0] for row in stored_rows(postgres_store)] == [item_id]
 
 
 def test_a_dead_idle_connection_is_replaced_before_anything_is_stored(
-    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry = mr_registry(monkeypatch)
-    item_id = new_item(pg_store, registry)
+    item_id = new_item(postgres_store, registry)
     queries = event_queries(registry)
     assert queries is not None
     document = mr_event("approved")
 
     async def run() -> int:
-        async with loop_reads(pg_store.engine, Timeouts(), size=1) as reads:
+        async with loop_reads(postgres_store.engine, Timeouts(), size=1) as reads:
             assert reads is not None
             async with reads.connections.connection() as connection:
                 backend = connection.info.backend_pid
-            with psycopg.connect(pg_store.url, autocommit=True) as admin:
+            with psycopg.connect(postgres_store.url, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", [backend])
             await asyncio.sleep(0.2)
             return await ingest_on_loop(
@@ -203,7 +186,7 @@ def test_a_dead_idle_connection_is_replaced_before_anything_is_stored(
             )
 
     assert asyncio.run(run()) == 1
-    assert [row[0] for row in stored_rows(pg_store)] == [item_id]
+    assert [row[0] for row in stored_rows(postgres_store)] == [item_id]
 
 
 def test_events_of_a_type_that_resolves_in_a_session_keep_the_session_path(
