@@ -32,7 +32,7 @@ from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import ADMITTED, TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
-from wq.engine.registry import EventContext, EventQuery, TypeRegistry
+from wq.engine.registry import EventContext, EventQuery, ItemType, TypeRegistry
 from wq.engine.releases import SIGNAL_SENT
 from wq.engine.wakeup import EVENT_STORED, NO_HUB, WAKEUP_KEY, Wakeup, signal
 
@@ -277,8 +277,9 @@ def ingest(
     with sessions.begin() as session:
         targets: dict[uuid.UUID, datetime | None] = {}
         for name in registry.names:
-            resolver = registry.get(name).event_resolver
-            if resolver is None:
+            handled = registry.get(name)
+            resolver = handled.event_resolver
+            if resolver is None or not resolves(handled, event.event_type):
                 continue
             ids, event_at = resolver(session, event.event_type, event.payload)
             if ids and too_far_ahead(metrics, source, event.event_type, event_at, latest):
@@ -310,18 +311,24 @@ def too_far_ahead(
     return True
 
 
-def event_queries(registry: TypeRegistry) -> list[EventQuery] | None:
-    """The lookups of every type that resolves events, or None when one of them can
-    resolve only in a session (it may write: the task type's issue rules submit)."""
+def event_queries(registry: TypeRegistry, kind: str) -> list[EventQuery] | None:
+    """The lookups of every type that resolves events of `kind`, or None when one of
+    them can resolve only in a session (it may write: the task type's issue rules
+    submit)."""
     queries = []
     for name in registry.names:
         handled = registry.get(name)
-        if handled.event_resolver is None:
+        if handled.event_resolver is None or not resolves(handled, kind):
             continue
         if handled.event_query is None:
             return None
         queries.append(handled.event_query)
     return queries
+
+
+def resolves(handled: ItemType, kind: str) -> bool:
+    """Whether a type's resolver looks at events of `kind`."""
+    return handled.event_kinds is None or kind in handled.event_kinds
 
 
 def items_with_pending_events(session: Session, limit: int = 1000) -> list[uuid.UUID]:

@@ -280,6 +280,8 @@ class ItemType:
     # The resolver as a lookup (`query_resolver(event_query)` is then the resolver):
     # events for types that all have one are stored without a session.
     event_query: EventQuery | None = None
+    # The event kinds the resolver looks at (None: any); it is not asked about others.
+    event_kinds: frozenset[str] | None = None
     submission: Submission | None = None
     # Why an item of this type may not be retried now (None: it may).
     retry_veto: Callable[[Session, WorkItem], str | None] | None = None

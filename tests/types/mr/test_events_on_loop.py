@@ -50,7 +50,7 @@ def on_loop(
     metrics: Metrics | None = None,
 ) -> int:
     """Store one event as the webhook does on PostgreSQL; return for how many items."""
-    queries = event_queries(registry)
+    queries = event_queries(registry, document["object_kind"])
     assert queries is not None, "the mr type resolves events by a lookup"
 
     async def run() -> int:
@@ -163,9 +163,9 @@ def test_a_dead_idle_connection_is_replaced_before_anything_is_stored(
 ) -> None:
     registry = mr_registry(monkeypatch)
     item_id = new_item(postgres_store, registry)
-    queries = event_queries(registry)
-    assert queries is not None
     document = mr_event("approved")
+    queries = event_queries(registry, "merge_request")
+    assert queries is not None
 
     async def run() -> int:
         async with loop_reads(postgres_store.engine, Timeouts(), size=1) as reads:
@@ -189,11 +189,15 @@ def test_a_dead_idle_connection_is_replaced_before_anything_is_stored(
     assert [row[0] for row in stored_rows(postgres_store)] == [item_id]
 
 
-def test_events_of_a_type_that_resolves_in_a_session_keep_the_session_path(
+def test_events_a_type_resolves_in_a_session_keep_the_session_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     registry = mr_registry(monkeypatch)
-    assert event_queries(registry) is not None
-    # A type whose resolver may write (the task type's issue rules submit tasks).
-    registry.register_type(replace(registry.get("mr"), name="writer", event_query=None))
-    assert event_queries(registry) is None
+    lookup = registry.get("mr").event_query
+    assert event_queries(registry, "note") == [lookup]
+    # A type whose resolver may write (the task type's issue rules submit tasks), and
+    # looks at notes only: notes keep the session's path, the mr type's kinds do not.
+    writer = replace(registry.get("mr"), name="writer", event_query=None)
+    registry.register_type(replace(writer, event_kinds=frozenset({"note"})))
+    assert event_queries(registry, "note") is None
+    assert event_queries(registry, "pipeline") == [lookup]

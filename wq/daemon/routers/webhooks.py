@@ -86,7 +86,7 @@ async def receive_gitlab_event(
         raise HTTPException(400, f"not a GitLab event: {err}") from None
     skew = timedelta(seconds=runtime.config.events.max_future_skew_seconds)
     reads: LoopReads | None = request.app.state.loop_reads
-    queries = event_queries(runtime.registry)
+    queries = event_queries(runtime.registry, event.event_type)
     if reads is not None and queries is not None:  # PostgreSQL, lookups only
         stored = await ingest_on_loop(
             reads,

@@ -75,8 +75,8 @@ def register(
     from wq.types.task.decider import decide
     from wq.types.task.executors import make_executors
     from wq.types.task.gc import collect
+    from wq.types.task.gitlab_rules import RESOLVED_KINDS, make_resolver
     from wq.types.task.gitlab_rules import handle as handle_event
-    from wq.types.task.gitlab_rules import make_resolver
     from wq.types.task.models import TaskItem
     from wq.types.task.output import make_output
     from wq.types.task.schemas import submission_schema
@@ -135,6 +135,7 @@ def register(
             ),
             cancel_requested=request_cancel,
             event_resolver=make_resolver(parsed, registry) if parsed.issue_rules else None,
+            event_kinds=RESOLVED_KINDS,
             event_handler=handle_event if parsed.issue_rules else None,
             tickers=tuple(tickers),
             webhooks=tuple(webhooks),

@@ -113,17 +113,17 @@ def _requests(
     return matched
 
 
+# The event kinds the task type's issue rules look at.
+RESOLVED_KINDS = frozenset({"issue", "note"})
+
+
 def make_resolver(settings: TaskSettings, registry: TypeRegistry) -> Any:
     """The task type's event resolver (bound to its settings and registry)."""
 
     def resolve(
         session: Session, kind: str, payload: Any
     ) -> tuple[list[uuid.UUID], datetime | None]:
-        if (
-            kind not in ("issue", "note")
-            or not isinstance(payload, dict)
-            or not settings.issue_rules
-        ):
+        if kind not in RESOLVED_KINDS or not isinstance(payload, dict) or not settings.issue_rules:
             return [], None
         made: list[uuid.UUID] = []
         repository = _repository(payload)
