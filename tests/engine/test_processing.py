@@ -80,7 +80,9 @@ def test_decider_chain_runs_in_order_then_idles_and_an_event_requeues(
 def test_every_action_runs_exactly_once_across_workers_and_managers(
     store: Store, managers: list[Any]
 ) -> None:
-    behaviour = Behaviour()
+    # Actions of 10 ms: with instant ones, on a loaded machine one manager could drain
+    # all 900 before the other's next poll, and the test would not show both at work.
+    behaviour = Behaviour(sleep=dict.fromkeys(STEPS, 0.01))
     pools = {"default": {"capacity": 1000}}
     # A long lease: on a loaded machine a 5 s lease can lapse between heartbeats, and
     # a takeover (correctly fenced) would run an action twice; that is not this test.
