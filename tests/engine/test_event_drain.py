@@ -248,6 +248,48 @@ def test_the_scheduler_applies_events_without_a_savepoint_each_unless_a_handler_
     assert [r.getMessage() for r in caplog.records if "failed; discarded" in r.getMessage()]
 
 
+def test_what_the_scheduler_applies_is_stored_and_changes_the_items_stamp(store: Store) -> None:
+    # The stamp tells a worker holding the item that it changed under it
+    # (wq.engine.runner): the scheduler's writes (plain statements on PostgreSQL) must
+    # give it a fresh one, and only to the items whose events changed something.
+    registry = chain_registry(Behaviour())
+    chain = registry.get("chain")
+
+    def handler(ctx: Any) -> None:
+        if ctx.event_type == "redo":
+            set_dimension(ctx.session, ctx.item, "needs_step3", True, detail={"why": "redo"})
+            set_dimension(ctx.session, ctx.item, "seen", True)
+            ctx.item.error = "redone"
+
+    changing = TypeRegistry()
+    changing.register_type(dataclasses.replace(chain, event_handler=handler))
+    config = make_config(store.url)
+    changed, untouched = (submit(store.sessions, changing, config).item.id for _ in range(2))  # type: ignore[union-attr]
+    with store.sessions.begin() as session:
+        for item_id in (changed, untouched):
+            set_dimension(session, session.get(WorkItem, item_id), "needs_step3", False)
+        store_event(session, changed, "redo", {})
+        store_event(session, untouched, "nothing", {})
+    before = {item_id: load(store.sessions, item_id) for item_id in (changed, untouched)}
+
+    ProcessingManager(store.sessions, changing, config).run_once(
+        projects=set(), event_items={changed, untouched}
+    )
+
+    after = {item_id: load(store.sessions, item_id) for item_id in (changed, untouched)}
+    assert after[changed].stamp != before[changed].stamp
+    assert after[changed].error == "redone"
+    assert after[changed].updated_at > before[changed].updated_at
+    assert [(d, s) for d, s, _ in dimensions(store, changed)] == [
+        ("needs_step3", "true"),
+        ("seen", "true"),
+    ]
+    assert after[changed].status("needs_step3").detail == {"why": "redo"}  # type: ignore[union-attr]
+    assert after[untouched].stamp == before[untouched].stamp
+    assert not step3_needed(store, untouched)
+    assert pending(store, changed) == pending(store, untouched) == 0
+
+
 def test_items_an_event_queues_take_their_seqs_in_the_order_of_their_events(
     store: Store,
 ) -> None:
