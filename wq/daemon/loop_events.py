@@ -1,17 +1,24 @@
 """GitLab webhook events stored on the event loop (PostgreSQL).
 
-Storing an event takes two statements: find the items it concerns, then (one
-statement, its own transaction) take their intake locks, insert a row per item and
-NOTIFY the other replicas. Run in the thread pool, with a session, that cost a webhook
-request most of its CPU: the hand-off to a thread and back, the threads' contest for
-the GIL with the event loop, and the ORM's session around two statements. So when
-every type that resolves events can do it by one read (its `event_query`), the webhook
-runs both on a `LoopReads` connection in autocommit: the lookup reads no more than in
-the session's transaction (a plain read, locking nothing: an item may finish between
-it and the insert either way, and applying the event then finds it finished). A
-connection found dead by the lookup (nothing written yet) is replaced and both run
-again (`LoopReads.run`). This process's scheduler is told after the insert, as
-`wq.engine.events.store_events` tells it after its commit.
+Run in the thread pool, with a session, storing an event cost a webhook request most
+of its CPU: the hand-off to a thread and back, the threads' contest for the GIL with
+the event loop, and the ORM's session around its statements. So when every type that
+resolves events can do it by one read (its `event_query`), the webhook stores the event
+on a `LoopReads` connection in autocommit, by one statement: the lookup, the items'
+intake locks, a row per item and the NOTIFYs to the other replicas
+(`wq.engine.event_inserts`). The lookup reads no more than in the session's
+transaction did (a plain read, locking nothing: an item may finish before the event
+is applied either way, and applying it then finds it finished). With several lookups,
+all but the last run first as reads; so does a lookup dated further ahead than the
+allowed skew (the event is refused if it finds an item).
+
+A connection taken idle and found dead by the statement (a server restart since its
+last use) is replaced and the statement sent again (`LoopReads.run`). Had the server
+stored the event and died before answering, it is stored twice; a webhook's delivery
+is at least once anyway (GitLab sends an event again when it is not answered), and
+applying an event twice finds the second one stale or changes nothing. This process's
+scheduler is told after the statement, as `wq.engine.events.store_events` tells it
+after its commit.
 """
 
 from __future__ import annotations
@@ -25,11 +32,11 @@ from psycopg.rows import tuple_row
 from wq.daemon.loop_reads import LoopConnection, LoopReads
 from wq.engine import jsontext
 from wq.engine.envelope import Event
+from wq.engine.event_inserts import GIVEN_ITEMS_SQL, lookup_and_store_sql, params
 from wq.engine.events import storable, too_far_ahead
 from wq.engine.metrics import Metrics
 from wq.engine.models import utcnow
 from wq.engine.registry import EventQuery
-from wq.engine.store import INSERT_EVENTS_PG, insert_events_params
 from wq.engine.wakeup import EVENT_STORED, Wakeup
 
 
@@ -48,47 +55,56 @@ async def ingest_on_loop(
     metrics.count_event(source, "received")
     latest = utcnow() + max_future_skew
     lookups = [query(event.event_type, event.payload) for query in queries]
-    statements = [
+    reads_first = [
         (lookup.event_at, reads.bound(lookup.statement, lookup.params))
         for lookup in lookups
         if lookup.statement is not None
     ]
-    if not statements:
+    if not reads_first:
         metrics.count_event(source, "unmatched")
         return 0
-    insert_sql = reads.bound(INSERT_EVENTS_PG, {})[0]
+    event_at, (lookup_sql, lookup_params) = reads_first[-1]
+    if event_at is not None and event_at > latest:
+        # Read first like the others: the event is refused if it finds an item.
+        sql, lookup_params, stores_lookup = GIVEN_ITEMS_SQL, {}, False
+    else:
+        sql, stores_lookup = lookup_and_store_sql(lookup_sql), True
+        reads_first.pop()
     payload_json = jsontext.dumps(storable(event.payload))
 
-    async def attempt(connection: LoopConnection) -> dict[uuid.UUID, datetime | None] | None:
-        targets: dict[uuid.UUID, datetime | None] = {}
-        for event_at, (sql, params) in statements:
+    async def attempt(connection: LoopConnection) -> list[uuid.UUID] | None:
+        found: dict[uuid.UUID, datetime | None] = {}
+        for read_at, (read_sql, read_params) in reads_first:
             cursor = connection.cursor(row_factory=tuple_row)
-            await cursor.execute(sql, params)
+            await cursor.execute(read_sql, read_params)
             ids = [row[0] for row in await cursor.fetchall()]
-            if ids and too_far_ahead(metrics, source, event.event_type, event_at, latest):
+            connection.answered = True  # alive: from here a failure is not retried
+            if ids and too_far_ahead(metrics, source, event.event_type, read_at, latest):
                 return None
-            targets.update(dict.fromkeys(ids, event_at))
-        if targets:
-            # From here a failure is not retried: the insert may have taken effect.
-            connection.answered = True
-            ordered = sorted(targets)
-            await connection.execute(
-                insert_sql,
-                insert_events_params(
-                    [(item_id, targets[item_id]) for item_id in ordered],
-                    event.event_type,
-                    payload_json,
-                    utcnow(),
-                    [f"{wakeup.origin}|{EVENT_STORED}:{item_id}" for item_id in ordered],
+            found.update(dict.fromkeys(ids, read_at))
+        if not (stores_lookup or found):
+            return []
+        cursor = connection.cursor(row_factory=tuple_row)
+        await cursor.execute(
+            sql,
+            {
+                **lookup_params,
+                **params(
+                    items=sorted(found.items()),
+                    event_type=event.event_type,
+                    payload_json=payload_json,
+                    now=utcnow(),
+                    origin=wakeup.origin,
+                    event_at=event_at if stores_lookup else None,
                 ),
-            )
-        return targets
+            },
+        )
+        return [row[0] for row in await cursor.fetchall()]
 
-    first_sql, first_params = statements[0][1]
-    targets = await reads.run(first_sql, first_params, attempt)
-    if targets is None:
+    stored = await reads.run(sql, lookup_params, attempt)
+    if stored is None:
         return 0
-    for item_id in targets:  # this process's scheduler (its listener skips our NOTIFYs)
+    for item_id in stored:  # this process's scheduler (its listener skips our NOTIFYs)
         wakeup.deliver(EVENT_STORED, str(item_id))
-    metrics.count_event(source, "stored" if targets else "unmatched")
-    return len(targets)
+    metrics.count_event(source, "stored" if stored else "unmatched")
+    return len(stored)

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import jsontext, on_commit, store
 from wq.engine.envelope import Event, contains_nul, without_nul
+from wq.engine.event_inserts import insert_events
 from wq.engine.group_writes import GroupWrites
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
@@ -105,13 +106,13 @@ def store_events(
         return
     hub = session.info.get(WAKEUP_KEY)
     origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
-    store.insert_events(
+    insert_events(
         session,
         [(item_id, targets[item_id]) for item_id in ordered],
         event_type,
         jsontext.dumps(payload),
         now=utcnow(),
-        notify_payloads=[f"{origin}|{EVENT_STORED}:{item_id}" for item_id in ordered],
+        origin=origin,
     )
     for item_id in ordered:  # this process's scheduler, once it commits
         on_commit.defer(session, SIGNAL_SENT, (EVENT_STORED, str(item_id)))

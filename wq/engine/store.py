@@ -8,7 +8,6 @@ lease admitted items (claims, batch locks, lease ends) are in `wq.engine.leases`
 
 from __future__ import annotations
 
-import json
 import uuid
 import zlib
 from collections.abc import Iterable, Sequence
@@ -44,7 +43,7 @@ from wq.engine.models import (
 ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
 _PROJECT_LOCK_SPACE = 0x5751  # "WQ": keeps our advisory keys apart from other users'
-_ITEM_LOCK_SPACE = 0x5752
+ITEM_LOCK_SPACE = 0x5752
 _ADMISSION_LOCK_SPACE = 0x5753  # one key: the whole admission pass
 
 
@@ -68,6 +67,17 @@ _is_postgres = is_postgres
 def _lock_key(value: str) -> int:
     # A stable 32-bit key; PostgreSQL's two-key advisory locks take int4 values.
     return zlib.crc32(value.encode()) - 2**31
+
+
+def item_lock_key(item_id: uuid.UUID) -> int:
+    """An item's intake lock key: the first 32 bits of its id (random in a UUIDv4), as
+    `item_lock_key_sql` computes it on the server."""
+    return int.from_bytes(item_id.bytes[:4], "big", signed=True)
+
+
+def item_lock_key_sql(column: str) -> str:
+    """SQL computing `item_lock_key` of the uuid `column`."""
+    return f"CAST(CAST('x' || left(CAST({column} AS text), 8) AS bit(32)) AS integer)"
 
 
 def next_seq(session: Session) -> int:
@@ -337,14 +347,14 @@ def lock_item(session: Session, item_id: uuid.UUID) -> None:
     if _is_postgres(session):
         session.execute(
             text("SELECT pg_advisory_xact_lock(:space, :key)"),
-            {"space": _ITEM_LOCK_SPACE, "key": _lock_key(str(item_id))},
+            {"space": ITEM_LOCK_SPACE, "key": item_lock_key(item_id)},
         )
 
 
 def try_lock_items(session: Session, item_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     """`lock_item` of each of these items that no other transaction holds now, in one
     statement; the ones it locked (the others are not waited for)."""
-    keys = {item_id: _lock_key(str(item_id)) for item_id in item_ids}
+    keys = {item_id: item_lock_key(item_id) for item_id in item_ids}
     if not _is_postgres(session):
         return set(keys)
     locked = set(
@@ -353,69 +363,10 @@ def try_lock_items(session: Session, item_ids: Iterable[uuid.UUID]) -> set[uuid.
                 "SELECT key FROM unnest(CAST(:keys AS integer[])) AS key"
                 " WHERE pg_try_advisory_xact_lock(:space, key)"
             ),
-            {"space": _ITEM_LOCK_SPACE, "keys": sorted(set(keys.values()))},
+            {"space": ITEM_LOCK_SPACE, "keys": sorted(set(keys.values()))},
         ).scalars()
     )
     return {item_id for item_id, key in keys.items() if key in locked}
-
-
-def insert_events(
-    session: Session,
-    events: Sequence[tuple[uuid.UUID, datetime | None]],
-    event_type: str,
-    payload_json: str,
-    *,
-    now: datetime,
-    notify_payloads: Sequence[str],
-) -> None:
-    """PostgreSQL: store one event (`payload_json`, JSON text) for each item of `events`
-    (item id, event time) and NOTIFY, in one statement: the items' intake locks first,
-    in the order given (`lock_item`'s, held until the transaction ends)."""
-    session.connection().execute(  # the connection: no autoflush before it
-        INSERT_EVENTS_PG,
-        insert_events_params(events, event_type, payload_json, now, notify_payloads),
-    )
-
-
-def insert_events_params(
-    events: Sequence[tuple[uuid.UUID, datetime | None]],
-    event_type: str,
-    payload_json: str,
-    now: datetime,
-    notify_payloads: Sequence[str],
-) -> dict[str, Any]:
-    """The parameters of `INSERT_EVENTS_PG` (`insert_events`)."""
-    return {
-        "space": _ITEM_LOCK_SPACE,
-        "keys": [_lock_key(str(item_id)) for item_id, _ in events],
-        "events": json.dumps(
-            [
-                {"id": str(item_id), "at": None if at is None else at.isoformat()}
-                for item_id, at in events
-            ]
-        ),
-        "event_type": event_type,
-        "payload": payload_json,
-        "now": now,
-        "channel": NOTIFY_CHANNEL,
-        "payloads": list(notify_payloads),
-    }
-
-
-INSERT_EVENTS_PG = text(
-    """
-WITH locked AS (
-    SELECT count(pg_advisory_xact_lock(:space, key)) AS keys
-    FROM unnest(CAST(:keys AS integer[])) AS key
-), stored AS (
-    INSERT INTO pending_events (work_item_id, event_type, payload, event_at, created_at)
-    SELECT e.id, :event_type, CAST(:payload AS jsonb), e.at, :now
-    FROM locked, jsonb_to_recordset(CAST(:events AS jsonb)) AS e(id uuid, at timestamptz)
-    WHERE locked.keys >= 0
-)
-SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:payloads AS text[])) AS payload
-"""
-)
 
 
 def notify(session: Session, payloads: Sequence[str], origin: str) -> None:

@@ -9,6 +9,7 @@ replicas told.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.conftest import Store
+from tests.support.waiting import wait_for
 from tests.types.mr.events_support import (
     apply_pending,
     build_event,
@@ -37,7 +39,7 @@ from wq.engine.events import DEFAULT_MAX_FUTURE_SKEW, event_queries, ingest
 from wq.engine.metrics import Metrics
 from wq.engine.models import PendingEvent
 from wq.engine.registry import TypeRegistry
-from wq.engine.store import NOTIFY_CHANNEL
+from wq.engine.store import NOTIFY_CHANNEL, lock_item
 from wq.engine.wakeup import EVENT_STORED, Wakeup
 
 
@@ -187,6 +189,52 @@ def test_a_dead_idle_connection_is_replaced_before_anything_is_stored(
 
     assert asyncio.run(run()) == 1
     assert [row[0] for row in stored_rows(postgres_store)] == [item_id]
+
+
+def test_the_loop_waits_for_a_drain_that_holds_the_item(
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server computes the intake lock's key from the id: it must be the key a
+    # drain holds (`lock_item`), or an event could be stored and applied out of order.
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(postgres_store, registry)
+
+    def waiting_for_an_advisory_lock() -> bool:
+        with psycopg.connect(postgres_store.url, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event = 'advisory'"
+            ).fetchone()
+        return row is not None and row[0] == 1
+
+    with ThreadPoolExecutor(1) as pool:
+        with postgres_store.sessions.begin() as session:
+            lock_item(session, item_id)
+            intake = pool.submit(on_loop, postgres_store, registry, mr_event("approved"))
+            wait_for(waiting_for_an_advisory_lock, message="the intake waits for the drain")
+            assert stored_rows(postgres_store) == []
+        assert intake.result(timeout=10) == 1
+    assert [row[0] for row in stored_rows(postgres_store)] == [item_id]
+
+
+def test_several_lookups_store_the_event_once_per_item(
+    postgres_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mr_registry(monkeypatch)
+    registry.register_type(replace(registry.get("mr"), name="mr_again"))
+    one = new_item(postgres_store, registry, 1, "wq/one")
+    new_item(postgres_store, registry, 2, "wq/two")
+    assert len(event_queries(registry, "merge_request") or []) == 2
+    document = mr_event("approved", 1, branch="wq/one")
+    assert (
+        ingest(postgres_store.sessions, registry, Event("merge_request", document), source="t") == 1
+    )
+    expected = stored_rows(postgres_store)
+    with postgres_store.sessions.begin() as session:
+        session.query(PendingEvent).delete()
+    assert on_loop(postgres_store, registry, document) == 1
+    assert stored_rows(postgres_store) == expected
+    assert [row[0] for row in expected] == [one]
 
 
 def test_events_a_type_resolves_in_a_session_keep_the_session_path(
