@@ -27,7 +27,7 @@ from sqlalchemy.orm import ColumnProperty, InstanceState, Mapper, Session
 from sqlalchemy.schema import ColumnDefault
 
 from wq.engine import jsontext
-from wq.engine.models import WorkItem, WorkItemStatus, changes_state, new_stamp, utcnow
+from wq.engine.models import WorkItem, WorkItemStatus, changes_state, utcnow
 
 STATUSES: Table = WorkItemStatus.__table__  # type: ignore[assignment]
 WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
@@ -91,14 +91,10 @@ class GroupWrites:
     statuses: list[dict[str, Any]] = field(default_factory=list)  # `_WRITE_STATUSES` rows
     updates: dict[_Shape, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def add(self, item: WorkItem, *, stamp: bool = False) -> bool:
-        """Take what `item`'s action changed; False (nothing taken) when the ORM must.
-
-        `stamp`: a change gives the item a fresh stamp, as the ORM's flush outside a
-        lease holder's session does (`models._stamp_changes`).
-        """
+    def add(self, item: WorkItem) -> bool:
+        """Take what `item`'s action changed; False (nothing taken) when the ORM must."""
         try:
-            statuses, updates = _item_changes(item, stamp=stamp)
+            statuses, updates = _item_changes(item)
         except NotPlain:
             return False
         self.statuses.extend(statuses)
@@ -157,9 +153,9 @@ def write_dimensions(session: Session, items: Sequence[WorkItem]) -> None:
 _Updates = list[tuple[Table, dict[str, Any], dict[str, Any]]]
 
 
-def _item_changes(item: WorkItem, *, stamp: bool) -> tuple[list[dict[str, Any]], _Updates]:
+def _item_changes(item: WorkItem) -> tuple[list[dict[str, Any]], _Updates]:
     """The dimension rows to write and the other rows to update for `item` (raises
-    NotPlain); `stamp`: with a fresh stamp if anything changed."""
+    NotPlain)."""
     state: InstanceState[WorkItem] = inspect(item)
     mapper = state.mapper
     if state.deleted or state.was_deleted:
@@ -184,14 +180,11 @@ def _item_changes(item: WorkItem, *, stamp: bool) -> tuple[list[dict[str, Any]],
     if by_table and changes_state(item):
         # As the ORM's flush would (`models._touch_changes`): its state changed.
         by_table.setdefault(WORK_ITEMS, {}).setdefault("updated_at", utcnow())
-    statuses = _status_rows(item)
-    if stamp and (statuses or by_table):
-        item.stamp = by_table.setdefault(WORK_ITEMS, {})["stamp"] = new_stamp()
     updates: _Updates = [
         (table, _with_onupdate(table, values), _key_of(mapper, table, item))
         for table, values in by_table.items()
     ]
-    return statuses, updates
+    return _status_rows(item), updates
 
 
 def _status_rows(
@@ -204,10 +197,6 @@ def _status_rows(
         row_state: InstanceState[WorkItemStatus] = inspect(row)
         if row_state.deleted or row_state.was_deleted:
             raise NotPlain
-        if row_state.transient:
-            # In no session: a row added in a savepoint rolled back since, or added
-            # without the session (the flush writes neither).
-            continue
         if row_state.key is None:
             statuses.append(_status_row(_new_status(row, item), new=True))
         elif row_state.modified:
