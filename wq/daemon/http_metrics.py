@@ -108,12 +108,13 @@ class HttpMetrics:
                 status = int(message["status"])
             await send(message)
 
-        in_progress = metrics.http_in_progress.labels(method, route)
+        in_progress = metrics.child(metrics.http_in_progress, method, route)
         in_progress.inc()
         started = time.perf_counter()
         try:
             await self.app(scope, receive, send_and_note)
         finally:
             in_progress.dec()
-            metrics.http_duration.labels(method, route).observe(time.perf_counter() - started)
-            metrics.http_requests.labels(method, route, str(status)).inc()
+            elapsed = time.perf_counter() - started
+            metrics.child(metrics.http_duration, method, route).observe(elapsed)
+            metrics.child(metrics.http_requests, method, route, str(status)).inc()

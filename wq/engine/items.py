@@ -156,7 +156,9 @@ def set_phase(
 
 def count_phase(session: Session, item_type: str, phase: str) -> None:
     """Count an item entering a phase, once the change has committed."""
-    after_commit(session, lambda metrics: metrics.phase_transitions.labels(item_type, phase).inc())
+    after_commit(
+        session, lambda metrics: metrics.child(metrics.phase_transitions, item_type, phase).inc()
+    )
 
 
 def _find_active_by_dedup_key(session: Session, dedup_key: str) -> WorkItem | None:

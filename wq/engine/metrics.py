@@ -167,7 +167,7 @@ class Metrics:
             buckets=EXECUTOR_BUCKETS,
             registry=r,
         )
-        self._run_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self.claims_per_pass = Histogram(
             f"{s}claims_per_pass",
             "Admitted items claimed by one scheduler pass or batch (the sum is all items claimed).",
@@ -247,30 +247,30 @@ class Metrics:
 
     # ---- helpers for the call sites that count
 
+    def child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, remembered: `labels()` hashes, checks and locks on
+        every call, and the hot paths count several times per request or item. The
+        children stay the same (nothing here removes labels)."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def count_event(self, source: str, outcome: str, amount: int = 1) -> None:
         """Count events taken in from one source with one outcome."""
         if amount:
-            self.events.labels(source=source, outcome=outcome).inc(amount)
+            self.child(self.events, source, outcome).inc(amount)
 
     def count_run(self, item_type: str, action: str, outcome: str, seconds: float) -> None:
         """Count one executor action that ran, with its outcome and duration."""
-        key = (item_type, action, outcome)
-        children = self._run_children.get(key)
-        if children is None:
-            # `labels()` hashes and locks on every call: once per item on the worker
-            # path. The children stay the same (nothing here removes labels).
-            children = (
-                self.executor_runs.labels(item_type, action, outcome),
-                self.executor_duration.labels(item_type, action),
-            )
-            self._run_children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self.child(self.executor_runs, item_type, action, outcome).inc()
+        self.child(self.executor_duration, item_type, action).observe(seconds)
 
     def count_applications(self, outcome: str, amount: int = 1) -> None:
         """Count stored events applied, discarded or failed."""
         if amount:
-            self.event_applications.labels(outcome=outcome).inc(amount)
+            self.child(self.event_applications, outcome).inc(amount)
 
 
 DEFAULT = Metrics(process=False)

@@ -118,7 +118,7 @@ def count_decision(request: Request, tier: str | None, outcome: str) -> None:
     runtime = getattr(request.app.state, "runtime", None)
     metrics = getattr(runtime, "metrics", None)
     if metrics is not None:
-        metrics.auth_decisions.labels(tier or "none", outcome).inc()
+        metrics.child(metrics.auth_decisions, tier or "none", outcome).inc()
 
 
 def _outcome(refusal: Refusal) -> str:

@@ -46,7 +46,8 @@ def _endpoint(item_type: ItemType) -> Any:
         if reads is not None and submission.unchanged is not None:
             found = await unchanged_on_loop(reads, submission.unchanged, payload, permit.record())
             if found is not None:
-                permit.runtime.metrics.submissions.labels(item_type.name, "unchanged").inc()
+                metrics = permit.runtime.metrics
+                metrics.child(metrics.submissions, item_type.name, "unchanged").inc()
                 shown = item_document(found.row, found.dimensions, details=details_of(found.row))
                 return answer(SubmissionPublic, {"action": "unchanged", "item": shown})
         return await run_in_threadpool(submit_in_thread, payload, permit)
@@ -64,7 +65,9 @@ def _endpoint(item_type: ItemType) -> Any:
         try:
             permit.audit(session)
             result = submission.handle(session, payload, context)
-            counted = runtime.metrics.submissions.labels(item_type.name, result.outcome)
+            counted = runtime.metrics.child(
+                runtime.metrics.submissions, item_type.name, result.outcome
+            )
             if result.item_id is None:
                 session.rollback()
                 counted.inc()
