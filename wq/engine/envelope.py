@@ -54,12 +54,20 @@ def _finite_number(text: str) -> float:
 # The escape of half a UTF-16 pair: only where one is can a lone surrogate be.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+# One decoder for every document (`json.loads` with hooks builds one per call), reading
+# text as `json.loads` does (bytes in the encoding their first bytes show).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_number)
 
 
 def parse_json(data: str | bytes) -> Any:
     """Strict JSON of bounded depth; every failure is an `UndecodableMessage`."""
     try:
-        document = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_number)
+        text = (
+            data
+            if isinstance(data, str)
+            else data.decode(json.detect_encoding(data), "surrogatepass")
+        )
+        document = _DECODER.decode(text)
     except UndecodableMessage:
         raise
     except RecursionError:

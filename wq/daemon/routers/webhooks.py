@@ -20,7 +20,6 @@ from datetime import timedelta
 from typing import Any, cast
 
 from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -31,6 +30,7 @@ from wq.daemon.loop_events import ingest_on_loop
 from wq.daemon.loop_reads import LoopReads
 from wq.daemon.routers.type_webhooks import NO_NUL, request_body
 from wq.daemon.runtime import Runtime
+from wq.daemon.schemas import answer
 from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
 from wq.engine.events import event_queries, ingest
 from wq.engine.models import utcnow
@@ -90,7 +90,7 @@ class GitlabEventPublic(BaseModel):
         "parameters": [TOKEN_HEADER],
     },
 )
-async def receive_gitlab_event(request: Request) -> JSONResponse:
+async def receive_gitlab_event(request: Request) -> Response:
     """Store a GitLab webhook event for the items it concerns (202)."""
     runtime: Runtime = request.app.state.runtime
     x_gitlab_token = request.headers.get("x-gitlab-token")
@@ -133,4 +133,4 @@ async def receive_gitlab_event(request: Request) -> JSONResponse:
             source="webhook",
             max_future_skew=skew,
         )
-    return JSONResponse({"event": event.event_type, "stored": stored}, status_code=202)
+    return answer(GitlabEventPublic, {"event": event.event_type, "stored": stored}, 202)
