@@ -15,7 +15,6 @@ for the driver can be put in it as it is.
 from __future__ import annotations
 
 import functools
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -23,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from wq.engine import jsontext
 from wq.engine.store import ITEM_LOCK_SPACE, NOTIFY_CHANNEL, item_lock_key_sql
 from wq.engine.wakeup import EVENT_STORED
 
@@ -92,11 +92,8 @@ def params(
     event (`payload_json`: its JSON text), and `origin`, the wake-up hub that knows of it
     already (its listener skips these NOTIFYs); `event_at`: a lookup's event time."""
     return {
-        "intake_items": json.dumps(
-            [
-                {"id": str(item_id), "at": None if at is None else at.isoformat()}
-                for item_id, at in items
-            ]
+        "intake_items": jsontext.dumps(
+            [{"id": str(item_id), "at": at and at.isoformat()} for item_id, at in items]
         ),
         "intake_at": event_at,
         "intake_space": ITEM_LOCK_SPACE,
