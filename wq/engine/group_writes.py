@@ -27,7 +27,7 @@ from sqlalchemy.orm import ColumnProperty, InstanceState, Mapper, Session
 from sqlalchemy.schema import ColumnDefault
 
 from wq.engine import jsontext
-from wq.engine.models import WorkItem, WorkItemStatus, changes_state, utcnow
+from wq.engine.models import WorkItem, WorkItemStatus, changes_state, history_of, utcnow
 
 STATUSES: Table = WorkItemStatus.__table__  # type: ignore[assignment]
 WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
@@ -163,7 +163,7 @@ def _item_changes(item: WorkItem) -> tuple[list[dict[str, Any]], _Updates]:
     by_table: dict[Table, dict[str, Any]] = {}
     for key in state.committed_state:
         prop = mapper.attrs[key]
-        history = state.attrs[key].history
+        history = history_of(state, key)
         if key == "statuses":
             if history.deleted:
                 raise NotPlain  # a dimension removed: the ORM deletes the orphan
@@ -247,7 +247,7 @@ def _changed_columns(state: InstanceState[Any], table: Table) -> dict[str, Any]:
         prop = state.mapper.attrs[key]
         if not isinstance(prop, ColumnProperty):
             raise NotPlain
-        history = state.attrs[key].history
+        history = history_of(state, key)
         if not history.has_changes():
             continue
         for column in prop.columns:

@@ -36,7 +36,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    InstanceState,
+    Mapped,
+    Session,
+    mapped_column,
+    relationship,
+)
+from sqlalchemy.orm.attributes import History
+from sqlalchemy.orm.base import PassiveFlag
 from sqlalchemy.orm.util import identity_key
 
 ACTIVE = "active"
@@ -413,12 +422,19 @@ _SCHEDULING = frozenset(
 )
 
 
+def history_of(state: InstanceState[Any], key: str) -> History:
+    """What changed in attribute `key` since the load, as `state.attrs[key].history`
+    tells it, without building `state.attrs` (a view of every attribute, dozens on a
+    type's detail rows, made on each object's first look)."""
+    return state.get_history(key, PassiveFlag.PASSIVE_NO_INITIALIZE)
+
+
 def _changed_since_load(obj: object) -> Iterator[str]:
     """The attributes of `obj` whose value this flush changes. Only an attribute set
     since the load keeps its old value in `committed_state`, so only those are looked
     at (`Session.is_modified` looks at every one; a type's detail rows have dozens)."""
     state = inspect(obj)
-    return (key for key in state.committed_state if state.attrs[key].history.has_changes())
+    return (key for key in state.committed_state if history_of(state, key).has_changes())
 
 
 def changes_state(item: WorkItem) -> bool:
