@@ -11,10 +11,13 @@ import pytest
 
 from tests.support.bombs import gzip_of_zeros, packed, poison_bodies, sns
 from wq.engine.envelope import (
+    MAX_DEPTH,
     UndecodableMessage,
     contains_nul,
     decode_message,
     gunzip_bounded,
+    may_spell_nul,
+    parse_json,
     without_nul,
 )
 
@@ -88,3 +91,30 @@ def test_nul_is_found_and_replaced_everywhere() -> None:
     assert not contains_nul(clean)
     assert clean == {"a\ufffd": ["x\ufffdy", {"k": "\ufffd"}], "n": 1, "t": None}
     assert not contains_nul(EVENT)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "utf-16-le", "utf-32"])
+def test_a_text_that_decodes_to_nul_is_always_one_to_look_at(encoding: str) -> None:
+    for document in ({"k\x00": 1}, {"k": ["a", "b\x00"]}):
+        for text in (json.dumps(document), json.dumps(document, ensure_ascii=False)):
+            raw = text.encode(encoding)
+            assert contains_nul(parse_json(raw))
+            assert may_spell_nul(raw) and may_spell_nul(raw.decode(encoding))
+
+
+def test_a_backslash_before_u0000_is_text_not_nul() -> None:
+    raw = json.dumps({"path": "C:\\u0000"}).encode()  # a backslash, then "u0000"
+    assert may_spell_nul(raw)  # the cheap look cannot tell: the walk does
+    assert not contains_nul(parse_json(raw))
+    assert not may_spell_nul(json.dumps(EVENT).encode())
+
+
+def test_the_depth_bound_counts_nesting_not_brackets_in_text() -> None:
+    def nested(levels: int) -> str:
+        return "[" * levels + "]" * levels
+
+    assert parse_json(nested(MAX_DEPTH)) == json.loads(nested(MAX_DEPTH))
+    with pytest.raises(UndecodableMessage, match="deeper"):
+        parse_json(nested(MAX_DEPTH + 1))
+    many = json.dumps({"brackets": "[{" * 100, "flat": [[1], [2], {"a": [3]}] * 20})
+    assert parse_json(many) == json.loads(many)

@@ -31,7 +31,7 @@ from psycopg.rows import tuple_row
 
 from wq.daemon.loop_reads import LoopConnection, LoopReads
 from wq.engine import jsontext
-from wq.engine.envelope import Event
+from wq.engine.envelope import Event, may_spell_nul
 from wq.engine.event_inserts import GIVEN_ITEMS_SQL, lookup_and_store_sql, params
 from wq.engine.events import storable, too_far_ahead
 from wq.engine.metrics import Metrics
@@ -70,7 +70,9 @@ async def ingest_on_loop(
     else:
         sql, stores_lookup = lookup_and_store_sql(lookup_sql), True
         reads_first.pop()
-    payload_json = jsontext.dumps(storable(event.payload))
+    payload_json = jsontext.dumps(event.payload)
+    if may_spell_nul(payload_json):  # JSON writes NUL as an escape: look for it only then
+        payload_json = jsontext.dumps(storable(event.payload))
 
     async def attempt(connection: LoopConnection) -> list[uuid.UUID] | None:
         found: dict[uuid.UUID, datetime | None] = {}

@@ -76,7 +76,9 @@ def parse_json(data: str | bytes) -> Any:
         raise UndecodableMessage("the JSON is too large to parse") from None
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, over-long integers
         raise UndecodableMessage(f"not valid JSON ({type(err).__name__})") from None
-    if _depth(document) > MAX_DEPTH:
+    # Fewer opening brackets than the bound cannot nest deeper (a scan in C, where the
+    # walk is Python per node).
+    if text.count("{") + text.count("[") > MAX_DEPTH and _depth(document) > MAX_DEPTH:
         raise UndecodableMessage(f"the JSON nests deeper than {MAX_DEPTH} levels")
     if isinstance(data, str):
         escaped = _SURROGATE_ESCAPE.search(data) is not None
@@ -110,6 +112,16 @@ def _depth(document: Any) -> int:
                 return depth
             stack.extend((child, depth + 1) for child in node)
     return deepest
+
+
+def may_spell_nul(text: str | bytes) -> bool:
+    """False when the JSON text `text` cannot decode to a NUL character: strict JSON
+    spells one only as the escape `\\u0000`, and holds zero bytes only when written in
+    UTF-16 or UTF-32. True says look (`contains_nul`): the escape may be a literal
+    backslash's, the zero bytes another character's."""
+    if isinstance(text, bytes):
+        return b"\\u0000" in text or b"\x00" in text
+    return "\\u0000" in text or "\x00" in text
 
 
 def contains_nul(document: Any) -> bool:

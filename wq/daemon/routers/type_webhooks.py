@@ -19,7 +19,7 @@ from wq.daemon.auth.guard import authenticate_request, authorize
 from wq.daemon.contract import API_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
 from wq.daemon.runtime import Runtime
-from wq.engine.envelope import UndecodableMessage, contains_nul, parse_json
+from wq.engine.envelope import UndecodableMessage, contains_nul, may_spell_nul, parse_json
 from wq.engine.models import utcnow
 from wq.engine.registry import BadWebhookPayload, ItemType, Webhook, WebhookContext
 
@@ -96,11 +96,12 @@ def _run(runtime: Runtime, hook: Webhook, document: Any, actor: str) -> tuple[in
 def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
     async def receive(request: Request, runtime: RuntimeDep) -> Any:
         actor = _caller(request, hook, item_type.name)
+        body = await request.body()
         try:
-            document = parse_json(await request.body())
+            document = parse_json(body)
         except UndecodableMessage as err:
             raise HTTPException(400, f"the body is not usable JSON: {err}") from None
-        if contains_nul(document):
+        if may_spell_nul(body) and contains_nul(document):
             raise HTTPException(400, "the payload contains NUL characters")
         try:
             status, body = await run_in_threadpool(_run, runtime, hook, document, actor)

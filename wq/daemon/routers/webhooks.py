@@ -31,7 +31,13 @@ from wq.daemon.loop_reads import LoopReads
 from wq.daemon.routers.type_webhooks import NO_NUL, request_body
 from wq.daemon.runtime import Runtime
 from wq.daemon.schemas import answer
-from wq.engine.envelope import UndecodableMessage, contains_nul, event_from_payload, parse_json
+from wq.engine.envelope import (
+    UndecodableMessage,
+    contains_nul,
+    event_from_payload,
+    may_spell_nul,
+    parse_json,
+)
 from wq.engine.events import event_queries, ingest
 from wq.engine.models import utcnow
 
@@ -101,11 +107,12 @@ async def receive_gitlab_event(request: Request) -> Response:
         raise webhook_refused("missing or wrong X-Gitlab-Token")  # audited
     log_decision(request, "allow", "webhook:gitlab", {"tier": "webhook"})
     runtime.webhook_received_at = utcnow()
+    body = await request.body()
     try:
-        document = parse_json(await request.body())
+        document = parse_json(body)
     except UndecodableMessage as err:
         raise HTTPException(400, f"the body is not usable JSON: {err}") from None
-    if contains_nul(document):
+    if may_spell_nul(body) and contains_nul(document):
         raise HTTPException(400, "the payload contains NUL characters")
     try:
         event = event_from_payload(document)
