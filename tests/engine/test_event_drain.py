@@ -375,3 +375,37 @@ def test_a_drain_says_which_items_it_left_admitted(store: Store) -> None:
     assert [results[item_id].applied for item_id in ids] == [1, 1]
     assert [results[item_id].admitted for item_id in ids] == [False, True]
     assert load(store.sessions, ids[0]).admission == "queued"  # settled: to be admitted
+
+
+def event_statements(store: Store, work: Callable[[], Any]) -> set[str]:
+    """The texts of the statements on `pending_events` that `work()` sent."""
+    texts: set[str] = set()
+
+    def note(sql: str) -> bool:
+        texts.add(sql)
+        return True
+
+    statements_during(store.engine, work, note)
+    return {sql for sql in texts if "pending_events" in sql}
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_the_drains_own_statements_read_the_same_whatever_the_number_of_items(
+    store: Store,
+) -> None:
+    # One text per statement lets the driver convert it once and the server keep its
+    # plan; an `IN` list would be a new text for every number of items.
+    registry = chain_registry(Behaviour())
+    config = make_config(store.url)
+    texts: dict[int, set[str]] = {}
+    for count in (2, 5):
+        ids = with_redo_events(store, registry, config, count)
+
+        def drain(ids: list[uuid.UUID] = ids) -> None:
+            with store.sessions.begin() as session:
+                drain_events_of(session, ids, registry)
+
+        texts[count] = event_statements(store, drain)
+        assert all(pending(store, item_id) == 0 for item_id in ids)
+    assert len(texts[2]) == 2  # the events' read and their deletion
+    assert texts[2] == texts[5]

@@ -153,7 +153,7 @@ def drain_events_of(
     if free:
         for pending in session.execute(
             select(PendingEvent)
-            .where(PendingEvent.work_item_id.in_(free))
+            .where(store.among(session, PendingEvent.work_item_id, free))
             .order_by(PendingEvent.id)
         ).scalars():
             events.setdefault(pending.work_item_id, []).append(pending)
@@ -163,7 +163,7 @@ def drain_events_of(
         item.id: item
         for item in session.execute(
             select(WorkItem)
-            .where(WorkItem.id.in_(events))
+            .where(store.among(session, WorkItem.id, events))
             .with_for_update(skip_locked=True, of=WorkItem)
             .execution_options(populate_existing=True)
         ).scalars()
@@ -187,7 +187,12 @@ def drain_events_of(
         trigger={"source": "event", "reason": "events applied"},
     )
     if applied:
-        session.execute(delete(PendingEvent).where(PendingEvent.id.in_(applied)))
+        # Not matched against the session's objects: the transaction ends here.
+        session.execute(
+            delete(PendingEvent)
+            .where(store.among(session, PendingEvent.id, applied))
+            .execution_options(synchronize_session=False)
+        )
     for item_id, item in items.items():
         results[item_id].admitted = item.admission == ADMITTED
         after_commit(session, results[item_id].count)

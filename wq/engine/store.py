@@ -17,8 +17,10 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     BigInteger,
     BindParameter,
+    ColumnElement,
     String,
     Uuid,
+    any_,
     bindparam,
     func,
     literal,
@@ -27,6 +29,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from wq.engine import jsontext
@@ -62,6 +65,16 @@ def is_postgres(session: Session) -> bool:
 
 
 _is_postgres = is_postgres
+
+
+def among(session: Session, column: Any, values: Iterable[Any]) -> ColumnElement[bool]:
+    """`column IN values`, written `column = ANY(array)` on PostgreSQL: one statement
+    text whatever the count, so the driver converts it once and the server may keep
+    its plan (an `IN` list is a new text for every count, converted anew when long)."""
+    values = list(values)
+    if _is_postgres(session):
+        return column == any_(bindparam(None, values, type_=ARRAY(column.type)))
+    return column.in_(values)
 
 
 def _lock_key(value: str) -> int:
