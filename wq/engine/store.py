@@ -72,9 +72,12 @@ def among(session: Session, column: Any, values: Iterable[Any]) -> ColumnElement
     text whatever the count, so the driver converts it once and the server may keep
     its plan (an `IN` list is a new text for every count, converted anew when long)."""
     values = list(values)
+    condition: ColumnElement[bool]
     if _is_postgres(session):
-        return column == any_(bindparam(None, values, type_=ARRAY(column.type)))
-    return column.in_(values)
+        condition = column == any_(bindparam(None, values, type_=ARRAY(column.type)))
+    else:
+        condition = column.in_(values)
+    return condition
 
 
 def _lock_key(value: str) -> int:

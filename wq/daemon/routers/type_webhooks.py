@@ -96,12 +96,12 @@ def _run(runtime: Runtime, hook: Webhook, document: Any, actor: str) -> tuple[in
 def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
     async def receive(request: Request, runtime: RuntimeDep) -> Any:
         actor = _caller(request, hook, item_type.name)
-        body = await request.body()
+        raw = await request.body()
         try:
-            document = parse_json(body)
+            document = parse_json(raw)
         except UndecodableMessage as err:
             raise HTTPException(400, f"the body is not usable JSON: {err}") from None
-        if may_spell_nul(body) and contains_nul(document):
+        if may_spell_nul(raw) and contains_nul(document):
             raise HTTPException(400, "the payload contains NUL characters")
         try:
             status, body = await run_in_threadpool(_run, runtime, hook, document, actor)
