@@ -24,6 +24,7 @@ from wq.engine import items
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
 from wq.engine.dimensions import first_actionable, set_dimension
+from wq.engine.group_writes import GroupWrites
 from wq.engine.models import WorkItem, WorkItemStatus, utcnow
 from wq.engine.registry import ActionContext, ItemType, TypeRegistry
 from wq.engine.runner import ItemRunner
@@ -47,6 +48,11 @@ def work(ctx: ActionContext) -> None:
         item.error = "noted"
         item.log_tail = "last lines"
         item.next_check_at = CHECK_AT
+    elif does == "typed":  # JSON, integer, boolean and time columns of task_details
+        item.payload = {**item.payload, "seen": [1, "two", None, {"n": 1.5}]}
+        item.exit_status = 3
+        item.cancel_requested = True
+        item.started_at = WAKE_AT
     elif does == "append":  # a row appended with the ORM's events, not set_dimension
         item.statuses.append(WorkItemStatus(dimension="needs_extra", variant="v", status="true"))
     elif does == "remove":  # a dimension dropped: the ORM deletes the orphan
@@ -138,7 +144,7 @@ def test_grouped_items_changes_are_stored_whatever_they_are(
     reg = registry(cheap=path == "batch")
     ids = {
         does: submitted(store, reg, does)
-        for does in ("new", "change", "columns", "append", "remove")
+        for does in ("new", "change", "columns", "typed", "append", "remove")
     }
     ids["elsewhere"] = submitted(store, reg, "elsewhere", other=str(ids["new"]))
     before = {does: load(store.sessions, item_id) for does, item_id in ids.items()}
@@ -175,8 +181,38 @@ def test_grouped_items_changes_are_stored_whatever_they_are(
         "last lines",
         CHECK_AT,
     )
+    typed = stored["typed"]
+    assert isinstance(typed, TaskItem)
+    assert typed.payload == {"does": "typed", "seen": [1, "two", None, {"n": 1.5}]}
+    assert (typed.exit_status, typed.cancel_requested, typed.started_at) == (3, True, WAKE_AT)
     # Nothing of one item's action went to another.
     for does in ("new", "change", "append", "remove", "elsewhere"):
         other = stored[does]
         assert isinstance(other, TaskItem)
         assert (other.error, other.log_tail, other.next_check_at) == (None, None, None)
+        assert (other.exit_status, other.cancel_requested, other.started_at) == (None, False, None)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("started_at", datetime(2031, 1, 1)),  # no time zone: the ORM refuses it
+        ("exit_status", True),  # a bool is no integer to PostgreSQL
+        ("exit_status", 1.0),
+        ("kind", 7),
+    ],
+)
+def test_a_value_json_would_not_carry_as_the_orm_does_is_left_to_the_orm(
+    store: Store, column: str, value: Any
+) -> None:
+    item_id = submitted(store, registry(), "columns")
+    with store.sessions() as session:
+        item = session.get(WorkItem, item_id)
+        assert isinstance(item, TaskItem)
+        plain = GroupWrites()
+        item.error = "plain"
+        assert plain.add(item)
+        setattr(item, column, value)
+        assert not GroupWrites().add(item)
+        session.rollback()

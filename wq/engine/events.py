@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine import jsontext, on_commit, store
 from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.event_inserts import insert_events
+from wq.engine.group_writes import GroupWrites
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import ADMITTED, TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
@@ -186,6 +187,8 @@ def drain_events_of(
         actor=actor,
         trigger={"source": "event", "reason": "events applied"},
     )
+    if store.is_postgres(session):
+        _write_plainly(session, items.values())
     if applied:
         # Not matched against the session's objects: the transaction ends here.
         session.execute(
@@ -197,6 +200,17 @@ def drain_events_of(
         results[item_id].admitted = item.admission == ADMITTED
         after_commit(session, results[item_id].count)
     return results
+
+
+def _write_plainly(session: Session, items: Iterable[WorkItem]) -> None:
+    """Write what the events changed on `items` by plain statements, not the session's
+    flush (`wq.engine.group_writes`), and take them out of the session; an item whose
+    changes are not plain stays for the flush."""
+    writes = GroupWrites()
+    written = [item for item in items if writes.add(item, stamp=True)]
+    writes.write(session.connection())
+    for item in written:
+        session.expunge(item)
 
 
 def _apply(

@@ -7,12 +7,14 @@ the group's session for the unit of work to find those changes again was most of
 cost of storing a group; here they are read off the objects (what changed since the
 load is what the ORM would write) and written by plain statements: the dimension rows
 of the whole group, new and changed, by one statement taking them as one JSON document
-(an executemany costs a round of the driver's Python per row), other columns by one
-executemany per table and set of columns. An item whose changes are anything else (a
-dimension removed, a key column changed, a default the ORM computes from its context, a
-value the ORM would refuse) is not taken: the caller leaves it to the ORM. A batch of
-cheap actions (`wq.engine.batch`) writes its items' dimension rows the same way
-(`write_dimensions`) and leaves the rest to its flush.
+(an executemany costs a round of the driver's Python per row), other columns likewise
+by one statement per table and set of columns (`wq.engine.json_rows`). An item whose
+changes are anything else (a dimension removed, a key column changed, a default the ORM
+computes from its context, a value the ORM would refuse) is not taken: the caller
+leaves it to the ORM. The scheduler writes what events changed on their items the same
+way (`wq.engine.events`, with a fresh stamp); a batch of cheap actions
+(`wq.engine.batch`) writes its items' dimension rows so (`write_dimensions`) and leaves
+the rest to its flush.
 """
 
 from __future__ import annotations
@@ -22,12 +24,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Connection, Table, and_, bindparam, inspect, text
+from sqlalchemy import Column, Connection, Table, inspect, text
 from sqlalchemy.orm import ColumnProperty, InstanceState, Mapper, Session
 from sqlalchemy.schema import ColumnDefault
 
 from wq.engine import jsontext
-from wq.engine.models import WorkItem, WorkItemStatus, changes_state, history_of, utcnow
+from wq.engine.json_rows import UnfitValue, as_json, update_rows
+from wq.engine.models import (
+    WorkItem,
+    WorkItemStatus,
+    changes_state,
+    history_of,
+    new_stamp,
+    utcnow,
+)
 
 STATUSES: Table = WorkItemStatus.__table__  # type: ignore[assignment]
 WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
@@ -74,10 +84,9 @@ SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM update
 
 # (table, the columns written): the rows that go in one executemany.
 _Shape = tuple[Table, tuple[str, ...]]
-# Parameter prefixes of an update: a row's key, and the values set (a parameter may not
-# be named after a column the statement sets).
-_KEY = "key_"
-_SET = "set_"
+# The two parts of a row to update: its key, and the values set.
+_KEY = "key"
+_SET = "set"
 
 
 class NotPlain(Exception):
@@ -91,15 +100,19 @@ class GroupWrites:
     statuses: list[dict[str, Any]] = field(default_factory=list)  # `_WRITE_STATUSES` rows
     updates: dict[_Shape, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def add(self, item: WorkItem) -> bool:
-        """Take what `item`'s action changed; False (nothing taken) when the ORM must."""
+    def add(self, item: WorkItem, *, stamp: bool = False) -> bool:
+        """Take what `item`'s action changed; False (nothing taken) when the ORM must.
+
+        `stamp`: a change gives the item a fresh stamp, as the ORM's flush outside a
+        lease holder's session does (`models._stamp_changes`).
+        """
         try:
-            statuses, updates = _item_changes(item)
-        except NotPlain:
+            statuses, updates = _item_changes(item, stamp=stamp)
+        except (NotPlain, UnfitValue):
             return False
         self.statuses.extend(statuses)
-        for table, values, key in updates:
-            self.updates.setdefault((table, tuple(values)), []).append(values | key)
+        for table, row in updates:
+            self.updates.setdefault((table, tuple(row[_SET])), []).append(row)
         return True
 
     def write(self, connection: Connection) -> None:
@@ -108,20 +121,7 @@ class GroupWrites:
         if self.statuses:
             _write_statuses(connection, self.statuses)
         for (table, columns), rows in self.updates.items():
-            keys = [column.key for column in table.primary_key.columns]
-            statement = (
-                table.update()
-                .where(and_(*(table.c[key] == bindparam(f"{_KEY}{key}") for key in keys)))
-                .values({name: bindparam(f"{_SET}{name}") for name in columns})
-            )
-            connection.execute(
-                statement,
-                [
-                    {f"{_SET}{name}": row[name] for name in columns}
-                    | {f"{_KEY}{key}": row[f"{_KEY}{key}"] for key in keys}
-                    for row in rows
-                ],
-            )
+            update_rows(connection, table, columns, [row[_KEY] | row[_SET] for row in rows])
 
 
 def write_dimensions(session: Session, items: Sequence[WorkItem]) -> None:
@@ -149,13 +149,13 @@ def write_dimensions(session: Session, items: Sequence[WorkItem]) -> None:
         session.expunge(row)
 
 
-# (table, the columns set and their values, the row's key as parameters)
-_Updates = list[tuple[Table, dict[str, Any], dict[str, Any]]]
+# (table, the row: its key and the values set, by column, as JSON takes them)
+_Updates = list[tuple[Table, dict[str, dict[str, Any]]]]
 
 
-def _item_changes(item: WorkItem) -> tuple[list[dict[str, Any]], _Updates]:
+def _item_changes(item: WorkItem, *, stamp: bool) -> tuple[list[dict[str, Any]], _Updates]:
     """The dimension rows to write and the other rows to update for `item` (raises
-    NotPlain)."""
+    NotPlain); `stamp`: with a fresh stamp if anything changed."""
     state: InstanceState[WorkItem] = inspect(item)
     mapper = state.mapper
     if state.deleted or state.was_deleted:
@@ -180,11 +180,20 @@ def _item_changes(item: WorkItem) -> tuple[list[dict[str, Any]], _Updates]:
     if by_table and changes_state(item):
         # As the ORM's flush would (`models._touch_changes`): its state changed.
         by_table.setdefault(WORK_ITEMS, {}).setdefault("updated_at", utcnow())
+    statuses = _status_rows(item)
+    if stamp and (statuses or by_table):
+        item.stamp = by_table.setdefault(WORK_ITEMS, {})["stamp"] = new_stamp()
     updates: _Updates = [
-        (table, _with_onupdate(table, values), _key_of(mapper, table, item))
+        (
+            table,
+            {
+                _KEY: as_json(table, _key_of(mapper, table, item)),
+                _SET: as_json(table, _with_onupdate(table, values)),
+            },
+        )
         for table, values in by_table.items()
     ]
-    return _status_rows(item), updates
+    return statuses, updates
 
 
 def _status_rows(
@@ -197,6 +206,10 @@ def _status_rows(
         row_state: InstanceState[WorkItemStatus] = inspect(row)
         if row_state.deleted or row_state.was_deleted:
             raise NotPlain
+        if row_state.transient:
+            # In no session: a row added in a savepoint rolled back since, or added
+            # without the session (the flush writes neither).
+            continue
         if row_state.key is None:
             statuses.append(_status_row(_new_status(row, item), new=True))
         elif row_state.modified:
@@ -298,8 +311,8 @@ def _default_value(default: Any) -> Any:
 
 
 def _key_of(mapper: Mapper[Any], table: Table, obj: object) -> dict[str, Any]:
-    """The primary key of `obj`'s row in `table`, as parameters of an update."""
+    """The primary key of `obj`'s row in `table`, by column."""
     return {
-        f"{_KEY}{column.key}": getattr(obj, mapper.get_property_by_column(column).key)
+        column.key: getattr(obj, mapper.get_property_by_column(column).key)
         for column in table.primary_key.columns
     }
