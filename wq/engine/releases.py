@@ -31,7 +31,7 @@ from wq.engine import jsontext, on_commit
 from wq.engine import wakeup as wakeup_module
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import ADMITTED, DONE, IDLE, TERMINAL_PHASES, WorkItem
-from wq.engine.store import NOTIFY_CHANNEL, is_postgres
+from wq.engine.store import NOTIFY_CHANNEL, among, is_postgres
 from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
 
 WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
@@ -96,7 +96,7 @@ def release_slots(
     for new_admission, ids in released.items():
         session.execute(
             update(WORK_ITEMS)
-            .where(WORK_ITEMS.c.id.in_(ids))
+            .where(among(session, WORK_ITEMS.c.id, ids))
             .values(
                 admission=new_admission,
                 lease_owner=None,
