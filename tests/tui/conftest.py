@@ -99,7 +99,4 @@ def measuring(table: DataTable[Any]) -> bool:
 async def measured(pilot: Pilot[None], table: DataTable[Any]) -> None:
     """Wait until `table` has sized its columns for what it holds, then for the paint."""
     await until(pilot, lambda: not measuring(table), message="the table's column widths")
-    # Lines rendered before are cached with the widths of then: draw them anew.
-    table._clear_caches()
-    table.refresh()
     await pilot.pause()

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from textual import events
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Sparkline, Static
 
@@ -14,6 +15,7 @@ from tests.tui.canned import NOW, POOLS, CannedServer, canned_api, hour_of_stats
 from tests.tui.conftest import until
 from wq.tui.app import WqApp
 from wq.tui.items import ItemsScreen
+from wq.tui.messages import Loaded
 from wq.tui.overview import OverviewScreen
 from wq.tui.queue import QueueScreen
 
@@ -152,3 +154,46 @@ def test_a_server_without_replicas_still_shows_the_overview() -> None:
         assert "items:failed" in attention_rows(app)  # the rest is there
 
     run(scenario, OlderServer())
+
+
+class StartingServer(CannedServer):
+    """A daemon still starting: every request fails until `ready`."""
+
+    ready = False
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        if not self.ready:
+            return httpx.Response(503, json={"error": "starting"})
+        return super().answer(request)
+
+
+def test_all_quiet_reads_in_full_when_a_frame_comes_before_the_table_measures_it() -> None:
+    """A DataTable widens its columns for a new row only when it is next idle; a frame
+    drawn before that (in tmux, the screen's refresh timer, or a resize, 1 start in 10)
+    was cached with the header widths, and the row read `all` `nothin` until a key was
+    pressed. Here a resize is queued right behind the first data, so the screen draws
+    before the table measures."""
+    quiet = hour_of_stats(failed_at=())
+    quiet["lanes"] = [{**lane, "depth": 0, "oldest_wait_seconds": None} for lane in quiet["lanes"]]
+    server = StartingServer(stats=quiet, pools=[])
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(130, 38)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, OverviewScreen), message="overview")
+            screen = app.screen
+            assert isinstance(screen, OverviewScreen)
+            await until(pilot, lambda: screen.failures, message="the first poll's failure")
+            table = screen.query_one("#attention", DataTable)
+            assert table.row_count == 0
+            server.ready = True
+            screen.post_message(Loaded(screen.fetch()))
+            screen.post_message(events.Resize(app.size, app.size))
+            await until(pilot, lambda: screen.last_good is not None, message="the data")
+            for _ in range(3):
+                await pilot.pause()
+            assert table.render_line(0).text.split() == ["what", "detail"]
+            row = table.render_line(1).text
+            assert " all quiet  nothing failed in the last hour, no queue " in row, row
+
+    asyncio.run(main())

@@ -47,17 +47,12 @@ async def settle(pilot: Pilot[Any]) -> None:
         raise AssertionError("the view never loaded")
     # Idle passes until every table has measured its new rows (a DataTable sizes its
     # columns on the next idle after rows arrive: a frame before that has the headers'
-    # widths), then one for the paint.
+    # widths, and `RowTable` draws its lines again once measured), then one for the paint.
     for _ in range(200):
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()
         if not any(measuring(table) for table in app.screen.query(DataTable)):
             break
-    # A table's rendered lines are cached: drop them, so that the frame is drawn with the
-    # widths it has now (a frame drawn from lines cached before was seen at 80x24).
-    for table in app.screen.query(DataTable):
-        table._clear_caches()
-        table.refresh()
     await pilot.pause()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 from weakref import WeakKeyDictionary
 
@@ -12,7 +12,7 @@ from rich.markup import escape
 from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowDoesNotExist
+from textual.widgets.data_table import RowDoesNotExist, RowKey
 
 from wq.cli.common import printable
 
@@ -32,6 +32,24 @@ class RowTable(DataTable[Any]):
         Binding("g,home", "scroll_top", "First", show=False),
         Binding("G,end", "scroll_bottom", "Last", show=False),
     ]
+
+    # The column widths as last measured: the lines cached since were drawn with them.
+    _drawn_widths: tuple[int, ...] = ()
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        """DataTable's measuring, then, if the columns changed width, a redraw.
+
+        A DataTable widens its columns for new rows and cells only when it is next idle
+        (here), and caches the lines it draws under keys that leave the widths out. A
+        frame drawn in between (the screen's refresh timer or a resize, on other tasks)
+        cut the rows to the old widths, and nothing drew them again: a quiet Overview
+        read `all` for `all quiet` until a key was pressed.
+        """
+        super()._update_dimensions(new_rows)
+        widths = tuple(column.content_width for column in self.ordered_columns)
+        if widths != self._drawn_widths:
+            self._drawn_widths = widths
+            self.notify_style_update()  # drops the cached lines (public) and redraws
 
 
 class KeyedCell(str):
