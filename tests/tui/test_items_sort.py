@@ -76,3 +76,32 @@ def test_slash_finds_on_the_server_what_is_not_loaded() -> None:
             await until(pilot, lambda: order(table) == [old["id"]], message="the server's match")
 
     asyncio.run(main())
+
+
+def test_an_items_command_lists_afresh_without_the_slash_text() -> None:
+    # As in k9s: a `:` command that lists items drops the `/` text, so `:items all`
+    # shows all items; going back to the view with its key keeps the text.
+    team_api = [i["id"] for i in ITEMS if i["project"] == "team/api"]
+
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(120, 36)) as pilot:
+            table = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == len(ITEMS), message="the items")
+            status = app.screen.query_one(StatusLine)
+            await pilot.press("slash")
+            await until(pilot, lambda: app.screen.query("#prompt-input"), message="the / prompt")
+            await pilot.press(*"team/api", "enter")
+            await until(pilot, lambda: order(table) == team_api, message="the / text")
+            await pilot.press("p", "i")  # another view and back: the text stays
+            await until(pilot, lambda: isinstance(app.screen, ItemsScreen), message="items")
+            assert order(table) == team_api
+            await pilot.press("colon")
+            await until(pilot, lambda: app.screen.query("#prompt-input"), message="the : line")
+            await pilot.press(*"items all", "enter")
+            want = [i["id"] for i in ITEMS]
+            await until(pilot, lambda: order(table) == want, message="all items", timeout=5)
+            assert status.extra.startswith(f"{len(ITEMS)} items")
+            assert "/team/api" not in status.extra
+
+    asyncio.run(main())

@@ -86,6 +86,7 @@ class WqApp(App[None]):
         self.readonly = readonly
         self.whoami: dict[str, Any] | None = None
         self.filters: dict[str, str] = {}
+        self.listings = 0
         self.sub_title = self._identity_line("…")
 
     # Identity ----------------------------------------------------------------------
@@ -126,8 +127,10 @@ class WqApp(App[None]):
     # Navigation --------------------------------------------------------------------
 
     def show_items(self, **filters: str) -> None:
-        """The Items view with these server-side filters."""
+        """The Items view with these server-side filters, listed anew: without the `/`
+        text of the list before (as a `:` command does in k9s)."""
         self.filters = {key: value for key, value in filters.items() if value}
+        self.listings += 1
         self.switch_mode("items")
 
     def show_queue(self, project: str | None = None) -> None:

@@ -21,10 +21,11 @@ class Dashboard(Protocol):
     refresh_seconds: float
     now: Callable[[], datetime]
     filters: dict[str, str]
+    listings: int  # how many times `show_items` asked for a list of items anew
     queue_project: str | None
 
     def show_items(self, **filters: str) -> None:
-        """The Items view with these server-side filters."""
+        """The Items view with these server-side filters, without the `/` text."""
 
     def show_queue(self, project: str | None = None) -> None:
         """The Queue view of `project` (the last one, or the most pressed)."""

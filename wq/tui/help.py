@@ -23,7 +23,8 @@ Views
       :items all        drop the server filters
   f                     edit the server filters on the : line
   /                     find items by text: the loaded ones (id, type, project...)
-                        and the server's (project, error, start of the id)
+                        and the server's (project, error, start of the id); it
+                        goes when :items, f, the palette or enter lists anew
   s                     sort the loaded items: time in state, phase, project, newest
 
 Actions on the item under the cursor (or on the marked items)

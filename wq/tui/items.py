@@ -101,6 +101,7 @@ class ItemsScreen(PollingScreen):
         self._spans: list[Span] = []
         self._planned_filters: dict[str, str] = {}
         self._planned_text = ""
+        self._listings = 0  # the app's `listings` when this list was asked for
         self.found: list[dict[str, Any]] = []
         self._frozen_at = 0
 
@@ -122,6 +123,12 @@ class ItemsScreen(PollingScreen):
 
     def prepare(self) -> None:
         # On the UI thread: which rows the user can see decides what the worker fetches.
+        if self.wq.listings != self._listings:
+            # Asked for anew (`:items`, the palette, enter in Pools or the Overview): a
+            # `/` text typed for the list before would hide rows of this one, even
+            # under `:items all`, so it goes, as a `:` command drops it in k9s.
+            self._listings = self.wq.listings
+            self.text = ""
         filters = dict(self.wq.filters)
         self._planned_filters = filters
         self._planned_text = self.text
