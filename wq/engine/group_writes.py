@@ -82,7 +82,7 @@ SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM update
 """
 )
 
-# (table, the columns written): the rows that go in one executemany.
+# (table, the columns written): the rows that go in one statement (`json_rows`).
 _Shape = tuple[Table, tuple[str, ...]]
 # The two parts of a row to update: its key, and the values set.
 _KEY = "key"

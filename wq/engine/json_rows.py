@@ -74,7 +74,7 @@ def _record_type(column: Column[Any]) -> str:
 
 def as_json(table: Table, values: dict[str, Any]) -> dict[str, Any]:
     """`values` by column as the JSON document of `_update_sql` carries them (else
-    NotPlain: the ORM writes them, and refuses what it refuses)."""
+    UnfitValue: the ORM writes them, and refuses what it refuses)."""
     return {name: _json_value(table.c[name], value) for name, value in values.items()}
 
 
