@@ -113,6 +113,33 @@ def test_the_worker_runs_on_what_the_claim_loaded_and_reads_nothing_itself(
     assert (item.admission, item.lease_token) == ("idle", None)
 
 
+def test_a_pass_that_admits_and_claims_commits_once(store: Store) -> None:
+    """The admission pass and the claim that follows it share one transaction: the
+    scheduler waits for one commit, not two, for each item it admits and hands on."""
+    behaviour = Behaviour()
+    registry = chain_registry(behaviour)
+    config = make_config(store.url)
+    item_id = submit(store.sessions, registry, config).item.id  # type: ignore[union-attr]
+    assert load(store.sessions, item_id).admission == "queued"
+    scheduler = threading.current_thread()
+    commits: list[str] = []
+
+    def committed(_connection: Any) -> None:
+        if threading.current_thread() is scheduler:
+            commits.append("commit")
+
+    manager = ProcessingManager(store.sessions, registry, config)
+    event.listen(store.engine, "commit", committed)
+    try:
+        assert manager.run_once() == 1  # admitted and claimed by this pass
+    finally:
+        event.remove(store.engine, "commit", committed)
+    assert commits == ["commit"]
+    wait_for(lambda: manager.busy == 0, message="the worker returned")
+    assert behaviour.actions_of(item_id) == list(STEPS)
+    assert audit_types(store.sessions, item_id)[:3] == ["created", "queued", "admitted"]
+
+
 def test_worker_threads_are_reused_and_never_more_than_the_workers(store: Store) -> None:
     behaviour = Behaviour()
     registry = chain_registry(behaviour)

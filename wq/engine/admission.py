@@ -238,8 +238,22 @@ def dispatch(
     scheduler is not woken for them (other replicas are).
     """
     with sessions.begin() as session:
-        if not wake_self:
-            quiet(session, ITEMS_ADMITTED)
-        if projects is None:
-            projects = projects_with_queued(session)
-        return admit(session, config, projects, clock, held=held)
+        return admit_pass(session, config, projects, clock=clock, wake_self=wake_self, held=held)
+
+
+def admit_pass(
+    session: Session,
+    config: Config,
+    projects: Iterable[str] | None,
+    *,
+    clock: Callable[[], datetime],
+    wake_self: bool = True,
+    held: set[str] | None = None,
+) -> list[Admitted]:
+    """`dispatch`'s pass in the caller's transaction (the caller commits): the
+    scheduler's claim that follows it goes in the same one."""
+    if not wake_self:
+        quiet(session, ITEMS_ADMITTED)
+    if projects is None:
+        projects = projects_with_queued(session)
+    return admit(session, config, projects, clock, held=held)

@@ -127,16 +127,27 @@ class WorkerHandoff:
         """Whether a claim is due: a worker is free, or half the line has gone."""
         return free > 0 and free >= (self.capacity - self._settings.workers) // 2
 
-    def claim(self, types: Sequence[str]) -> int:
-        """Claim items of `types` for the free workers and start them; return how many."""
+    def claim(
+        self, types: Sequence[str], *, first: Callable[[Session], object] | None = None
+    ) -> int:
+        """Claim items of `types` for the free workers and start them; return how many.
+
+        `first` runs at the start of the claim's transaction (an admission pass, whose
+        commit the claim's then is), or in a transaction of its own if no claim is due.
+        """
         with self.claim_lock:
             free = self.free
             if not types or not self._claims_now(free) or self._stopping.is_set():
                 # Nothing to wait for here: a worker that returns wakes the scheduler.
                 self.due = None
+                if first is not None:
+                    with self._sessions.begin() as session:
+                        first(session)
                 return 0
-            now = self._clock()
             with self._sessions.begin() as session:
+                if first is not None:
+                    first(session)
+                now = self._clock()
                 taken = claim_for_workers(
                     session,
                     owner=self._owner,

@@ -34,7 +34,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases
-from wq.engine.admission import HeldProjects, dispatch
+from wq.engine.admission import Admitted, HeldProjects, admit_pass
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.events import HandlerRaised, drain_events_of
@@ -325,29 +325,39 @@ class ProcessingManager:
         held_before = self._held.take()
         if projects is not None and held_before:
             projects = projects | held_before
-        if projects is None or projects:
+        admitting = projects is None or bool(projects)
+        held: set[str] = set()
+        admitted: list[Admitted] = []
+
+        def admission(session: Session) -> None:
             # The claim and the batch below take what this admits: no second pass for
-            # it. Pipelined BEGIN too: an admission pass follows most releases.
-            held: set[str] = set()
-            try:
-                admitted = dispatch(
-                    self._worker_sessions,
-                    self.config,
-                    projects,
-                    clock=self.clock,
-                    wake_self=False,
-                    held=held,
+            # it.
+            admitted.extend(
+                admit_pass(
+                    session, self.config, projects, clock=self.clock, wake_self=False, held=held
                 )
-            except BaseException:
-                self._held.projects |= held_before  # still to be looked at
-                raise
+            )
+
+        try:
+            if admitting and (claim or self._handoff.surplus_waiting):
+                # A claim follows whatever the pass admits: both in one transaction, one
+                # commit (a round trip, and the wait for the interpreter after it).
+                claimed = self._claim_for_workers(first=admission)
+            elif admitting:
+                with self._worker_sessions.begin() as session:
+                    admission(session)
+                claimed = self._claim_for_workers() if admitted else 0
+            else:
+                claimed = self._claim_for_workers() if claim or self._handoff.surplus_waiting else 0
+        except BaseException:
+            self._held.projects |= held_before  # still to be looked at
+            raise
+        if admitting:
             self._held.passed(projects, held)
-            claim = claim or bool(admitted)
-        if not (claim or self._handoff.surplus_waiting):
+        if not (claim or admitted or self._handoff.surplus_waiting):
             # (While items wait for a worker, full batches do not poke: the releases'
             # wake-ups chain the batches then.)
             return 0
-        claimed = self._claim_for_workers()
         if not self._batch.cheap_types or self._stopping.is_set():
             return claimed
         # A batch slot first (waiting, if need be, for a batch in flight to end).
@@ -391,14 +401,19 @@ class ProcessingManager:
         self._events_later.update(item_id for item_id, result in results.items() if result.locked)
         return any(result.admitted for result in results.values())
 
-    def _claim_for_workers(self) -> int:
-        """Claim items for the free workers and start them; return how many."""
+    def _claim_for_workers(self, *, first: Callable[[Session], object] | None = None) -> int:
+        """Claim items for the free workers and start them; return how many.
+
+        `first` runs in the claim's transaction, before it (`WorkerHandoff.claim`).
+        """
         cheap = set(self._batch.cheap_types)
         # With every type's items taken by batches, workers get what batches hand on.
         # Beside types without cheap actions, workers serve all types in ready order
         # (a batch's hand-off could wait behind later work forever).
         every_type_cheap = all(name in cheap for name in self.registry.names)
-        return self._handoff.claim([] if every_type_cheap else list(self.registry.names))
+        return self._handoff.claim(
+            [] if every_type_cheap else list(self.registry.names), first=first
+        )
 
     def _run_batch(self, *, background: bool) -> int:
         """Take and run a batch of cheap actions, start workers for what it handed off.
