@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, load, submit
@@ -480,3 +480,33 @@ def test_a_pass_that_claims_what_it_admits_wakes_only_other_replicas(store: Stor
     finally:
         if listening is not None:
             listening.stop()
+
+
+def test_a_pass_for_projects_with_nothing_queued_admits_nothing_and_locks_nothing(
+    store: Store,
+) -> None:
+    """Most passes follow releases, and a release signals its project whether or not
+    work waits there: on PostgreSQL such a pass ends with its first statement (no
+    admission lock taken, no admitting statement); work queued anywhere else is left
+    to the passes its own signals wake."""
+    config = config_for(store, capacity=1)
+    busy = enqueue(store, config, project="g/busy")
+    waiting = enqueue(store, config, project="g/other")
+    assert dispatch(store.sessions, config, ["g/busy"], clock=utcnow)[0].id == busy
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        assert dispatch(store.sessions, config, ["g/busy", "g/empty"], clock=utcnow) == []
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    if store.dialect == "postgresql":
+        assert len(sent) == 1 and "pg_advisory_xact_lock" in sent[0], sent
+    assert admitted_ids(store) == [busy]
+    # The other project's item is admitted by a pass that looks at it.
+    assert [entry.id for entry in dispatch(store.sessions, config, ["g/other"], clock=utcnow)] == [
+        waiting
+    ]

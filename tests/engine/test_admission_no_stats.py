@@ -196,3 +196,22 @@ def test_a_pass_without_statistics_locks_and_updates_the_heads_by_primary_key(
             assert touched and sum(scan.read for scan in touched) <= 2 * len(admitted), (
                 f"{kind} plan:\n" + "\n".join(lines)
             )
+
+
+def test_the_admission_lock_looks_for_queued_work_by_the_queue_index(backlog: Backlog) -> None:
+    """A pass takes its lock only if one of its projects has queued work: one probe of
+    the queue index per project at most, even before any statistics."""
+    requeue(backlog.engine)
+    projects = [f"team/p{n:02d}" for n in range(PROJECTS)]
+    with capture(backlog.engine) as sent:
+        dispatch(make_sessionmaker(backlog.engine), backlog.config, projects, clock=utcnow)
+    locks = [s for s in sent if "pg_advisory_xact_lock" in s.statement]
+    assert len(locks) == 1, [s.statement for s in sent]
+    requeue(backlog.engine)
+    plan = explain(backlog.url, "lock", locks[0].statement, dict(locks[0].parameters))
+    for kind, lines in (("custom", plan.custom), ("generic", plan.generic)):
+        report = f"{kind} plan:\n" + "\n".join(lines)
+        assert not seq_scans(lines), report
+        read = scans(lines)
+        assert {scan.alias for scan in read} == {"e"}, report
+        assert sum(scan.read for scan in read) <= PROJECTS, report

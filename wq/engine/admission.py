@@ -115,9 +115,8 @@ def admit(
     this time; its project is added to `held`, to be looked at again.
     """
     lanes = _capacities(config, projects)
-    if not lanes:
+    if not lanes or not store.lock_admission(session, sorted({lane[0] for lane in lanes})):
         return []
-    store.lock_admission(session)
     now = clock()
     rows, held_lanes, audited = store.admit_heads(
         session, lanes, now, actor=DISPATCHER, trigger=ADMISSION_TRIGGER

@@ -144,17 +144,45 @@ def lock_project(session: Session, project: str) -> None:
         )
 
 
-def lock_admission(session: Session) -> None:
+def lock_admission(session: Session, projects: Sequence[str] | None = None) -> bool:
     """Serialize admission passes across replicas until the transaction ends.
 
     One lock per pass (a pass takes milliseconds): in-flight counts read under it
     cannot be overtaken by another replica's admissions. SQLite: `BEGIN IMMEDIATE`.
+
+    With `projects`, on PostgreSQL, the lock is taken only if one of them has queued
+    work, by the same statement: False if none has (no lock, nothing to admit). Most
+    passes follow releases, and a release signals its project whether or not work
+    waits there; an item queued after this statement's snapshot signals a pass of its
+    own, which sees what committed before it.
     """
-    if _is_postgres(session):
-        session.execute(
-            text("SELECT pg_advisory_xact_lock(:space, :key)"),
-            {"space": _ADMISSION_LOCK_SPACE, "key": 0},
-        )
+    if not _is_postgres(session):
+        return True
+    if projects is None:
+        session.execute(_LOCK_ADMISSION, {"space": _ADMISSION_LOCK_SPACE, "key": 0})
+        return True
+    locked = session.execute(
+        _LOCK_ADMISSION_IF_QUEUED,
+        {"space": _ADMISSION_LOCK_SPACE, "key": 0, "projects": list(projects)},
+    )
+    return locked.first() is not None
+
+
+_LOCK_ADMISSION = text("SELECT pg_advisory_xact_lock(:space, :key)")
+# One probe of ix_work_items_queue per project; the lock only once one has found a row
+# (the EXISTS is the plan's one-time filter, evaluated before the lock function).
+_LOCK_ADMISSION_IF_QUEUED = text(
+    f"""
+SELECT pg_advisory_xact_lock(:space, :key)
+WHERE EXISTS (
+    SELECT FROM unnest(CAST(:projects AS text[])) AS c(project)
+    CROSS JOIN LATERAL (
+        SELECT FROM work_items AS e
+        WHERE e.project = c.project AND e.admission = '{QUEUED}'
+        LIMIT 1
+    ) AS waiting
+)"""
+)
 
 
 # PostgreSQL: every lane in one statement. Lanes without work waiting are dropped
