@@ -43,7 +43,7 @@ from wq.engine.workers import WorkerPool
 
 # Items per worker the hand-off holds at most, and how long the workers should take,
 # at the recent pace, to get through them.
-MAX_ITEMS_PER_WORKER = 8
+MAX_ITEMS_PER_WORKER = 32
 QUEUED_SECONDS = 0.5
 # How much each item's time on a worker moves the recent pace (an exponential average).
 PACE_WEIGHT = 0.1
