@@ -115,7 +115,8 @@ def test_the_worker_runs_on_what_the_claim_loaded_and_reads_nothing_itself(
 
 def test_a_pass_that_admits_and_claims_commits_once(store: Store) -> None:
     """The admission pass and the claim that follows it share one transaction: the
-    scheduler waits for one commit, not two, for each item it admits and hands on."""
+    scheduler waits for one commit, not two, for each item it admits and hands on; on
+    PostgreSQL the admission's lock goes in the claim's round trip, not on its own."""
     behaviour = Behaviour()
     registry = chain_registry(behaviour)
     config = make_config(store.url)
@@ -123,18 +124,27 @@ def test_a_pass_that_admits_and_claims_commits_once(store: Store) -> None:
     assert load(store.sessions, item_id).admission == "queued"
     scheduler = threading.current_thread()
     commits: list[str] = []
+    locks: list[str] = []
 
     def committed(_connection: Any) -> None:
         if threading.current_thread() is scheduler:
             commits.append("commit")
 
+    def sent(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "pg_advisory_xact_lock" in statement:
+            locks.append(statement)
+
     manager = ProcessingManager(store.sessions, registry, config)
     event.listen(store.engine, "commit", committed)
+    event.listen(store.engine, "before_cursor_execute", sent)
     try:
-        assert manager.run_once() == 1  # admitted and claimed by this pass
+        # Woken for the project: admitted and claimed by this pass.
+        assert manager.run_once(projects={"group/project"}) == 1
     finally:
         event.remove(store.engine, "commit", committed)
+        event.remove(store.engine, "before_cursor_execute", sent)
     assert commits == ["commit"]
+    assert locks == []
     wait_for(lambda: manager.busy == 0, message="the worker returned")
     assert behaviour.actions_of(item_id) == list(STEPS)
     assert audit_types(store.sessions, item_id)[:3] == ["created", "queued", "admitted"]

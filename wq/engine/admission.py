@@ -25,6 +25,7 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.metrics import Metrics, after_commit
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem
+from wq.engine.pipelined import Ahead, send_ahead
 from wq.engine.releases import AUDIT_WRITTEN
 from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, quiet, signal
@@ -97,6 +98,10 @@ def _capacities(config: Config, projects: Iterable[str]) -> list[tuple[str, str,
 _LANE_ORDER = {ALERT_LANE: 0, NORMAL_LANE: 1}
 
 
+def _lane_projects(lanes: list[tuple[str, str, int]]) -> list[str]:
+    return sorted({project for project, _, _ in lanes})
+
+
 def admit(
     session: Session,
     config: Config,
@@ -104,6 +109,7 @@ def admit(
     clock: Callable[[], datetime],
     *,
     held: set[str] | None = None,
+    locked: bool | None = None,
 ) -> list[Admitted]:
     """Admit the heads of the given projects' lanes into their free slots (caller commits).
 
@@ -112,10 +118,15 @@ def admit(
     pass's time is read from `clock` once it holds the lock: read before, a pass that
     waited for another replica's would stamp its admissions (later seqs) earlier than
     that replica's. A lane whose head another transaction has locked admits nothing
-    this time; its project is added to `held`, to be looked at again.
+    this time; its project is added to `held`, to be looked at again. `locked`: the
+    caller sent the lock's statement (`AdmissionPass`), and it did or did not lock.
     """
     lanes = _capacities(config, projects)
-    if not lanes or not store.lock_admission(session, sorted({lane[0] for lane in lanes})):
+    if not lanes:
+        return []
+    if locked is None:
+        locked = store.lock_admission(session, _lane_projects(lanes))
+    if not locked:
         return []
     now = clock()
     rows, held_lanes, audited = store.admit_heads(
@@ -237,22 +248,55 @@ def dispatch(
     scheduler is not woken for them (other replicas are).
     """
     with sessions.begin() as session:
-        return admit_pass(session, config, projects, clock=clock, wake_self=wake_self, held=held)
+        if not wake_self:
+            quiet(session, ITEMS_ADMITTED)
+        if projects is None:
+            projects = projects_with_queued(session)
+        return admit(session, config, projects, clock, held=held)
 
 
-def admit_pass(
-    session: Session,
-    config: Config,
-    projects: Iterable[str] | None,
-    *,
-    clock: Callable[[], datetime],
-    wake_self: bool = True,
-    held: set[str] | None = None,
-) -> list[Admitted]:
-    """`dispatch`'s pass in the caller's transaction (the caller commits): the
-    scheduler's claim that follows it goes in the same one."""
-    if not wake_self:
+class AdmissionPass:
+    """An admission pass in the transaction of the scheduler's claim (the caller commits).
+
+    On PostgreSQL, for given projects, the pass's first statement (the lock, taken only
+    if one of them has queued work) travels ahead of the claim's statement, in its round
+    trip (`ahead`); `run` admits afterwards if it holds the lock, and the caller claims
+    again for what it admitted. What it admits does not wake this replica's own
+    scheduler (other replicas are told).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        projects: Iterable[str] | None,
+        *,
+        clock: Callable[[], datetime],
+        held: set[str],
+    ) -> None:
+        self.config = config
+        self.projects = None if projects is None else sorted(set(projects))
+        self.clock = clock
+        self.held = held
+        self.admitted: list[Admitted] = []
+        self._lock: Ahead | None = None
+
+    def ahead(self, session: Session) -> Ahead | None:
+        """The statement for the claim to carry ahead of its own (None: `run` sends
+        its statements itself)."""
+        if self.projects is None or not store.is_postgres(session):
+            return None
+        lanes = _capacities(self.config, self.projects)
+        if not lanes:
+            return None
+        self._lock = store.admission_lock_if_queued(_lane_projects(lanes))
+        return self._lock
+
+    def run(self, session: Session) -> list[Admitted]:
+        """Admit (once the lock's statement has gone, ahead of a claim or now)."""
         quiet(session, ITEMS_ADMITTED)
-    if projects is None:
-        projects = projects_with_queued(session)
-    return admit(session, config, projects, clock, held=held)
+        projects = projects_with_queued(session) if self.projects is None else self.projects
+        locked = None if self._lock is None else bool(send_ahead(session, self._lock))
+        self.admitted = admit(
+            session, self.config, projects, self.clock, held=self.held, locked=locked
+        )
+        return self.admitted

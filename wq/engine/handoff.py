@@ -31,11 +31,13 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases, store
-from wq.engine.claims import claim_for_workers, item_loads
+from wq.engine.admission import AdmissionPass
+from wq.engine.claims import WorkerClaims, claim_for_workers, item_loads
 from wq.engine.config import ProcessingConfig
 from wq.engine.metrics import Metrics
 from wq.engine.models import WorkItem
 from wq.engine.outage import EngineFailures
+from wq.engine.pipelined import Ahead
 from wq.engine.registry import TypeRegistry
 from wq.engine.runner import ItemRunner
 from wq.engine.wakeup import Wakeup
@@ -127,38 +129,29 @@ class WorkerHandoff:
         """Whether a claim is due: a worker is free, or half the line has gone."""
         return free > 0 and free >= (self.capacity - self._settings.workers) // 2
 
-    def claim(
-        self, types: Sequence[str], *, first: Callable[[Session], object] | None = None
-    ) -> int:
+    def claim(self, types: Sequence[str], *, admission: AdmissionPass | None = None) -> int:
         """Claim items of `types` for the free workers and start them; return how many.
 
-        `first` runs at the start of the claim's transaction (an admission pass, whose
-        commit the claim's then is), or in a transaction of its own if no claim is due.
+        `admission` runs in the claim's transaction, whose commit is its commit too: its
+        lock goes ahead of the claim's statement, and what it admits is claimed then
+        by a second statement. If no claim is due, it runs in a transaction of its own.
         """
         with self.claim_lock:
             free = self.free
             if not types or not self._claims_now(free) or self._stopping.is_set():
                 # Nothing to wait for here: a worker that returns wakes the scheduler.
                 self.due = None
-                if first is not None:
+                if admission is not None:
                     with self._sessions.begin() as session:
-                        first(session)
+                        admission.run(session)
                 return 0
             with self._sessions.begin() as session:
-                if first is not None:
-                    first(session)
+                ahead = None if admission is None else admission.ahead(session)
                 now = self._clock()
-                taken = claim_for_workers(
-                    session,
-                    owner=self._owner,
-                    types=types,
-                    free=free,
-                    now=now,
-                    lease_until=now + timedelta(seconds=self._settings.lease_seconds),
-                    # SQLite: workers read their items themselves, outside the write
-                    # lock (loading here would hold it longer; no round trips to save).
-                    load=self._item_loads if store.is_postgres(session) else None,
-                )
+                taken = self._claim_in(session, types, free, now, ahead)
+                if admission is not None and admission.run(session) and not taken.full:
+                    more = self._claim_in(session, types, free - len(taken.claims), now, None)
+                    taken = WorkerClaims(taken.claims + more.claims, more.full)
                 due = None if taken.full else leases.next_due(session, types, now)
             self.due = monotonic_due(due, now)
             self._metrics.claims_per_pass.observe(len(taken.claims))
@@ -169,6 +162,22 @@ class WorkerHandoff:
                 # items again; a worker that returns wakes the scheduler.
                 self._wakeup.poke()
             return len(taken.claims)
+
+    def _claim_in(
+        self, session: Session, types: Sequence[str], free: int, now: datetime, ahead: Ahead | None
+    ) -> WorkerClaims:
+        return claim_for_workers(
+            session,
+            owner=self._owner,
+            types=types,
+            free=free,
+            now=now,
+            lease_until=now + timedelta(seconds=self._settings.lease_seconds),
+            # SQLite: workers read their items themselves, outside the write lock
+            # (loading here would hold it longer; no round trips to save).
+            load=self._item_loads if store.is_postgres(session) else None,
+            ahead=ahead,
+        )
 
     def hand_over(self, claims: list[leases.Claim], free: int) -> None:
         """Hand up to `free` claimed items to the workers; give the rest back.

@@ -34,7 +34,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases
-from wq.engine.admission import Admitted, HeldProjects, admit_pass
+from wq.engine.admission import AdmissionPass, HeldProjects
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.events import HandlerRaised, drain_events_of
@@ -327,26 +327,18 @@ class ProcessingManager:
             projects = projects | held_before
         admitting = projects is None or bool(projects)
         held: set[str] = set()
-        admitted: list[Admitted] = []
-
-        def admission(session: Session) -> None:
-            # The claim and the batch below take what this admits: no second pass for
-            # it.
-            admitted.extend(
-                admit_pass(
-                    session, self.config, projects, clock=self.clock, wake_self=False, held=held
-                )
-            )
-
+        # The claim and the batch below take what this admits: no second pass for it.
+        admission = AdmissionPass(self.config, projects, clock=self.clock, held=held)
         try:
             if admitting and (claim or self._handoff.surplus_waiting):
                 # A claim follows whatever the pass admits: both in one transaction, one
-                # commit (a round trip, and the wait for the interpreter after it).
-                claimed = self._claim_for_workers(first=admission)
+                # commit, the lock in the claim's round trip (fewer round trips, and
+                # fewer waits for the interpreter after them).
+                claimed = self._claim_for_workers(admission=admission)
             elif admitting:
                 with self._worker_sessions.begin() as session:
-                    admission(session)
-                claimed = self._claim_for_workers() if admitted else 0
+                    admission.run(session)
+                claimed = self._claim_for_workers() if admission.admitted else 0
             else:
                 claimed = self._claim_for_workers() if claim or self._handoff.surplus_waiting else 0
         except BaseException:
@@ -354,7 +346,7 @@ class ProcessingManager:
             raise
         if admitting:
             self._held.passed(projects, held)
-        if not (claim or admitted or self._handoff.surplus_waiting):
+        if not (claim or admission.admitted or self._handoff.surplus_waiting):
             # (While items wait for a worker, full batches do not poke: the releases'
             # wake-ups chain the batches then.)
             return 0
@@ -401,10 +393,10 @@ class ProcessingManager:
         self._events_later.update(item_id for item_id, result in results.items() if result.locked)
         return any(result.admitted for result in results.values())
 
-    def _claim_for_workers(self, *, first: Callable[[Session], object] | None = None) -> int:
+    def _claim_for_workers(self, *, admission: AdmissionPass | None = None) -> int:
         """Claim items for the free workers and start them; return how many.
 
-        `first` runs in the claim's transaction, before it (`WorkerHandoff.claim`).
+        `admission` runs in the claim's transaction (`WorkerHandoff.claim`).
         """
         cheap = set(self._batch.cheap_types)
         # With every type's items taken by batches, workers get what batches hand on.
@@ -412,7 +404,7 @@ class ProcessingManager:
         # (a batch's hand-off could wait behind later work forever).
         every_type_cheap = all(name in cheap for name in self.registry.names)
         return self._handoff.claim(
-            [] if every_type_cheap else list(self.registry.names), first=first
+            [] if every_type_cheap else list(self.registry.names), admission=admission
         )
 
     def _run_batch(self, *, background: bool) -> int:

@@ -42,6 +42,7 @@ from wq.engine.models import (
     UtcDateTime,
     WorkItem,
 )
+from wq.engine.pipelined import Ahead, send_ahead
 
 ADMISSION_SEQUENCE = "wq_admission_seq"
 NOTIFY_CHANNEL = "wq_events"
@@ -161,11 +162,16 @@ def lock_admission(session: Session, projects: Sequence[str] | None = None) -> b
     if projects is None:
         session.execute(_LOCK_ADMISSION, {"space": _ADMISSION_LOCK_SPACE, "key": 0})
         return True
-    locked = session.execute(
+    return bool(send_ahead(session, admission_lock_if_queued(projects)))
+
+
+def admission_lock_if_queued(projects: Sequence[str]) -> Ahead:
+    """PostgreSQL: `lock_admission`'s statement for `projects`, for another statement
+    to carry ahead of it (`wq.engine.pipelined`); it took the lock if it returned a row."""
+    return Ahead(
         _LOCK_ADMISSION_IF_QUEUED,
         {"space": _ADMISSION_LOCK_SPACE, "key": 0, "projects": list(projects)},
     )
-    return locked.first() is not None
 
 
 _LOCK_ADMISSION = text("SELECT pg_advisory_xact_lock(:space, :key)")
