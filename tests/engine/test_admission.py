@@ -16,6 +16,7 @@ from tests.engine.helpers import Listening, load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import items, pools, releases
+from wq.engine import store as storage
 from wq.engine.admission import dispatch, in_flight, projects_with_queued, queued_projects_query
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, Base, WorkItem, utcnow
@@ -510,3 +511,18 @@ def test_a_pass_for_projects_with_nothing_queued_admits_nothing_and_locks_nothin
     assert [entry.id for entry in dispatch(store.sessions, config, ["g/other"], clock=utcnow)] == [
         waiting
     ]
+
+
+def test_the_admission_lock_is_taken_only_where_work_is_queued(store: Store) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite serialises passes by BEGIN IMMEDIATE")
+    config = config_for(store)
+    enqueue(store, config, project="g/queued")
+    held = text(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND pid = pg_backend_pid()"
+    )
+    for projects, locked in ((["g/empty"], False), (["g/empty", "g/queued"], True)):
+        with store.sessions.begin() as session:
+            assert storage.lock_admission(session, projects) is locked
+            assert session.execute(held).scalar_one() == int(locked)

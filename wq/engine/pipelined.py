@@ -73,14 +73,16 @@ def _execute(cursor: Any, statement: str, parameters: Any, context: Any) -> bool
         or (ahead is None and pgconn.transaction_status != TransactionStatus.IDLE)
     ):
         return False
-    compiled = None if ahead is None else ahead.statement.compile(dialect=context.dialect)
+    if ahead is None:
+        with driver.pipeline():
+            cursor.execute(statement, parameters or None)
+        return True
+    compiled = ahead.statement.compile(dialect=context.dialect)
+    before = driver.cursor()
     with driver.pipeline():
-        if ahead is not None and compiled is not None:
-            before = driver.cursor()
-            before.execute(compiled.string, compiled.construct_params(ahead.parameters))
+        before.execute(compiled.string, compiled.construct_params(ahead.parameters))
         cursor.execute(statement, parameters or None)
-    if ahead is not None:
-        ahead.rows = [tuple(row) for row in before.fetchall()] if before.description else []
+    ahead.rows = [tuple(row) for row in before.fetchall()] if before.description else []
     return True
 
 
