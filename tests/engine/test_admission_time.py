@@ -48,7 +48,7 @@ def test_a_pass_that_waited_for_another_replicas_admits_no_earlier_than_it(
     # Replica A's pass has the lock and has not admitted yet; replica B's starts.
     holder = store.sessions()
     holder.begin()
-    storage.lock_admission(holder)
+    assert storage.lock_admission(holder, ["g/a"])  # g/a has queued work
     try:
         other = threading.Thread(
             target=lambda: waiting.extend(

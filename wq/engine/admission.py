@@ -247,12 +247,11 @@ def dispatch(
     `held`). `wake_self=False`: the caller claims what it admits at once, so its own
     scheduler is not woken for them (other replicas are).
     """
+    admission = AdmissionPass(
+        config, projects, clock=clock, held=set() if held is None else held, wake_self=wake_self
+    )
     with sessions.begin() as session:
-        if not wake_self:
-            quiet(session, ITEMS_ADMITTED)
-        if projects is None:
-            projects = projects_with_queued(session)
-        return admit(session, config, projects, clock, held=held)
+        return admission.run(session)
 
 
 class AdmissionPass:
@@ -261,8 +260,9 @@ class AdmissionPass:
     On PostgreSQL, for given projects, the pass's first statement (the lock, taken only
     if one of them has queued work) travels ahead of the claim's statement, in its round
     trip (`ahead`); `run` admits afterwards if it holds the lock, and the caller claims
-    again for what it admitted. What it admits does not wake this replica's own
-    scheduler (other replicas are told).
+    again for what it admitted. `wake_self=False` (the scheduler's): what it admits does
+    not wake this replica's own scheduler, which claims it at once (other replicas are
+    told).
     """
 
     def __init__(
@@ -272,8 +272,10 @@ class AdmissionPass:
         *,
         clock: Callable[[], datetime],
         held: set[str],
+        wake_self: bool = False,
     ) -> None:
         self.config = config
+        self.wake_self = wake_self
         self.projects = None if projects is None else sorted(set(projects))
         self.clock = clock
         self.held = held
@@ -293,7 +295,8 @@ class AdmissionPass:
 
     def run(self, session: Session) -> list[Admitted]:
         """Admit (once the lock's statement has gone, ahead of a claim or now)."""
-        quiet(session, ITEMS_ADMITTED)
+        if not self.wake_self:
+            quiet(session, ITEMS_ADMITTED)
         projects = projects_with_queued(session) if self.projects is None else self.projects
         locked = None if self._lock is None else bool(send_ahead(session, self._lock))
         self.admitted = admit(

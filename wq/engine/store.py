@@ -145,22 +145,18 @@ def lock_project(session: Session, project: str) -> None:
         )
 
 
-def lock_admission(session: Session, projects: Sequence[str] | None = None) -> bool:
-    """Serialize admission passes across replicas until the transaction ends.
+def lock_admission(session: Session, projects: Sequence[str]) -> bool:
+    """Serialize admission passes across replicas until the transaction ends, if one of
+    `projects` has queued work; False (no lock) if none has: nothing to admit.
 
     One lock per pass (a pass takes milliseconds): in-flight counts read under it
-    cannot be overtaken by another replica's admissions. SQLite: `BEGIN IMMEDIATE`.
-
-    With `projects`, on PostgreSQL, the lock is taken only if one of them has queued
-    work, by the same statement: False if none has (no lock, nothing to admit). Most
-    passes follow releases, and a release signals its project whether or not work
-    waits there; an item queued after this statement's snapshot signals a pass of its
-    own, which sees what committed before it.
+    cannot be overtaken by another replica's admissions. SQLite: `BEGIN IMMEDIATE`
+    (always True). On PostgreSQL the test and the lock are one statement: most passes
+    follow releases, and a release signals its project whether or not work waits
+    there; an item queued after this statement's snapshot signals a pass of its own,
+    which sees what committed before it.
     """
     if not _is_postgres(session):
-        return True
-    if projects is None:
-        session.execute(_LOCK_ADMISSION, {"space": _ADMISSION_LOCK_SPACE, "key": 0})
         return True
     return bool(send_ahead(session, admission_lock_if_queued(projects)))
 
@@ -174,7 +170,6 @@ def admission_lock_if_queued(projects: Sequence[str]) -> Ahead:
     )
 
 
-_LOCK_ADMISSION = text("SELECT pg_advisory_xact_lock(:space, :key)")
 # One probe of ix_work_items_queue per project; the lock only once one has found a row
 # (the EXISTS is the plan's one-time filter, evaluated before the lock function).
 _LOCK_ADMISSION_IF_QUEUED = text(
