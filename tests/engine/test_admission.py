@@ -15,9 +15,16 @@ from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, load, submit
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
+from wq.engine import admission as admission_module
 from wq.engine import items, pools, releases
 from wq.engine import store as storage
-from wq.engine.admission import dispatch, in_flight, projects_with_queued, queued_projects_query
+from wq.engine.admission import (
+    AdmissionPass,
+    dispatch,
+    in_flight,
+    projects_with_queued,
+    queued_projects_query,
+)
 from wq.engine.config import Config
 from wq.engine.models import AuditEntry, Base, WorkItem, utcnow
 from wq.engine.processing import ProcessingManager
@@ -526,3 +533,94 @@ def test_the_admission_lock_is_taken_only_where_work_is_queued(store: Store) -> 
         with store.sessions.begin() as session:
             assert storage.lock_admission(session, projects) is locked
             assert session.execute(held).scalar_one() == int(locked)
+
+
+def test_a_pass_admits_each_projects_share_and_names_where_more_is_queued(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass admits about ADMISSIONS_PER_PASS items, shared evenly among its projects,
+    heads first; the projects where a lane took its whole share are named for the next
+    pass, which admits the rest in order."""
+    monkeypatch.setattr(admission_module, "ADMISSIONS_PER_PASS", 6)
+    config = config_for(store, capacity=100, alert=5)
+    big = [enqueue(store, config, project="g/big") for _ in range(5)]
+    alert = enqueue(store, config, project="g/big", lane="alert")
+    small = [enqueue(store, config, project="g/small") for _ in range(2)]
+
+    first = AdmissionPass(config, ["g/big", "g/small"], clock=utcnow, held=set())
+    with store.sessions.begin() as session:
+        first.run(session)
+    # Three each: the normal lane's three heads, the alert lane's one, the small two.
+    assert admitted_ids(store, "g/big", "normal") == big[:3]
+    assert admitted_ids(store, "g/big", "alert") == [alert]
+    assert admitted_ids(store, "g/small") == small
+    assert first.more == {"g/big"}
+
+    second = AdmissionPass(config, sorted(first.more), clock=utcnow, held=set())
+    with store.sessions.begin() as session:
+        second.run(session)
+    assert [entry.id for entry in second.admitted] == big[3:]
+    assert second.more == set()
+
+
+def test_a_backlog_larger_than_a_pass_is_admitted_by_passes_in_a_row(
+    store: Store, managers: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler admits a backlog pass after pass, each within its share, without
+    waiting for a release or its poll: the first items run while the rest are admitted."""
+    monkeypatch.setattr(admission_module, "ADMISSIONS_PER_PASS", 4)
+    config = make_config(
+        store.url,
+        pools={"default": {"capacity": 100, "alert_capacity": 1}},
+        processing={"workers": 2, "poll_interval_seconds": 3600.0},
+    )
+    ids = [enqueue(store, config, project="g/p") for _ in range(14)]
+    behaviour = Behaviour(sleep={"step1": 1.0})  # no release for a second
+    manager = ProcessingManager(store.sessions, chain_registry(behaviour), config)
+    manager.start()
+    managers.append(manager)
+    wait_for(lambda: len(admitted_ids(store, "g/p")) == 14, message="all admitted")
+    with store.sessions() as session:
+        rows = session.execute(
+            select(AuditEntry.event_type, AuditEntry.at, AuditEntry.work_item_id)
+            .where(AuditEntry.event_type.in_(["admitted", "released"]))
+            .order_by(AuditEntry.id)
+        ).all()
+    # All admitted before the first release, in FIFO order, four at most a pass.
+    assert [(event, item_id) for event, _, item_id in rows[:14]] == [
+        ("admitted", item_id) for item_id in ids
+    ]
+    passes: dict[Any, int] = {}
+    for _, at, _ in rows[:14]:
+        passes[at] = passes.get(at, 0) + 1
+    assert list(passes.values()) == [4, 4, 4, 2]
+
+
+def test_with_quick_actions_the_rest_of_a_backlog_is_admitted_with_the_claims(
+    store: Store, managers: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While quick actions keep items in line on the workers, the next pass of a backlog
+    joins the claim they ask for: nothing is left queued for want of a wake-up."""
+    monkeypatch.setattr(admission_module, "ADMISSIONS_PER_PASS", 4)
+    config = make_config(
+        store.url,
+        pools={"default": {"capacity": 1000, "alert_capacity": 1}},
+        processing={"workers": 2, "poll_interval_seconds": 3600.0},
+    )
+    ids = [enqueue(store, config, project="g/p") for _ in range(120)]
+    manager = ProcessingManager(store.sessions, REGISTRY, config)
+    manager.start()
+    managers.append(manager)
+    wait_for(
+        lambda: all(load(store.sessions, item_id).admission == "idle" for item_id in ids),
+        timeout=30,
+        message="every item done",
+    )
+    with store.sessions() as session:
+        stamps = session.execute(
+            select(AuditEntry.at).where(AuditEntry.event_type == "admitted")
+        ).scalars()
+        per_pass: dict[Any, int] = {}
+        for at in stamps:
+            per_pass[at] = per_pass.get(at, 0) + 1
+    assert sum(per_pass.values()) == 120 and max(per_pass.values()) <= 4

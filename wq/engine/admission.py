@@ -2,7 +2,8 @@
 
 Each project has a normal pool of capacity N and an alert pool of capacity M that
 normal work never uses. A pass admits, for all signalled projects at once and under
-one admission lock, the heads of every lane in `seq` order up to its free slots.
+one admission lock, the heads of every lane in `seq` order up to its free slots, and
+at most about `ADMISSIONS_PER_PASS` items in all (the next pass admits the rest).
 In-flight counts are read from the database on every pass, never carried over, so a
 crash or a second replica cannot leak or double-count a slot.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +35,13 @@ from wq.engine.wakeup import ITEMS_ADMITTED, quiet, signal
 DISPATCHER = "dispatcher"
 # A project's queue held up this long by a row another transaction holds is logged.
 HELD_WARNING_SECONDS = 10.0
+# About how many items one pass admits at most, shared evenly among its projects
+# (each of a project's lanes takes at most its share). A large backlog, at start or
+# when a pool grows, is then admitted by a pass after another, its first items claimed
+# while the next are admitted, instead of by one long transaction that holds the
+# admission lock and keeps every item waiting: a 10,000-item backlog took one pass of
+# about 450 ms (benchmarks/README.md).
+ADMISSIONS_PER_PASS = 500
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +111,13 @@ def _lane_projects(lanes: list[tuple[str, str, int]]) -> list[str]:
     return sorted({project for project, _, _ in lanes})
 
 
+def lane_share(lanes: list[tuple[str, str, int]]) -> int:
+    """How many items each lane of a pass admits at most: its project's even share of
+    `ADMISSIONS_PER_PASS`."""
+    projects = len({project for project, _, _ in lanes})
+    return max(1, -(-ADMISSIONS_PER_PASS // projects))
+
+
 def admit(
     session: Session,
     config: Config,
@@ -110,6 +126,7 @@ def admit(
     *,
     held: set[str] | None = None,
     locked: bool | None = None,
+    more: set[str] | None = None,
 ) -> list[Admitted]:
     """Admit the heads of the given projects' lanes into their free slots (caller commits).
 
@@ -118,8 +135,10 @@ def admit(
     pass's time is read from `clock` once it holds the lock: read before, a pass that
     waited for another replica's would stamp its admissions (later seqs) earlier than
     that replica's. A lane whose head another transaction has locked admits nothing
-    this time; its project is added to `held`, to be looked at again. `locked`: the
-    caller sent the lock's statement (`AdmissionPass`), and it did or did not lock.
+    this time; its project is added to `held`, to be looked at again. Each lane admits
+    at most its share of the pass (`lane_share`); a project with a lane that took its
+    whole share is added to `more`: more may be queued there. `locked`: the caller sent
+    the lock's statement (`AdmissionPass`), and it did or did not lock.
     """
     lanes = _capacities(config, projects)
     if not lanes:
@@ -129,11 +148,15 @@ def admit(
     if not locked:
         return []
     now = clock()
+    most = lane_share(lanes)
     rows, held_lanes, audited = store.admit_heads(
-        session, lanes, now, actor=DISPATCHER, trigger=ADMISSION_TRIGGER
+        session, lanes, now, actor=DISPATCHER, trigger=ADMISSION_TRIGGER, most=most
     )
     if held is not None:
         held.update(project for project, _ in held_lanes)
+    if more is not None:
+        per_lane = Counter((row.project, row.lane) for row in rows)
+        more.update(project for (project, _), count in per_lane.items() if count >= most)
     # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
     admitted = sorted(
         (
@@ -244,8 +267,9 @@ def dispatch(
 
     One short transaction for the whole pass, whatever the number of projects; it
     never waits for a row another transaction holds (see `admit`: such projects go to
-    `held`). `wake_self=False`: the caller claims what it admits at once, so its own
-    scheduler is not woken for them (other replicas are).
+    `held`), and admits about `ADMISSIONS_PER_PASS` items at most. `wake_self=False`:
+    the caller claims what it admits at once, so its own scheduler is not woken for them
+    (other replicas are).
     """
     admission = AdmissionPass(
         config, projects, clock=clock, held=set() if held is None else held, wake_self=wake_self
@@ -262,7 +286,8 @@ class AdmissionPass:
     trip (`ahead`); `run` admits afterwards if it holds the lock, and the caller claims
     again for what it admitted. `wake_self=False` (the scheduler's): what it admits does
     not wake this replica's own scheduler, which claims it at once (other replicas are
-    told).
+    told). `more`: the projects where it admitted a lane's whole share, for the next
+    pass to look at again.
     """
 
     def __init__(
@@ -280,6 +305,7 @@ class AdmissionPass:
         self.clock = clock
         self.held = held
         self.admitted: list[Admitted] = []
+        self.more: set[str] = set()
         self._lock: Ahead | None = None
 
     def ahead(self, session: Session) -> Ahead | None:
@@ -300,6 +326,12 @@ class AdmissionPass:
         projects = projects_with_queued(session) if self.projects is None else self.projects
         locked = None if self._lock is None else bool(send_ahead(session, self._lock))
         self.admitted = admit(
-            session, self.config, projects, self.clock, held=self.held, locked=locked
+            session,
+            self.config,
+            projects,
+            self.clock,
+            held=self.held,
+            locked=locked,
+            more=self.more,
         )
         return self.admitted

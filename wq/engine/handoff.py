@@ -125,6 +125,15 @@ class WorkerHandoff:
         with self.returned:
             return self.capacity - len(self.running) + self._grouped
 
+    @property
+    def claim_soon(self) -> bool:
+        """Whether a worker will soon wake the scheduler for a claim: actions are quick
+        (items wait in line) and more than half the line is left, so the claim comes
+        within about `QUEUED_SECONDS` / 2."""
+        capacity = self.capacity
+        free = self.free
+        return capacity > self._settings.workers and free < capacity and not self._claims_now(free)
+
     def _claims_now(self, free: int) -> bool:
         """Whether a claim is due: a worker is free, or half the line has gone."""
         return free > 0 and free >= (self.capacity - self._settings.workers) // 2

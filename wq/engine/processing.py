@@ -124,6 +124,8 @@ class ProcessingManager:
         self._events_later: set[uuid.UUID] = set()
         # Projects whose admission waits for a queue head another transaction holds.
         self._held = HeldProjects()
+        # Projects whose last pass admitted as much as a pass may: more may be queued.
+        self._more_to_admit: set[str] = set()
         self._threads: list[threading.Thread] = []
         self.metrics = metrics_of(self.sessions)
         self.failures = EngineFailures(log)
@@ -323,8 +325,9 @@ class ProcessingManager:
             if self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION]):
                 claim = True
         held_before = self._held.take()
-        if projects is not None and held_before:
-            projects = projects | held_before
+        more_before, self._more_to_admit = self._more_to_admit, set()
+        if projects is not None:
+            projects = projects | held_before | more_before
         admitting = projects is None or bool(projects)
         held: set[str] = set()
         # The claim and the batch below take what this admits: no second pass for it.
@@ -343,9 +346,17 @@ class ProcessingManager:
                 claimed = self._claim_for_workers() if claim or self._handoff.surplus_waiting else 0
         except BaseException:
             self._held.projects |= held_before  # still to be looked at
+            self._more_to_admit |= more_before
             raise
         if admitting:
             self._held.passed(projects, held)
+            if admission.more:
+                # The next pass admits more. It is the claim's that quick workers ask
+                # for soon, if they do: one transaction for both (a pass of its own now
+                # would hold up that claim, and the scheduler is what the workers wait for).
+                self._more_to_admit |= admission.more
+                if not self._handoff.claim_soon:
+                    self.wakeup.poke()
         if not (claim or admission.admitted or self._handoff.surplus_waiting):
             # (While items wait for a worker, full batches do not poke: the releases'
             # wake-ups chain the batches then.)

@@ -230,7 +230,7 @@ WITH heads AS MATERIALIZED (
         WHERE q.project = c.project AND q.lane = c.lane AND q.admission = '{QUEUED}'
             AND (q.run_after IS NULL OR q.run_after <= :now)
         ORDER BY q.seq
-        LIMIT greatest(c.capacity - f.busy, 0)
+        LIMIT least(greatest(c.capacity - f.busy, 0), :most)
     ) AS h
 ), taken AS MATERIALIZED (
     SELECT t.id FROM work_items AS t
@@ -302,8 +302,10 @@ def admit_heads(
     *,
     actor: str,
     trigger: dict[str, Any],
+    most: int,
 ) -> AdmittedHeads:
-    """Admit the heads of each (project, lane, capacity) into its free slots.
+    """Admit the heads of each (project, lane, capacity) into its free slots, at most
+    `most` per lane.
 
     On PostgreSQL the admissions' audit rows (by `actor`, for `trigger`) are written by
     the same statement (`audited`); the caller writes them elsewhere.
@@ -325,6 +327,7 @@ def admit_heads(
                 "projects": [lane[0] for lane in lanes],
                 "lanes": [lane[1] for lane in lanes],
                 "capacities": [lane[2] for lane in lanes],
+                "most": most,
             },
         )
         result = AdmittedHeads([], set(), audited=True)
@@ -342,11 +345,12 @@ def admit_heads(
     chosen: list[uuid.UUID] = []
     for project, lane, capacity in lanes:
         lane_key = {"project": project, "lane": lane}
-        heads = session.execute(_LANE_HEADS, {**lane_key, "now": now, "free": capacity}).scalars()
+        free = min(capacity, most)
+        heads = session.execute(_LANE_HEADS, {**lane_key, "now": now, "free": free}).scalars()
         waiting = heads.all()
         if waiting:  # only then are its busy slots worth counting
             busy = int(session.execute(_LANE_BUSY, lane_key).scalar_one())
-            chosen.extend(waiting[: max(capacity - busy, 0)])
+            chosen.extend(waiting[: min(max(capacity - busy, 0), most)])
     admitted: list[AdmittedRow] = []
     for start in range(0, len(chosen), 500):
         rows = session.execute(
