@@ -563,37 +563,47 @@ def test_a_pass_admits_each_projects_share_and_names_where_more_is_queued(
     assert second.more == set()
 
 
+def backlog_config(store: Store, capacity: int) -> Config:
+    """Two workers, a large pool, and no poll: only the scheduler's own wake-ups."""
+    return make_config(
+        store.url,
+        pools={"default": {"capacity": capacity, "alert_capacity": 1}},
+        processing={"workers": 2, "poll_interval_seconds": 3600.0},
+    )
+
+
+def admissions_per_pass(store: Store, first: int | None = None) -> list[int]:
+    """How many items each pass admitted (its rows share their time), in order; of the
+    first `first` audit rows of admissions and releases only, if given."""
+    with store.sessions() as session:
+        rows = session.execute(
+            select(AuditEntry.event_type, AuditEntry.at)
+            .where(AuditEntry.event_type.in_(["admitted", "released"]))
+            .order_by(AuditEntry.id)
+        ).all()
+    passes: dict[Any, int] = {}
+    for event_type, at in rows[:first]:
+        if event_type == "admitted":
+            passes[at] = passes.get(at, 0) + 1
+    return list(passes.values())
+
+
 def test_a_backlog_larger_than_a_pass_is_admitted_by_passes_in_a_row(
     store: Store, managers: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scheduler admits a backlog pass after pass, each within its share, without
     waiting for a release or its poll: the first items run while the rest are admitted."""
     monkeypatch.setattr(admission_module, "ADMISSIONS_PER_PASS", 4)
-    config = make_config(
-        store.url,
-        pools={"default": {"capacity": 100, "alert_capacity": 1}},
-        processing={"workers": 2, "poll_interval_seconds": 3600.0},
-    )
+    config = backlog_config(store, capacity=100)
     ids = [enqueue(store, config, project="g/p") for _ in range(14)]
     behaviour = Behaviour(sleep={"step1": 1.0})  # no release for a second
     manager = ProcessingManager(store.sessions, chain_registry(behaviour), config)
     manager.start()
     managers.append(manager)
     wait_for(lambda: len(admitted_ids(store, "g/p")) == 14, message="all admitted")
-    with store.sessions() as session:
-        rows = session.execute(
-            select(AuditEntry.event_type, AuditEntry.at, AuditEntry.work_item_id)
-            .where(AuditEntry.event_type.in_(["admitted", "released"]))
-            .order_by(AuditEntry.id)
-        ).all()
     # All admitted before the first release, in FIFO order, four at most a pass.
-    assert [(event, item_id) for event, _, item_id in rows[:14]] == [
-        ("admitted", item_id) for item_id in ids
-    ]
-    passes: dict[Any, int] = {}
-    for _, at, _ in rows[:14]:
-        passes[at] = passes.get(at, 0) + 1
-    assert list(passes.values()) == [4, 4, 4, 2]
+    assert admitted_ids(store, "g/p") == ids
+    assert admissions_per_pass(store, first=14) == [4, 4, 4, 2]
 
 
 def test_with_quick_actions_the_rest_of_a_backlog_is_admitted_with_the_claims(
@@ -602,11 +612,7 @@ def test_with_quick_actions_the_rest_of_a_backlog_is_admitted_with_the_claims(
     """While quick actions keep items in line on the workers, the next pass of a backlog
     joins the claim they ask for: nothing is left queued for want of a wake-up."""
     monkeypatch.setattr(admission_module, "ADMISSIONS_PER_PASS", 4)
-    config = make_config(
-        store.url,
-        pools={"default": {"capacity": 1000, "alert_capacity": 1}},
-        processing={"workers": 2, "poll_interval_seconds": 3600.0},
-    )
+    config = backlog_config(store, capacity=1000)
     ids = [enqueue(store, config, project="g/p") for _ in range(120)]
     manager = ProcessingManager(store.sessions, REGISTRY, config)
     manager.start()
@@ -616,11 +622,5 @@ def test_with_quick_actions_the_rest_of_a_backlog_is_admitted_with_the_claims(
         timeout=30,
         message="every item done",
     )
-    with store.sessions() as session:
-        stamps = session.execute(
-            select(AuditEntry.at).where(AuditEntry.event_type == "admitted")
-        ).scalars()
-        per_pass: dict[Any, int] = {}
-        for at in stamps:
-            per_pass[at] = per_pass.get(at, 0) + 1
-    assert sum(per_pass.values()) == 120 and max(per_pass.values()) <= 4
+    passes = admissions_per_pass(store)
+    assert sum(passes) == 120 and max(passes) <= 4
