@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -33,6 +33,18 @@ class PeerResult:
     seconds: float | None = None
     jobs_per_second: float | None = None
     skipped: str | None = None
+    rounds: list[float] = field(default_factory=list)  # jobs/s of each round, if several
+
+
+def fastest_of(results: list[PeerResult]) -> PeerResult:
+    """One peer's rounds as one result: its fastest round, with every round's rate (a
+    peer whose speed varies between runs is compared with its best)."""
+    ran = [result for result in results if result.jobs_per_second]
+    if not ran:
+        return results[0]
+    best = max(ran, key=lambda result: result.jobs_per_second or 0.0)
+    rates = [result.jobs_per_second or 0.0 for result in ran]
+    return replace(best, rounds=rates if len(results) > 1 else [])
 
 
 def run_raw_baseline(url: str, jobs: int, threads: int) -> PeerResult:

@@ -53,7 +53,7 @@ from measures import (
     wq_source,
 )
 from noop_type import TYPE_NAME, NoopItem, noop_registry
-from peers import PEERS, PeerResult
+from peers import PEERS, PeerResult, fastest_of
 from round_trips import StatementCounter, per_item
 from sqlalchemy import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -386,8 +386,14 @@ def main(argv: list[str] | None = None) -> int:
             engine.dispose()
         peers: list[PeerResult] = []
         for peer in args.peer_list:
-            on_phase(f"peer {peer}: {args.items} jobs, {args.peer_threads} threads")
-            peers.append(PEERS[peer](url, args.items, args.peer_threads))
+            rounds = []
+            for round_number in range(1, args.peer_rounds + 1):
+                on_phase(
+                    f"peer {peer}: {args.items} jobs, {args.peer_threads} threads"
+                    f" (round {round_number} of {args.peer_rounds})"
+                )
+                rounds.append(PEERS[peer](url, args.items, args.peer_threads))
+            peers.append(fastest_of(rounds))
         checkpoint(url)
         profiler = ThreadProfiler() if args.profile else None
         if profiler:

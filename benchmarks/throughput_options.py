@@ -74,6 +74,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peer-threads", type=int, default=10, help="threads/concurrency of the peers (10)"
     )
+    parser.add_argument(
+        "--peer-rounds",
+        type=int,
+        default=1,
+        help="run each peer N times and compare with its fastest round (1)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after N s")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     parser.add_argument(
@@ -86,8 +92,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="cProfile every thread of the wq phase into PATH (pstats format); slows it down",
     )
     args = parser.parse_args(argv)
-    if args.items <= 0 or args.projects <= 0 or args.workers <= 0 or args.batch <= 0:
-        parser.error("--items, --projects, --workers and --batch must be positive")
+    if min(args.items, args.projects, args.workers, args.batch, args.peer_rounds) <= 0:
+        parser.error("--items, --projects, --workers, --batch and --peer-rounds must be positive")
     peers = [] if args.peers in ("", "none") else args.peers.split(",")
     unknown = [peer for peer in peers if peer not in PEERS]
     if unknown:

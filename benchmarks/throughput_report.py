@@ -79,7 +79,14 @@ def render(
                 (
                     peer.name,
                     f"{fmt(peer.jobs_per_second)} jobs/s ({fmt(peer.seconds, 2)} s); "
-                    f"wq = {ratio:.2f}x",
+                    f"wq = {ratio:.2f}x"
+                    + (
+                        f" (the fastest of {len(peer.rounds)} rounds: "
+                        + ", ".join(fmt(rate) for rate in peer.rounds)
+                        + " jobs/s)"
+                        if peer.rounds
+                        else ""
+                    ),
                 )
             )
     for section, counts in result.statements_per_item.items():
