@@ -538,9 +538,9 @@ def test_the_admission_lock_is_taken_only_where_work_is_queued(store: Store) -> 
 def test_a_pass_admits_each_projects_share_and_names_where_more_is_queued(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pass admits about ADMISSIONS_PER_PASS items, shared evenly among its projects,
-    heads first; the projects where a lane took its whole share are named for the next
-    pass, which admits the rest in order."""
+    """On PostgreSQL a pass admits about ADMISSIONS_PER_PASS items, shared evenly among
+    its projects, heads first; the projects where a lane took its whole share are named
+    for the next pass, which admits the rest in order."""
     monkeypatch.setattr(admission_module, "ADMISSIONS_PER_PASS", 6)
     config = config_for(store, capacity=100, alert=5)
     big = [enqueue(store, config, project="g/big") for _ in range(5)]
@@ -550,6 +550,9 @@ def test_a_pass_admits_each_projects_share_and_names_where_more_is_queued(
     first = AdmissionPass(config, ["g/big", "g/small"], clock=utcnow, held=set())
     with store.sessions.begin() as session:
         first.run(session)
+    if store.dialect == "sqlite":  # one writer, nothing to overlap: every free slot at once
+        assert admitted_ids(store, "g/big", "normal") == big and first.more == set()
+        return
     # Three each: the normal lane's three heads, the alert lane's one, the small two.
     assert admitted_ids(store, "g/big", "normal") == big[:3]
     assert admitted_ids(store, "g/big", "alert") == [alert]
@@ -591,8 +594,9 @@ def admissions_per_pass(store: Store, first: int | None = None) -> list[int]:
 def test_a_backlog_larger_than_a_pass_is_admitted_by_passes_in_a_row(
     store: Store, managers: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The scheduler admits a backlog pass after pass, each within its share, without
-    waiting for a release or its poll: the first items run while the rest are admitted."""
+    """On PostgreSQL the scheduler admits a backlog pass after pass, each within its
+    share, without waiting for a release or its poll: the first items run while the rest
+    are admitted (SQLite: in one pass)."""
     monkeypatch.setattr(admission_module, "ADMISSIONS_PER_PASS", 4)
     config = backlog_config(store, capacity=100)
     ids = [enqueue(store, config, project="g/p") for _ in range(14)]
@@ -603,7 +607,8 @@ def test_a_backlog_larger_than_a_pass_is_admitted_by_passes_in_a_row(
     wait_for(lambda: len(admitted_ids(store, "g/p")) == 14, message="all admitted")
     # All admitted before the first release, in FIFO order, four at most a pass.
     assert admitted_ids(store, "g/p") == ids
-    assert admissions_per_pass(store, first=14) == [4, 4, 4, 2]
+    expected = [14] if store.dialect == "sqlite" else [4, 4, 4, 2]
+    assert admissions_per_pass(store, first=14) == expected
 
 
 def test_with_quick_actions_the_rest_of_a_backlog_is_admitted_with_the_claims(
@@ -623,4 +628,4 @@ def test_with_quick_actions_the_rest_of_a_backlog_is_admitted_with_the_claims(
         message="every item done",
     )
     passes = admissions_per_pass(store)
-    assert sum(passes) == 120 and max(passes) <= 4
+    assert sum(passes) == 120 and max(passes) <= (120 if store.dialect == "sqlite" else 4)

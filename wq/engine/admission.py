@@ -3,7 +3,8 @@
 Each project has a normal pool of capacity N and an alert pool of capacity M that
 normal work never uses. A pass admits, for all signalled projects at once and under
 one admission lock, the heads of every lane in `seq` order up to its free slots, and
-at most about `ADMISSIONS_PER_PASS` items in all (the next pass admits the rest).
+on PostgreSQL at most about `ADMISSIONS_PER_PASS` items in all (the next pass admits
+the rest).
 In-flight counts are read from the database on every pass, never carried over, so a
 crash or a second replica cannot leak or double-count a slot.
 """
@@ -35,12 +36,12 @@ from wq.engine.wakeup import ITEMS_ADMITTED, quiet, signal
 DISPATCHER = "dispatcher"
 # A project's queue held up this long by a row another transaction holds is logged.
 HELD_WARNING_SECONDS = 10.0
-# About how many items one pass admits at most, shared evenly among its projects
-# (each of a project's lanes takes at most its share). A large backlog, at start or
-# when a pool grows, is then admitted by a pass after another, its first items claimed
-# while the next are admitted, instead of by one long transaction that holds the
-# admission lock and keeps every item waiting: a 10,000-item backlog took one pass of
-# about 450 ms (benchmarks/README.md).
+# About how many items one pass admits at most on PostgreSQL, shared evenly among its
+# projects (each of a project's lanes takes at most its share). A large backlog, at
+# start or when a pool grows, is then admitted by a pass after another, its first items
+# claimed while the next are admitted, instead of by one long transaction that holds
+# the admission lock and keeps every item waiting: a 10,000-item backlog took one pass
+# of about 450 ms (benchmarks/README.md). SQLite admits every free slot in one pass.
 ADMISSIONS_PER_PASS = 500
 
 log = logging.getLogger(__name__)
@@ -135,9 +136,9 @@ def admit(
     pass's time is read from `clock` once it holds the lock: read before, a pass that
     waited for another replica's would stamp its admissions (later seqs) earlier than
     that replica's. A lane whose head another transaction has locked admits nothing
-    this time; its project is added to `held`, to be looked at again. Each lane admits
-    at most its share of the pass (`lane_share`); a project with a lane that took its
-    whole share is added to `more`: more may be queued there. `locked`: the caller sent
+    this time; its project is added to `held`, to be looked at again. On PostgreSQL each
+    lane admits at most its share of the pass (`lane_share`); a project with a lane that
+    took its whole share is added to `more`: more may be queued there. `locked`: the caller sent
     the lock's statement (`AdmissionPass`), and it did or did not lock.
     """
     lanes = _capacities(config, projects)
@@ -148,13 +149,15 @@ def admit(
     if not locked:
         return []
     now = clock()
-    most = lane_share(lanes)
+    # SQLite: one pass for every free slot. Its one writer lets nothing overlap a pass,
+    # so passes in a row would only add their own cost.
+    most = lane_share(lanes) if store.is_postgres(session) else None
     rows, held_lanes, audited = store.admit_heads(
         session, lanes, now, actor=DISPATCHER, trigger=ADMISSION_TRIGGER, most=most
     )
     if held is not None:
         held.update(project for project, _ in held_lanes)
-    if more is not None:
+    if more is not None and most is not None:
         per_lane = Counter((row.project, row.lane) for row in rows)
         more.update(project for (project, _), count in per_lane.items() if count >= most)
     # RETURNING has no order: sort, so the audit trail lists admissions in FIFO order.
@@ -267,9 +270,9 @@ def dispatch(
 
     One short transaction for the whole pass, whatever the number of projects; it
     never waits for a row another transaction holds (see `admit`: such projects go to
-    `held`), and admits about `ADMISSIONS_PER_PASS` items at most. `wake_self=False`:
-    the caller claims what it admits at once, so its own scheduler is not woken for them
-    (other replicas are).
+    `held`), and admits about `ADMISSIONS_PER_PASS` items at most (PostgreSQL).
+    `wake_self=False`: the caller claims what it admits at once, so its own scheduler is
+    not woken for them (other replicas are).
     """
     admission = AdmissionPass(
         config, projects, clock=clock, held=set() if held is None else held, wake_self=wake_self

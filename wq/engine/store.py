@@ -302,10 +302,10 @@ def admit_heads(
     *,
     actor: str,
     trigger: dict[str, Any],
-    most: int,
+    most: int | None = None,
 ) -> AdmittedHeads:
     """Admit the heads of each (project, lane, capacity) into its free slots, at most
-    `most` per lane.
+    `most` per lane (None: no bound).
 
     On PostgreSQL the admissions' audit rows (by `actor`, for `trigger`) are written by
     the same statement (`audited`); the caller writes them elsewhere.
@@ -327,7 +327,7 @@ def admit_heads(
                 "projects": [lane[0] for lane in lanes],
                 "lanes": [lane[1] for lane in lanes],
                 "capacities": [lane[2] for lane in lanes],
-                "most": most,
+                "most": most,  # NULL: LEAST ignores it
             },
         )
         result = AdmittedHeads([], set(), audited=True)
@@ -345,12 +345,12 @@ def admit_heads(
     chosen: list[uuid.UUID] = []
     for project, lane, capacity in lanes:
         lane_key = {"project": project, "lane": lane}
-        free = min(capacity, most)
-        heads = session.execute(_LANE_HEADS, {**lane_key, "now": now, "free": free}).scalars()
+        share = capacity if most is None else min(capacity, most)
+        heads = session.execute(_LANE_HEADS, {**lane_key, "now": now, "free": share}).scalars()
         waiting = heads.all()
         if waiting:  # only then are its busy slots worth counting
             busy = int(session.execute(_LANE_BUSY, lane_key).scalar_one())
-            chosen.extend(waiting[: min(max(capacity - busy, 0), most)])
+            chosen.extend(waiting[: min(max(capacity - busy, 0), share)])
     admitted: list[AdmittedRow] = []
     for start in range(0, len(chosen), 500):
         rows = session.execute(
