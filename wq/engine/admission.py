@@ -115,8 +115,7 @@ def _lane_projects(lanes: list[tuple[str, str, int]]) -> list[str]:
 def lane_share(lanes: list[tuple[str, str, int]]) -> int:
     """How many items each lane of a pass admits at most: its project's even share of
     `ADMISSIONS_PER_PASS`."""
-    projects = len({project for project, _, _ in lanes})
-    return max(1, -(-ADMISSIONS_PER_PASS // projects))
+    return max(1, -(-ADMISSIONS_PER_PASS // len(_lane_projects(lanes))))
 
 
 def admit(
@@ -138,8 +137,8 @@ def admit(
     that replica's. A lane whose head another transaction has locked admits nothing
     this time; its project is added to `held`, to be looked at again. On PostgreSQL each
     lane admits at most its share of the pass (`lane_share`); a project with a lane that
-    took its whole share is added to `more`: more may be queued there. `locked`: the caller sent
-    the lock's statement (`AdmissionPass`), and it did or did not lock.
+    took its whole share is added to `more`: more may be queued there. `locked`: the
+    caller sent the lock's statement (`AdmissionPass`), and it did or did not lock.
     """
     lanes = _capacities(config, projects)
     if not lanes:

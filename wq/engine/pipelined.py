@@ -78,11 +78,11 @@ def _execute(cursor: Any, statement: str, parameters: Any, context: Any) -> bool
             cursor.execute(statement, parameters or None)
         return True
     compiled = ahead.statement.compile(dialect=context.dialect)
-    before = driver.cursor()
-    with driver.pipeline():
-        before.execute(compiled.string, compiled.construct_params(ahead.parameters))
-        cursor.execute(statement, parameters or None)
-    ahead.rows = [tuple(row) for row in before.fetchall()] if before.description else []
+    with driver.cursor() as before:
+        with driver.pipeline():
+            before.execute(compiled.string, compiled.construct_params(ahead.parameters))
+            cursor.execute(statement, parameters or None)
+        ahead.rows = [tuple(row) for row in before.fetchall()] if before.description else []
     return True
 
 
