@@ -7,10 +7,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.support.chain import new_chain_item
+from tests.support.waiting import wait_for
 from wq.engine import items, leases
 from wq.engine.claims import claim_for_workers, item_loads
 from wq.engine.config import Config
@@ -77,6 +78,27 @@ def submit_many(
             assert intake.item is not None
             ids.append(intake.item.id)
     return ids
+
+
+def wait_idle(
+    sessions: sessionmaker[Session],
+    item_ids: list[uuid.UUID],
+    *,
+    timeout: float = 10.0,
+    message: str = "all idle",
+) -> None:
+    """Wait until every one of these items is idle (one query a look)."""
+    busy = (
+        select(func.count())
+        .select_from(WorkItem)
+        .where(WorkItem.id.in_(item_ids), WorkItem.admission != "idle")
+    )
+
+    def all_idle() -> bool:
+        with sessions() as session:
+            return session.execute(busy).scalar_one() == 0
+
+    wait_for(all_idle, timeout=timeout, message=message)
 
 
 def load(sessions: sessionmaker[Session], item_id: uuid.UUID) -> WorkItem:

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import load, submit
+from tests.engine.helpers import submit, wait_idle
 from tests.fakes.relay import Relay
 from tests.support.chain import STEPS, Behaviour, chain_registry
 from tests.support.waiting import wait_for
@@ -336,8 +336,9 @@ def test_items_are_processed_while_s3_is_down_and_their_entries_archived_after(
         submit(store.sessions, manager.registry, store.config, f"p/{n}").item.id  # type: ignore[union-attr]
         for n in range(3)
     ]
-    wait_for(
-        lambda: all(load(store.sessions, item_id).admission == "idle" for item_id in ids),
+    wait_idle(
+        store.sessions,
+        ids,
         timeout=30,
         message="items processed during the outage",
     )

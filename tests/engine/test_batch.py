@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import audit_types, load, submit_many
+from tests.engine.helpers import audit_types, load, submit_many, wait_idle
 from tests.support.chain import STEPS, Behaviour, chain_registry, chain_type, make_executor
 from tests.support.waiting import wait_for
 from wq.engine import batch as batch_module
@@ -92,8 +92,9 @@ def test_cheap_actions_run_in_the_batch_with_the_same_audit_trail(
     ids = submit_many(store.sessions, registry, config, [f"g/p{n % 4}" for n in range(25)])
     manager.start()
     managers.append(manager)
-    wait_for(
-        lambda: all(load(store.sessions, item_id).admission == "idle" for item_id in ids),
+    wait_idle(
+        store.sessions,
+        ids,
         message="all idle",
     )
     assert behaviour.counts() == Counter({(i, step): 1 for i in ids for step in STEPS})
@@ -177,8 +178,9 @@ def test_two_managers_running_batches_run_every_action_once(
         manager = ProcessingManager(store.sessions, registry, config, owner=owner)
         manager.start()
         managers.append(manager)
-    wait_for(
-        lambda: all(load(store.sessions, item_id).admission == "idle" for item_id in ids),
+    wait_idle(
+        store.sessions,
+        ids,
         message="all idle",
     )
     assert behaviour.counts() == Counter({(i, step): 1 for i in ids for step in STEPS})

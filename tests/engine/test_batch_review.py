@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import update
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import audit_types, load, submit_many
+from tests.engine.helpers import audit_types, load, submit_many, wait_idle
 from tests.engine.test_batch_review_guards import (
     Gate,
     admit,
@@ -316,8 +316,9 @@ def test_a_hold_in_a_full_batch_is_checked_when_its_wait_is_over(
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     manager.start()
     managers.append(manager)
-    wait_for(
-        lambda: all(load(store.sessions, item_id).admission == "idle" for item_id in ids),
+    wait_idle(
+        store.sessions,
+        ids,
         timeout=5,
         message="the held items checked again once their wait was over",
     )

@@ -21,9 +21,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tests.conftest import Store, make_config
-from tests.engine.helpers import audit_types, load, submit_many
+from tests.engine.helpers import audit_types, load, submit_many, wait_idle
 from tests.support.chain import STEPS, Behaviour, chain_type, decide, make_executor
-from tests.support.waiting import wait_for
 from wq.engine import items, leases
 from wq.engine.admission import dispatch
 from wq.engine.batch import BatchRunner
@@ -211,8 +210,9 @@ def test_cheap_work_drains_while_an_item_waits_for_the_busy_worker(
     manager.start()
     managers.append(manager)
     try:
-        wait_for(
-            lambda: all(load(store.sessions, item_id).admission == "idle" for item_id in cheap),
+        wait_idle(
+            store.sessions,
+            cheap,
             timeout=10,
             message="the cheap backlog drained while one item waits for the worker",
         )
