@@ -39,7 +39,7 @@ from wq.engine.releases import (
     snapshot,
 )
 from wq.engine.store import is_postgres
-from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup
+from wq.engine.wakeup import PROJECT_QUEUED
 
 # How long the first item of a group may wait for the others before the group is
 # stored: the most a fast action's item is held back; a slow action ends a group early.
@@ -172,8 +172,6 @@ def release_group(
                 records=[release.record] if release.record else [],
             )
         }
-    hub = session.info.get(WAKEUP_KEY)
-    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
     asked: list[tuple[GroupRelease, FencedRelease]] = []
     for release in releases:
         new_admission = released_admission(release.item)
@@ -184,8 +182,8 @@ def release_group(
         held_slot = old["admission"] == ADMITTED
         released = release_record(old, item.id, new_admission, release.actor, release.trigger)
         rows = [record.row() for record in (release.record, released) if record]
-        payloads = [f"{origin}|{PROJECT_QUEUED}:{item.project}"] if held_slot else []
-        fenced = FencedRelease(item.id, release.token, item.stamp, new_admission, rows, payloads)
+        signals = [(PROJECT_QUEUED, item.project)] if held_slot else []
+        fenced = FencedRelease(item.id, release.token, item.stamp, new_admission, rows, signals)
         asked.append((release, fenced))
     done = release_fenced(session, [fenced for _, fenced in asked], now=now)
     for release, fenced in asked:
@@ -195,6 +193,6 @@ def release_group(
         for row in fenced.rows:
             on_commit.defer(session, AUDIT_WRITTEN, row)
         signal = (PROJECT_QUEUED, release.item.project)
-        if fenced.payloads and not on_commit.is_pending(session, SIGNAL_SENT, signal):
+        if fenced.signals and not on_commit.is_pending(session, SIGNAL_SENT, signal):
             on_commit.defer(session, SIGNAL_SENT, signal)
     return done

@@ -32,7 +32,15 @@ from wq.engine import wakeup as wakeup_module
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import ADMITTED, DONE, IDLE, TERMINAL_PHASES, WorkItem
 from wq.engine.store import NOTIFY_CHANNEL, among, is_postgres
-from wq.engine.wakeup import NO_HUB, PROJECT_QUEUED, WAKEUP_KEY, Wakeup, signal
+from wq.engine.wakeup import (
+    NO_HUB,
+    NOTIFY_CHUNK_BYTES,
+    PROJECT_QUEUED,
+    SUBJECT_SEPARATOR,
+    WAKEUP_KEY,
+    Wakeup,
+    signal,
+)
 
 WORK_ITEMS: Table = WorkItem.__table__  # type: ignore[assignment]
 
@@ -109,23 +117,26 @@ def release_slots(
 
 class FencedRelease(NamedTuple):
     """One item to release on PostgreSQL under its fence, with what goes out with it:
-    audit rows (`AuditRecord.row()`s) and NOTIFY payloads, written only if it matches."""
+    audit rows (`AuditRecord.row()`s) and signals to other replicas ((kind, subject)
+    pairs), written and sent only if it matches."""
 
     item_id: uuid.UUID
     token: str
     read_stamp: int
     new_admission: str
     rows: list[dict[str, Any]]
-    payloads: list[str]
+    signals: list[tuple[str, str]]
 
 
 def release_fenced(
     session: Session, releases: Sequence[FencedRelease], *, now: datetime
 ) -> set[uuid.UUID]:
     """PostgreSQL: release the items whose lease and stamp are still as read, write
-    their rows and send their NOTIFYs, in one statement; return the released ids.
+    their rows and send their signals, in one statement; return the released ids.
 
-    Each list goes as one JSON document (no array of quoted texts to escape one by one).
+    The released items' signals go out as `wakeup.payloads_of` puts them (one NOTIFY
+    a kind, its subjects one a line), from the session's hub. Each list goes as one
+    JSON document (no array of quoted texts to escape one by one).
     """
     wanted = [
         {
@@ -141,11 +152,12 @@ def release_fenced(
         for release in releases
         for row in release.rows
     ]
-    payloads = [
-        {"of": release.item_id, "payload": payload}
+    signals = [
+        {"of": release.item_id, "kind": kind, "subject": subject}
         for release in releases
-        for payload in release.payloads
+        for kind, subject in release.signals
     ]
+    hub = session.info.get(WAKEUP_KEY)
     answer = (
         session.connection()  # the connection: no autoflush before it
         .execute(
@@ -155,7 +167,10 @@ def release_fenced(
                 "wanted": _json(wanted),
                 "rows": _json(rows),
                 "channel": NOTIFY_CHANNEL,
-                "payloads": _json(payloads),
+                "origin": hub.origin if isinstance(hub, Wakeup) else NO_HUB,
+                "signals": _json(signals),
+                "separator": SUBJECT_SEPARATOR,
+                "chunk_bytes": NOTIFY_CHUNK_BYTES,
             },
         )
         .one()
@@ -170,7 +185,8 @@ def _json(value: Any) -> str:
 
 
 # The items still leased by their tokens and unchanged since read are released; the
-# audit rows and NOTIFYs of those items alone are written, in their order. A row
+# audit rows of those items alone are written, in their order, and their signals sent
+# as `wakeup.payloads_of` groups them (a kind's subjects, one a line, in chunks). A row
 # another transaction holds is not waited for (that would hold up every other item of
 # a worker's group): it is left as if changed, and its item goes on alone.
 _RELEASE_PG = text(
@@ -206,9 +222,15 @@ WITH wanted AS MATERIALIZED (
 )
 SELECT ARRAY(SELECT id FROM released) AS released,
     (SELECT count(pg_notify(:channel, p.payload))
-     FROM (SELECT DISTINCT s.payload
-           FROM jsonb_to_recordset(CAST(:payloads AS jsonb)) AS s("of" uuid, payload text)
-           WHERE s."of" IN (SELECT id FROM released)) AS p) AS notified
+     FROM (SELECT CAST(:origin AS text) || '|' || c.kind || ':'
+                  || string_agg(c.subject, CAST(:separator AS text) ORDER BY c.sent) AS payload
+           FROM (SELECT u.kind, u.subject, sum(octet_length(u.subject) + 1)
+                     OVER (PARTITION BY u.kind ORDER BY u.subject) AS sent
+                 FROM (SELECT DISTINCT s.kind, s.subject
+                       FROM jsonb_to_recordset(CAST(:signals AS jsonb))
+                           AS s("of" uuid, kind text, subject text)
+                       WHERE s."of" IN (SELECT id FROM released)) AS u) AS c
+           GROUP BY c.kind, c.sent / :chunk_bytes) AS p) AS notified
 """
 )
 
@@ -310,10 +332,7 @@ def _release_with_audit_and_notify(
     signals = list(earlier_signals)
     if held_slot and (PROJECT_QUEUED, item.project) not in signals:
         signals.append((PROJECT_QUEUED, item.project))
-    hub = session.info.get(WAKEUP_KEY)
-    origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
-    payloads = [f"{origin}|{kind}:{subject}" for kind, subject in signals]
-    fenced = FencedRelease(item.id, token, item.stamp, new_admission, rows, payloads)
+    fenced = FencedRelease(item.id, token, item.stamp, new_admission, rows, signals)
     if item.id not in release_fenced(session, [fenced], now=now):
         for row in earlier_rows:  # back where they were: written at the commit
             on_commit.defer(session, "audit", row)

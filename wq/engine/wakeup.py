@@ -17,6 +17,7 @@ import heapq
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import event
@@ -31,6 +32,15 @@ PROJECT_QUEUED = "queued"
 ITEMS_ADMITTED = "admitted"
 EVENT_STORED = "event"
 NO_HUB = "-"  # the origin of NOTIFYs from sessions without a hub: nobody skips them
+
+# One NOTIFY carries every subject of a kind a transaction signals, one per line
+# (`kind:subject\nsubject...`): a release of a worker's group frees slots in dozens of
+# projects, and each replica's listener would otherwise wake once per project. A
+# payload's subjects go on in the next NOTIFY once this many bytes have gone: subjects
+# (projects of at most 512 characters without whitespace, item ids) take 2,048 bytes
+# at most, so a payload stays under PostgreSQL's limit of 8,000.
+SUBJECT_SEPARATOR = "\n"
+NOTIFY_CHUNK_BYTES = 5000
 
 
 @dataclass
@@ -99,9 +109,12 @@ class Wakeup:
         return True
 
     def deliver_payload(self, payload: str) -> None:
-        """Record a `kind:subject` NOTIFY payload."""
-        kind, _, subject = payload.partition(":")
-        self.deliver(kind, subject)
+        """Record a NOTIFY payload: `kind:subject`, one subject a line (`payloads_of`)."""
+        kind, _, subjects = payload.partition(":")
+        with self._cond:
+            recorded = [self._record(kind, part) for part in subjects.split(SUBJECT_SEPARATOR)]
+            if any(recorded):
+                self._cond.notify_all()
 
     def poke(self) -> None:
         """Wake the waiter with nothing specific to do (a slot may be free)."""
@@ -165,11 +178,28 @@ def _deliver_later(session: Session, signals: list[tuple[str, str, float]]) -> N
             hub.deliver_later(kind, subject, seconds)
 
 
+def payloads_of(signals: Iterable[tuple[str, str]]) -> list[str]:
+    """NOTIFY payloads (without their origin) for (kind, subject) signals: one a kind,
+    its subjects one a line, more than one where they pass `NOTIFY_CHUNK_BYTES`."""
+    subjects: dict[str, dict[str, None]] = {}  # kind -> its subjects, in order, once
+    for kind, subject in signals:
+        subjects.setdefault(kind, {})[subject] = None
+    payloads = []
+    for kind, of_kind in subjects.items():
+        chunks: dict[int, list[str]] = {}
+        sent = 0
+        for subject in of_kind:
+            sent += len(subject.encode()) + 1
+            chunks.setdefault(sent // NOTIFY_CHUNK_BYTES, []).append(subject)
+        payloads += [f"{kind}:{SUBJECT_SEPARATOR.join(chunk)}" for chunk in chunks.values()]
+    return payloads
+
+
 @on_commit.before("signal")
 def _notify_replicas(session: Session, signals: list[tuple[str, str]]) -> None:
     hub = session.info.get(WAKEUP_KEY)
     origin = hub.origin if isinstance(hub, Wakeup) else NO_HUB
-    store.notify(session, [f"{kind}:{subject}" for kind, subject in signals], origin)
+    store.notify(session, payloads_of(signals), origin)
 
 
 @on_commit.handler("signal")
