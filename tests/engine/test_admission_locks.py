@@ -24,6 +24,7 @@ from tests.engine.helpers import Listening, load
 from tests.engine.test_admission import REGISTRY, enqueue
 from tests.support.waiting import wait_for
 from wq.engine import admission
+from wq.engine import store as store_ops
 from wq.engine.admission import dispatch
 from wq.engine.config import Config
 from wq.engine.models import utcnow
@@ -127,3 +128,65 @@ def test_the_scheduler_admits_other_projects_meanwhile_and_the_held_lane_after(
     )
     (warning,) = warnings()
     assert "team/locked" in warning and "holds locked" in warning
+
+
+def test_admitted_items_run_while_an_admission_pass_waits_for_its_lock(
+    store: Store, holder: Connection, managers: list[Any]
+) -> None:
+    config = pools_of_two(store)
+    ready = enqueue(store, config, "team/ready")
+    dispatch(store.sessions, config, clock=utcnow)
+    waiting = enqueue(store, config, "team/waiting")
+    # Another replica's admission pass, slow to commit, holds the admission lock.
+    holder.execute(
+        text("SELECT pg_advisory_xact_lock(:space, 0)"),
+        {"space": store_ops._ADMISSION_LOCK_SPACE},
+    )
+    manager = ProcessingManager(store.sessions, REGISTRY, config)
+    manager.start()
+    managers.append(manager)
+    # The scheduler's claim does not wait for its own admission pass, which waits for
+    # the lock: the admitted item runs to the end meanwhile.
+    wait_for(
+        lambda: load(store.sessions, ready).admission == "idle",
+        timeout=5,
+        message="the admitted item ran while the admission lock was held elsewhere",
+    )
+    assert load(store.sessions, waiting).admission == "queued"
+    holder.rollback()
+    wait_for(
+        lambda: load(store.sessions, waiting).admission == "idle",
+        timeout=5,
+        message="the queued item admitted and run once the lock ended",
+    )
+
+
+def test_a_failed_admission_pass_leaves_its_projects_for_the_next_pass(
+    store: Store, managers: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = pools_of_two(store, poll_interval_seconds=60.0)  # no poll in the test's time
+    manager = ProcessingManager(store.sessions, REGISTRY, config)
+    managers.append(Listening(store.engine, manager.wakeup))
+    manager.start()
+    managers.append(manager)
+    time.sleep(0.5)  # its first pass looked at every queue
+    real_run = admission.AdmissionPass.run
+    failures: list[set[str] | None] = []
+
+    def fail_once(self: admission.AdmissionPass, session: Any) -> Any:
+        if not failures:
+            failures.append(None if self.projects is None else set(self.projects))
+            raise RuntimeError("the database refused the pass")
+        return real_run(self, session)
+
+    monkeypatch.setattr(admission.AdmissionPass, "run", fail_once)
+    first = enqueue(store, config, "team/first")  # its pass fails
+    wait_for(lambda: failures, timeout=3, message="the first pass failed")
+    assert load(store.sessions, first).admission == "queued"
+    second = enqueue(store, config, "team/second")  # the next pass takes both
+    for item_id in (first, second):
+        wait_for(
+            lambda item_id=item_id: load(store.sessions, item_id).admission != "queued",
+            timeout=5,
+            message="admitted by the pass after the failed one",
+        )

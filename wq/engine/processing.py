@@ -1,9 +1,10 @@
 """The processing manager: the scheduler, its batches, the periodic loops, shutdown.
 
-One scheduler thread turns wake-ups into work: it applies stored events, runs an
-admission pass for the projects that changed, and leases admitted items of types
-without cheap actions to the free workers (at most `workers` at once): on PostgreSQL
-one statement leases and loads them. The worker hand-off (`wq.engine.handoff`) runs
+One scheduler thread turns wake-ups into work: it applies stored events, has the
+projects that changed admitted, and leases admitted items of types without cheap
+actions to the free workers (at most `workers` at once): on PostgreSQL one statement
+leases and loads them, while the admission passes run beside it on a thread of their
+own (`wq.engine.admitter`); on SQLite a pass admits, then claims. The worker hand-off (`wq.engine.handoff`) runs
 each on one of a pool of persistent worker threads, starting from what the claim read
 (`wq.engine.runner`), and its heartbeat extends the leases of running items until the
 last worker has returned. Items of types with cheap actions are taken by batches
@@ -31,10 +32,12 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases
 from wq.engine.admission import AdmissionPass, HeldProjects
+from wq.engine.admitter import Admitter
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
 from wq.engine.events import HandlerRaised, drain_events_of
@@ -146,6 +149,20 @@ class ProcessingManager:
             clock=clock,
         )
         self._batch = BatchRunner(self.sessions, registry, self.settings, clock)
+        # PostgreSQL: the scheduler's admission passes run beside its claims (SQLite's
+        # one writer would only make them take turns).
+        bind = self.sessions.kw.get("bind")
+        self._admitter: Admitter | None = None
+        if isinstance(bind, Engine) and bind.dialect.name == "postgresql":
+            self._admitter = Admitter(
+                self._worker_sessions,
+                config,
+                clock=clock,
+                wakeup=self.wakeup,
+                failures=self.failures,
+                stopping=self._stopping,
+                held_retry_seconds=LOCKED_RETRY_SECONDS,
+            )
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -213,6 +230,8 @@ class ProcessingManager:
             self._hold_past_exit(list(leftovers))
         self._halted.set()
         self._handoff.pool.close()
+        if self._admitter is not None:
+            self._admitter.join(STOP_STEP_SECONDS)
         step_end = time.monotonic() + STOP_STEP_SECONDS
         for thread in self._threads:
             thread.join(timeout=max(0.0, step_end - time.monotonic()))
@@ -324,8 +343,9 @@ class ProcessingManager:
         for start in range(0, len(waiting), EVENT_ITEMS_PER_TRANSACTION):
             if self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION]):
                 claim = True
-        held_before = self._held.take()
-        more_before, self._more_to_admit = self._more_to_admit, set()
+        if background and self._admitter is not None:
+            return self._pass_beside(self._admitter, projects, claim=claim)
+        held_before, more_before = self._held.take(), self._take_more()
         if projects is not None:
             projects = projects | held_before | more_before
         admitting = projects is None or bool(projects)
@@ -361,28 +381,54 @@ class ProcessingManager:
             # (While items wait for a worker, full batches do not poke: the releases'
             # wake-ups chain the batches then.)
             return 0
+        return claimed + self._start_batch(background)
+
+    def _take_more(self) -> set[str]:
+        more, self._more_to_admit = self._more_to_admit, set()
+        return more
+
+    def _pass_beside(self, admitter: Admitter, projects: set[str] | None, *, claim: bool) -> int:
+        """The scheduler's pass on PostgreSQL: the admitter admits (`wq.engine.admitter`)
+        while this claims; what it admits wakes the next pass, which claims it."""
+        results = admitter.take_results()
+        for looked_at, held in results.passed:
+            self._held.passed(looked_at, held)
+        self._more_to_admit |= results.more | results.failed
+        if projects is not None:
+            projects = projects | self._held.take() | self._take_more()
+        if projects is None or projects:
+            admitter.admit(projects)
+        surplus = self._handoff.surplus_waiting
+        claimed = self._claim_for_workers() if claim or surplus else 0
+        if not (claim or surplus):
+            return 0
+        return claimed + self._start_batch(background=True)
+
+    def _start_batch(self, background: bool) -> int:
+        """Take a batch of cheap actions, in the background or now; return how many
+        items it took (none yet in the background)."""
         if not self._batch.cheap_types or self._stopping.is_set():
-            return claimed
+            return 0
         # A batch slot first (waiting, if need be, for a batch in flight to end).
         while not self._batch_slots.acquire(timeout=STOP_STEP_SECONDS):
             if self._stopping.is_set():
-                return claimed
+                return 0
         if not background:
             try:
-                return claimed + self._run_batch(background=False)
+                return self._run_batch(background=False)
             finally:
                 self._batch_slots.release()
         with self._all_returned:
             if self._stopping.is_set():  # stop may have looked for running batches
                 self._batch_slots.release()
-                return claimed
+                return 0
             self._batches += 1
         try:
             threading.Thread(target=self._batch_in_background, name="wq-batch", daemon=True).start()
         except BaseException:
             self._batch_ended()
             raise
-        return claimed
+        return 0
 
     def _apply_events(self, item_ids: list[uuid.UUID], *, savepoints: bool = False) -> bool:
         """Apply the stored events of these items in one transaction: first without a

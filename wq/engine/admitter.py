@@ -1,0 +1,152 @@
+"""Admission passes beside the scheduler's claims, on a thread of their own.
+
+On PostgreSQL the scheduler thread claims for the workers while this thread admits:
+two transactions on two connections that overlap, instead of one pass doing both in
+turn. A backlog's admissions (about `ADMISSIONS_PER_PASS` a pass, each tens of
+milliseconds of row and index updates) then no longer hold up the claims the workers
+wait for. What a pass admits wakes the scheduler (`ITEMS_ADMITTED`), which claims it.
+
+One pass runs at a time. Projects signalled meanwhile wait for it and go in the next,
+which follows at once. What each pass found (projects held up by a row another
+transaction holds, projects with more queued than it could admit) is handed back to
+the scheduler (`take_results`), which keeps that bookkeeping on its own thread; the
+first come back at once, the held ones a little later (the lock's end wakes nobody).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from wq.engine.admission import AdmissionPass
+from wq.engine.config import Config
+from wq.engine.outage import EngineFailures
+from wq.engine.wakeup import PROJECT_QUEUED, Wakeup
+
+log = logging.getLogger("wq.engine.processing")
+
+
+@dataclass
+class AdmitterResults:
+    """What the passes since the scheduler last looked found.
+
+    `passed`: each pass's projects (None: every project) and those of them held up;
+    `more`: projects where a lane took its whole share; `failed`: projects of passes
+    that failed, to be looked at again (a failed pass over every project waits for
+    the poll's).
+    """
+
+    passed: list[tuple[set[str] | None, set[str]]] = field(default_factory=list)
+    more: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+
+
+class Admitter:
+    """Runs admission passes, one at a time, on a thread beside the scheduler."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        config: Config,
+        *,
+        clock: Callable[[], datetime],
+        wakeup: Wakeup,
+        failures: EngineFailures,
+        stopping: threading.Event,
+        held_retry_seconds: float,
+    ) -> None:
+        self._sessions = sessions
+        self._held_retry_seconds = held_retry_seconds
+        self._config = config
+        self._clock = clock
+        self._wakeup = wakeup
+        self._failures = failures
+        self._stopping = stopping
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None  # the pass running, if any
+        self._next: set[str] = set()  # projects for the pass after it
+        self._next_resync = False
+        self._results = AdmitterResults()
+
+    @property
+    def running(self) -> bool:
+        """Whether a pass is running or about to."""
+        with self._lock:
+            return self._thread is not None
+
+    def admit(self, projects: set[str] | None) -> None:
+        """Admit in these projects (None: every project with queued work): now, or
+        right after the pass that is running."""
+        with self._lock:
+            if self._thread is not None:
+                if projects is None:
+                    self._next_resync = True
+                else:
+                    self._next |= projects
+                return
+            if self._stopping.is_set():
+                return
+            self._thread = threading.Thread(
+                target=self._run, args=(projects,), name="wq-admission", daemon=True
+            )
+            self._thread.start()
+
+    def take_results(self) -> AdmitterResults:
+        """What the passes found since the last call (the scheduler's thread)."""
+        with self._lock:
+            results, self._results = self._results, AdmitterResults()
+        return results
+
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the pass that is running."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self, projects: set[str] | None) -> None:
+        while True:
+            held: set[str] = set()
+            admission = AdmissionPass(
+                self._config, projects, clock=self._clock, held=held, wake_self=True
+            )
+            failed = False
+            try:
+                with self._sessions.begin() as session:
+                    admission.run(session)
+                self._failures.succeeded()
+            except Exception as err:
+                failed = True
+                self._failures.failed("admission pass", err)
+            with self._lock:
+                if failed:
+                    self._results.failed |= projects or set()
+                else:
+                    self._results.passed.append((projects, held))
+                    self._results.more |= admission.more
+                    self._retry_held(held)
+                if self._stopping.is_set() or not (self._next or self._next_resync) or failed:
+                    self._thread = None
+                    # Failed: its projects wait for the next pass something else wakes,
+                    # or the poll (a pass now would fail the same way, again and again).
+                    tell = not failed and bool(admission.more)
+                    if failed:
+                        self._results.failed |= self._next
+                        self._next, self._next_resync = set(), False
+                    break
+                projects = None if self._next_resync else self._next
+                self._next, self._next_resync = set(), False
+        if tell:
+            # More is queued than a pass admits: the next pass comes at once.
+            self._wakeup.poke()
+
+    def _retry_held(self, held: set[str]) -> None:
+        """Projects whose queue head another transaction holds are looked at again
+        `held_retry_seconds` from now (the lock's end wakes nobody)."""
+        for project in held:
+            self._wakeup.deliver_later(PROJECT_QUEUED, project, self._held_retry_seconds)
