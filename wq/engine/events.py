@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -115,6 +115,48 @@ def store_events(
     )
     for item_id in ordered:  # this process's scheduler, once it commits
         on_commit.defer(session, SIGNAL_SENT, (EVENT_STORED, str(item_id)))
+
+
+@dataclass
+class AppliedEvents:
+    """What `apply_stored_events` did: whether an item may have become claimable, and
+    the items another transaction held (their events wait for a later try)."""
+
+    claimable: bool = False
+    locked: set[uuid.UUID] = field(default_factory=set)
+
+
+def apply_stored_events(
+    sessions: sessionmaker[Session],
+    item_ids: Sequence[uuid.UUID],
+    registry: TypeRegistry,
+    *,
+    savepoints: bool = False,
+) -> AppliedEvents:
+    """Apply the stored events of these items in one transaction: first without a
+    savepoint per event (their writes flushed together), again with them should a
+    handler raise, and item by item should the transaction fail, so that one item's
+    failure holds up no other's. `claimable`: an item is admitted (or, after a
+    failure, may be)."""
+    try:
+        with sessions.begin() as session:
+            results = drain_events_of(session, item_ids, registry, savepoints=savepoints)
+    except HandlerRaised:
+        return apply_stored_events(sessions, item_ids, registry, savepoints=True)
+    except Exception:
+        if len(item_ids) == 1 and savepoints:  # the sweep tries again; others go on
+            log.exception("applying the events of work item %s failed", item_ids[0])
+            return AppliedEvents(claimable=True)
+        applied = AppliedEvents()
+        for item_id in item_ids:
+            alone = apply_stored_events(sessions, [item_id], registry, savepoints=True)
+            applied.claimable |= alone.claimable
+            applied.locked |= alone.locked
+        return applied
+    return AppliedEvents(
+        claimable=any(result.admitted for result in results.values()),
+        locked={item_id for item_id, result in results.items() if result.locked},
+    )
 
 
 def drain_events(

@@ -4,14 +4,15 @@ One scheduler thread turns wake-ups into work: it applies stored events, has the
 projects that changed admitted, and leases admitted items of types without cheap
 actions to the free workers (at most `workers` at once): on PostgreSQL one statement
 leases and loads them, while the admission passes run beside it on a thread of their
-own (`wq.engine.admitter`); on SQLite a pass admits, then claims. The worker hand-off (`wq.engine.handoff`) runs
-each on one of a pool of persistent worker threads, starting from what the claim read
-(`wq.engine.runner`), and its heartbeat extends the leases of running items until the
-last worker has returned. Items of types with cheap actions are taken by batches
-(`wq.engine.batch`), each claiming, running and releasing up to `batch_size` items in
-one transaction on a batch thread, two at most at once: while one waits for the
-database, the other runs. A batch hands what needs an action that is not cheap to the
-free workers. Beside them run the sweep and the types' periodic work (tickers).
+own (`wq.engine.admitter`); on SQLite a pass admits, then claims. The worker hand-off
+(`wq.engine.handoff`) runs each on one of a pool of persistent worker threads,
+starting from what the claim read (`wq.engine.runner`), and its heartbeat extends the
+leases of running items until the last worker has returned. Items of types with cheap
+actions are taken by batches (`wq.engine.batch`), each claiming, running and releasing
+up to `batch_size` items in one transaction on a batch thread, two at most at once:
+while one waits for the database, the other runs. A batch hands what needs an action
+that is not cheap to the free workers. Beside them run the sweep and the types'
+periodic work (tickers).
 
 Shutdown stops claiming at once; running actions get the grace period to end, after
 which each worker hands its item back. Past the grace nothing is handed over early:
@@ -40,7 +41,7 @@ from wq.engine.admission import AdmissionPass, HeldProjects
 from wq.engine.admitter import Admitter
 from wq.engine.batch import BatchRunner
 from wq.engine.config import Config
-from wq.engine.events import HandlerRaised, drain_events_of
+from wq.engine.events import apply_stored_events
 from wq.engine.failures import backoff_delay
 from wq.engine.handoff import WorkerHandoff, monotonic_due
 from wq.engine.metrics import metrics_of
@@ -341,8 +342,11 @@ class ProcessingManager:
         later, self._events_later = self._events_later, set()
         waiting = sorted(later | set(event_items))
         for start in range(0, len(waiting), EVENT_ITEMS_PER_TRANSACTION):
-            if self._apply_events(waiting[start : start + EVENT_ITEMS_PER_TRANSACTION]):
-                claim = True
+            applied = apply_stored_events(
+                self.sessions, waiting[start : start + EVENT_ITEMS_PER_TRANSACTION], self.registry
+            )
+            self._events_later |= applied.locked
+            claim = claim or applied.claimable
         if background and self._admitter is not None:
             return self._pass_beside(self._admitter, projects, claim=claim)
         held_before, more_before = self._held.take(), self._take_more()
@@ -429,26 +433,6 @@ class ProcessingManager:
             self._batch_ended()
             raise
         return 0
-
-    def _apply_events(self, item_ids: list[uuid.UUID], *, savepoints: bool = False) -> bool:
-        """Apply the stored events of these items in one transaction: first without a
-        savepoint per event (their writes flushed together), again with them should a
-        handler raise, and item by item should the transaction fail, so that one item's
-        failure holds up no other's. True if an item may have become claimable (one is
-        admitted; or, after a failure, perhaps)."""
-        try:
-            with self.sessions.begin() as session:
-                results = drain_events_of(session, item_ids, self.registry, savepoints=savepoints)
-        except HandlerRaised:
-            return self._apply_events(item_ids, savepoints=True)
-        except Exception:
-            if len(item_ids) == 1 and savepoints:  # the sweep tries again; others go on
-                log.exception("applying the events of work item %s failed", item_ids[0])
-                return True
-            claimable = [self._apply_events([item_id], savepoints=True) for item_id in item_ids]
-            return any(claimable)
-        self._events_later.update(item_id for item_id, result in results.items() if result.locked)
-        return any(result.admitted for result in results.values())
 
     def _claim_for_workers(self, *, admission: AdmissionPass | None = None) -> int:
         """Claim items for the free workers and start them; return how many.
