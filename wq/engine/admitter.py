@@ -15,7 +15,6 @@ first come back at once, the held ones a little later (the lock's end wakes nobo
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +26,6 @@ from wq.engine.admission import AdmissionPass
 from wq.engine.config import Config
 from wq.engine.outage import EngineFailures
 from wq.engine.wakeup import PROJECT_QUEUED, Wakeup
-
-log = logging.getLogger("wq.engine.processing")
 
 
 @dataclass
@@ -61,23 +58,17 @@ class Admitter:
         held_retry_seconds: float,
     ) -> None:
         self._sessions = sessions
-        self._held_retry_seconds = held_retry_seconds
         self._config = config
         self._clock = clock
         self._wakeup = wakeup
         self._failures = failures
         self._stopping = stopping
+        self._held_retry_seconds = held_retry_seconds
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None  # the pass running, if any
         self._next: set[str] = set()  # projects for the pass after it
         self._next_resync = False
         self._results = AdmitterResults()
-
-    @property
-    def running(self) -> bool:
-        """Whether a pass is running or about to."""
-        with self._lock:
-            return self._thread is not None
 
     def admit(self, projects: set[str] | None) -> None:
         """Admit in these projects (None: every project with queued work): now, or
