@@ -251,7 +251,7 @@ def test_stop_while_the_scheduler_waits_for_a_batch_slot(store: Store) -> None:
         assert manager.stop(grace=10) == []
     finally:
         gate.go.set()
-    assert manager._batches == 0
+    assert manager._batch_threads.running == 0
     admissions = sorted(load(store.sessions, item_id).admission for item_id in ids)
     # SQLite's second batch waits for the first's write lock; both commit before stop returns.
     assert admissions == ["admitted", "idle", "idle"]

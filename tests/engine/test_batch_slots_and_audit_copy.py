@@ -26,9 +26,10 @@ from tests.support.waiting import wait_for
 from wq.engine import leases
 from wq.engine.admission import dispatch
 from wq.engine.audit import AUDIT_TABLE, AuditRecord, audit
+from wq.engine.batch_threads import BATCHES_IN_FLIGHT
 from wq.engine.models import AuditEntry, utcnow
 from wq.engine.outage import is_unavailable
-from wq.engine.processing import BATCHES_IN_FLIGHT, ProcessingManager
+from wq.engine.processing import ProcessingManager
 from wq.engine.registry import ActionContext, TypeRegistry
 
 BIG_POOLS = {"default": {"capacity": 1000, "alert_capacity": 1}}
@@ -42,10 +43,10 @@ def database_down(*_: Any, **__: Any) -> Any:
 def free_batch_slots(manager: ProcessingManager) -> int:
     """How many batch slots can be taken right now (they are given back after)."""
     taken = 0
-    while taken <= BATCHES_IN_FLIGHT and manager._batch_slots.acquire(blocking=False):
+    while taken <= BATCHES_IN_FLIGHT and manager._batch_threads.slots.acquire(blocking=False):
         taken += 1
     for _ in range(taken):
-        manager._batch_slots.release()
+        manager._batch_threads.slots.release()
     return taken
 
 
@@ -102,7 +103,7 @@ def test_a_batch_that_meets_an_outage_reports_it_and_gives_its_slot_back(
     manager._pass(projects=set(), event_items=frozenset(), background=True)
     join_batch_threads()
     assert len(reported) == 1 and is_unavailable(reported[0]), reported
-    assert (manager._batches, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
+    assert (manager._batch_threads.running, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
 
 
 def test_a_failed_batch_beside_a_running_one_keeps_the_batch_count(
@@ -124,14 +125,14 @@ def test_a_failed_batch_beside_a_running_one_keeps_the_batch_count(
         monkeypatch.setattr(leases, "lock_claimable", database_down)
         manager._pass(projects=set(), event_items=frozenset(), background=True)
         deadline = time.monotonic() + 10
-        while manager._batches > 1 and time.monotonic() < deadline:
+        while manager._batch_threads.running > 1 and time.monotonic() < deadline:
             time.sleep(0.01)  # the failing batch ends
         free_while_it_runs = free_batch_slots(manager)  # the first batch still holds one
         blocking.go.set()
         join_batch_threads()
         assert load(store.sessions, item_id).admission == "idle"
         # (free slots while it ran, batches still counted, free slots after)
-        assert (free_while_it_runs, manager._batches, free_batch_slots(manager)) == (
+        assert (free_while_it_runs, manager._batch_threads.running, free_batch_slots(manager)) == (
             BATCHES_IN_FLIGHT - 1,
             0,
             BATCHES_IN_FLIGHT,
@@ -156,11 +157,11 @@ def test_an_error_handing_a_batch_to_workers_gives_its_slot_back_once(
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     reported: list[BaseException] = []
     monkeypatch.setattr(manager.failures, "failed", lambda _what, err: reported.append(err))
-    monkeypatch.setattr(manager, "_hand_to_workers", database_down)
+    monkeypatch.setattr(manager._handoff, "hand_over", database_down)
     manager._pass(projects=set(), event_items=frozenset(), background=True)
     join_batch_threads()
     assert len(reported) == 1 and is_unavailable(reported[0]), reported
-    assert (manager._batches, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
+    assert (manager._batch_threads.running, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
     assert [action for _, action in behaviour.calls] == ["step1"]
 
 
@@ -213,7 +214,7 @@ def test_a_batch_thread_that_cannot_start_is_not_counted(
     monkeypatch.setattr(threading.Thread, "start", start)
     with pytest.raises(RuntimeError):
         manager._pass(projects=set(), event_items=frozenset(), background=True)
-    assert manager._batches == 0
+    assert manager._batch_threads.running == 0
 
 
 # ------------------------------------------------------------ audit rows (COPY on PostgreSQL)

@@ -9,10 +9,10 @@ own (`wq.engine.admitter`); on SQLite a pass admits, then claims. The worker han
 starting from what the claim read (`wq.engine.runner`), and its heartbeat extends the
 leases of running items until the last worker has returned. Items of types with cheap
 actions are taken by batches (`wq.engine.batch`), each claiming, running and releasing
-up to `batch_size` items in one transaction on a batch thread, two at most at once:
-while one waits for the database, the other runs. A batch hands what needs an action
-that is not cheap to the free workers. Beside them run the sweep and the types'
-periodic work (tickers).
+up to `batch_size` items in one transaction on a batch thread, two at most at once
+(`wq.engine.batch_threads`): while one waits for the database, the other runs. A
+batch hands what needs an action that is not cheap to the free workers. Beside them
+run the sweep and the types' periodic work (tickers).
 
 Shutdown stops claiming at once; running actions get the grace period to end, after
 which each worker hands its item back. Past the grace nothing is handed over early:
@@ -36,14 +36,14 @@ from datetime import datetime
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import leases
 from wq.engine.admission import AdmissionPass, HeldProjects
 from wq.engine.admitter import Admitter
 from wq.engine.batch import BatchRunner
+from wq.engine.batch_threads import BatchThreads
 from wq.engine.config import Config
 from wq.engine.events import apply_stored_events
 from wq.engine.failures import backoff_delay
-from wq.engine.handoff import WorkerHandoff, monotonic_due
+from wq.engine.handoff import WorkerHandoff
 from wq.engine.metrics import metrics_of
 from wq.engine.models import utcnow
 from wq.engine.outage import EngineFailures
@@ -59,11 +59,6 @@ log = logging.getLogger(__name__)
 
 # After the grace: how long the engine's own threads get to notice and end.
 STOP_STEP_SECONDS = 1.0
-# Batches of cheap actions in flight at once: while one waits for the database, the
-# scheduler claims the next and another batch runs its Python.
-BATCHES_IN_FLIGHT = 2
-# After a batch failed, the pass that takes its items again comes this much later.
-BATCH_RETRY_SECONDS = 1.0
 # An item whose events could not be applied, or a project whose queue head could not
 # be admitted (another transaction held it), is tried again this much later: the
 # lock's end wakes nobody.
@@ -115,15 +110,9 @@ class ProcessingManager:
         # Notified when a worker or a batch thread ends; guards the running items
         # (`self._handoff.running`) and the count of batch threads.
         self._all_returned = threading.Condition(threading.Lock())
-        self._batches = 0  # batch threads running (guarded by `_all_returned`)
-        self._batch_slots = threading.BoundedSemaphore(BATCHES_IN_FLIGHT)
         self._stopping = threading.Event()  # no new claims; workers hand items back
         self._halted = threading.Event()  # the heartbeat ends too
         self._deadline: float | None = None
-        # Monotonic time an admitted item of the batches' types comes due (a lease or
-        # a backoff runs out), as the last batch saw; the hand-off keeps the workers'.
-        self._batch_due: float | None = None
-        self._waking_at = 0.0  # monotonic time the scheduler's current wait ends
         # Items whose events wait because another transaction held them (scheduler's).
         self._events_later: set[uuid.UUID] = set()
         # Projects whose admission waits for a queue head another transaction holds.
@@ -150,6 +139,17 @@ class ProcessingManager:
             clock=clock,
         )
         self._batch = BatchRunner(self.sessions, registry, self.settings, clock)
+        self._batch_threads = BatchThreads(
+            self._batch,
+            self._handoff,
+            self.settings,
+            owner=self.owner,
+            clock=clock,
+            wakeup=self.wakeup,
+            failures=self.failures,
+            stopping=self._stopping,
+            returned=self._all_returned,
+        )
         # PostgreSQL: the scheduler's admission passes run beside its claims (SQLite's
         # one writer would only make them take turns).
         bind = self.sessions.kw.get("bind")
@@ -215,7 +215,7 @@ class ProcessingManager:
         except Exception as err:  # their leases run out as heartbeats left them
             log.warning("could not give back the items waiting for a worker: %s", err)
         with self._all_returned:
-            while (self._handoff.running or self._batches) and (
+            while (self._handoff.running or self._batch_threads.running) and (
                 left := self._deadline - time.monotonic()
             ) > 0:
                 self._all_returned.wait(left)
@@ -290,9 +290,9 @@ class ProcessingManager:
                 self._stopping.wait(self.settings.poll_interval_seconds)
             # A batch that ends while the wait is worked out must poke: it compares
             # when its work comes due with the end of the wait.
-            self._waking_at = float("inf")
+            self._batch_threads.waking_at = float("inf")
             wait = self._wait_seconds()
-            self._waking_at = time.monotonic() + wait
+            self._batch_threads.waking_at = time.monotonic() + wait
             pending = self.wakeup.wait(wait)
             if (
                 pending.events_only()
@@ -306,7 +306,7 @@ class ProcessingManager:
         wait = self.settings.poll_interval_seconds
         if self._events_later or self._held.projects:
             wait = min(wait, LOCKED_RETRY_SECONDS)
-        for due in (self._handoff.due, self._batch_due):
+        for due in (self._handoff.due, self._batch_threads.due):
             if due is not None:
                 wait = min(wait, max(0.0, due - time.monotonic()))
         return wait
@@ -385,7 +385,7 @@ class ProcessingManager:
             # (While items wait for a worker, full batches do not poke: the releases'
             # wake-ups chain the batches then.)
             return 0
-        return claimed + self._start_batch(background)
+        return claimed + self._batch_threads.start(background=background)
 
     def _take_more(self) -> set[str]:
         more, self._more_to_admit = self._more_to_admit, set()
@@ -406,33 +406,7 @@ class ProcessingManager:
         claimed = self._claim_for_workers() if claim or surplus else 0
         if not (claim or surplus):
             return 0
-        return claimed + self._start_batch(background=True)
-
-    def _start_batch(self, background: bool) -> int:
-        """Take a batch of cheap actions, in the background or now; return how many
-        items it took (none yet in the background)."""
-        if not self._batch.cheap_types or self._stopping.is_set():
-            return 0
-        # A batch slot first (waiting, if need be, for a batch in flight to end).
-        while not self._batch_slots.acquire(timeout=STOP_STEP_SECONDS):
-            if self._stopping.is_set():
-                return 0
-        if not background:
-            try:
-                return self._run_batch(background=False)
-            finally:
-                self._batch_slots.release()
-        with self._all_returned:
-            if self._stopping.is_set():  # stop may have looked for running batches
-                self._batch_slots.release()
-                return 0
-            self._batches += 1
-        try:
-            threading.Thread(target=self._batch_in_background, name="wq-batch", daemon=True).start()
-        except BaseException:
-            self._batch_ended()
-            raise
-        return 0
+        return claimed + self._batch_threads.start(background=True)
 
     def _claim_for_workers(self, *, admission: AdmissionPass | None = None) -> int:
         """Claim items for the free workers and start them; return how many.
@@ -447,60 +421,6 @@ class ProcessingManager:
         return self._handoff.claim(
             [] if every_type_cheap else list(self.registry.names), admission=admission
         )
-
-    def _run_batch(self, *, background: bool) -> int:
-        """Take and run a batch of cheap actions, start workers for what it handed off.
-
-        In the background a full batch wakes the scheduler at once, so that the next
-        batch is taken while this one runs.
-        """
-        now = self.clock()
-        taken = self._batch.take(
-            self.owner,
-            limit=self.settings.batch_size,
-            on_full=self._more_to_take if background else None,
-        )
-        due = self._batch_due = monotonic_due(taken.due, now)
-        if taken.handoff:
-            with self._handoff.claim_lock:
-                self._hand_to_workers(taken.handoff, self._handoff.free)
-        if background and due is not None and due < self._waking_at:
-            # Work comes due before the scheduler's wait ends (this batch's backoffs and
-            # holds signal nothing): it must look again. Else this wakes nobody.
-            self._more_to_take()
-        return taken.taken
-
-    def _more_to_take(self) -> None:
-        """The next pass comes at once, unless items wait for a worker (that pass
-        would take the same items again; a worker that returns wakes it)."""
-        if not self._handoff.surplus_waiting:
-            self.wakeup.poke()
-
-    def _batch_in_background(self) -> None:
-        """A batch thread: it owns a batch slot until it ends."""
-        try:
-            self._run_batch(background=True)
-        except Exception as err:
-            self.failures.failed("batch", err)
-            # What its pass admitted is left for it: the next pass looks again soon
-            # (not at once: a batch that keeps failing would spin).
-            if not self._stopping.wait(BATCH_RETRY_SECONDS):
-                self.wakeup.poke()
-        finally:
-            self._batch_ended()
-
-    def _batch_ended(self) -> None:
-        self._batch_slots.release()
-        with self._all_returned:
-            self._batches -= 1
-            self._all_returned.notify_all()
-
-    def _hand_to_workers(self, claims: list[leases.Claim], free: int) -> None:
-        """Start workers for up to `free` claimed items; give the rest back.
-
-        The caller holds the hand-off's claim lock.
-        """
-        self._handoff.hand_over(claims, free)
 
     # ----------------------------------------------------------------- periodic loops
 
