@@ -236,9 +236,9 @@ def test_stop_while_the_scheduler_waits_for_a_batch_slot(store: Store) -> None:
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     try:
         for _ in range(2):
-            manager._pass(projects=set(), event_items=frozenset(), background=True)
+            manager._scheduler._pass(projects=set(), event_items=frozenset(), background=True)
         waiting = threading.Thread(
-            target=manager._pass,
+            target=manager._scheduler._pass,
             kwargs={"projects": set(), "event_items": frozenset(), "background": True},
         )
         waiting.start()

@@ -100,7 +100,7 @@ def test_a_batch_that_meets_an_outage_reports_it_and_gives_its_slot_back(
     reported: list[BaseException] = []
     monkeypatch.setattr(manager.failures, "failed", lambda _what, err: reported.append(err))
     monkeypatch.setattr(leases, "lock_claimable", database_down)
-    manager._pass(projects=set(), event_items=frozenset(), background=True)
+    manager._scheduler._pass(projects=set(), event_items=frozenset(), background=True)
     join_batch_threads()
     assert len(reported) == 1 and is_unavailable(reported[0]), reported
     assert (manager._batch_threads.running, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
@@ -120,10 +120,10 @@ def test_a_failed_batch_beside_a_running_one_keeps_the_batch_count(
     manager = ProcessingManager(store.sessions, cheap_registry(blocking), config, owner="solo")
     monkeypatch.setattr(manager.failures, "failed", lambda _what, _err: None)
     try:
-        manager._pass(projects=set(), event_items=frozenset(), background=True)
+        manager._scheduler._pass(projects=set(), event_items=frozenset(), background=True)
         assert blocking.entered.wait(10)  # the batch runs on its own thread
         monkeypatch.setattr(leases, "lock_claimable", database_down)
-        manager._pass(projects=set(), event_items=frozenset(), background=True)
+        manager._scheduler._pass(projects=set(), event_items=frozenset(), background=True)
         deadline = time.monotonic() + 10
         while manager._batch_threads.running > 1 and time.monotonic() < deadline:
             time.sleep(0.01)  # the failing batch ends
@@ -158,7 +158,7 @@ def test_an_error_handing_a_batch_to_workers_gives_its_slot_back_once(
     reported: list[BaseException] = []
     monkeypatch.setattr(manager.failures, "failed", lambda _what, err: reported.append(err))
     monkeypatch.setattr(manager._handoff, "hand_over", database_down)
-    manager._pass(projects=set(), event_items=frozenset(), background=True)
+    manager._scheduler._pass(projects=set(), event_items=frozenset(), background=True)
     join_batch_threads()
     assert len(reported) == 1 and is_unavailable(reported[0]), reported
     assert (manager._batch_threads.running, free_batch_slots(manager)) == (0, BATCHES_IN_FLIGHT)
@@ -213,7 +213,7 @@ def test_a_batch_thread_that_cannot_start_is_not_counted(
 
     monkeypatch.setattr(threading.Thread, "start", start)
     with pytest.raises(RuntimeError):
-        manager._pass(projects=set(), event_items=frozenset(), background=True)
+        manager._scheduler._pass(projects=set(), event_items=frozenset(), background=True)
     assert manager._batch_threads.running == 0
 
 

@@ -193,7 +193,7 @@ def test_a_backoff_a_batch_sees_while_the_scheduler_works_out_its_wait_is_not_mi
     assert intake.item is not None
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     batch_ended = threading.Event()
-    real_run_batch, real_wait_seconds = manager._batch_threads.run, manager._wait_seconds
+    real_run_batch, real_wait_seconds = manager._batch_threads.run, manager._scheduler._wait_seconds
 
     def run_batch(*, background: bool) -> int:
         try:
@@ -207,7 +207,7 @@ def test_a_backoff_a_batch_sees_while_the_scheduler_works_out_its_wait_is_not_mi
         return wait
 
     manager._batch_threads.run = run_batch  # type: ignore[method-assign]
-    manager._wait_seconds = wait_seconds  # type: ignore[method-assign]
+    manager._scheduler._wait_seconds = wait_seconds  # type: ignore[method-assign]
     started(manager, managers)
     idle_soon(store, intake.item.id, "the item retried after its 1 s backoff")
 
