@@ -16,8 +16,7 @@ from tests.engine.helpers import Listening, load, submit, wait_idle
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.waiting import wait_for
 from wq.engine import admission as admission_module
-from wq.engine import items, pools, releases
-from wq.engine import store as storage
+from wq.engine import admission_statements, items, pools, releases
 from wq.engine.admission import (
     AdmissionPass,
     dispatch,
@@ -531,7 +530,7 @@ def test_the_admission_lock_is_taken_only_where_work_is_queued(store: Store) -> 
     )
     for projects, locked in ((["g/empty"], False), (["g/empty", "g/queued"], True)):
         with store.sessions.begin() as session:
-            assert storage.lock_admission(session, projects) is locked
+            assert admission_statements.lock_admission(session, projects) is locked
             assert session.execute(held).scalar_one() == int(locked)
 
 

@@ -23,8 +23,7 @@ from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, load
 from tests.engine.test_admission import REGISTRY, enqueue
 from tests.support.waiting import wait_for
-from wq.engine import admission
-from wq.engine import store as store_ops
+from wq.engine import admission, admission_statements
 from wq.engine.admission import dispatch
 from wq.engine.config import Config
 from wq.engine.models import utcnow
@@ -140,7 +139,7 @@ def test_admitted_items_run_while_an_admission_pass_waits_for_its_lock(
     # Another replica's admission pass, slow to commit, holds the admission lock.
     holder.execute(
         text("SELECT pg_advisory_xact_lock(:space, 0)"),
-        {"space": store_ops._ADMISSION_LOCK_SPACE},
+        {"space": admission_statements._ADMISSION_LOCK_SPACE},
     )
     manager = ProcessingManager(store.sessions, REGISTRY, config)
     manager.start()

@@ -3,12 +3,12 @@
 Right after `wq db migrate` and a burst of submissions, before any ANALYZE, the planner
 believes the queue is empty. The admission UPDATE was once planned then as a loop over
 the whole queue per head (a 10 s pass with 3,000 queued), which is why
-`store._ADMIT_HEADS_PG` gathers the heads into an array first, and then found its rows by
-reading the whole queue through the partial index it believed empty, which is why the
-UPDATE's own test of `admission` cannot use that index. These tests keep it that way: a
-fresh database from the migration, a backlog bulk-inserted with autovacuum off (large
-enough that a sequential scan is not the cheapest plan either), and the plan of the
-statement exactly as the engine sent it (custom and generic).
+`admission_statements._ADMIT_HEADS_PG` gathers the heads into an array first, and then
+found its rows by reading the whole queue through the partial index it believed empty,
+which is why the UPDATE's own test of `admission` cannot use that index. These tests
+keep it that way: a fresh database from the migration, a backlog bulk-inserted with
+autovacuum off (large enough that a sequential scan is not the cheapest plan either),
+and the plan of the statement exactly as the engine sent it (custom and generic).
 
 PostgreSQL only (the statement is PostgreSQL's); a database of its own, because the
 shared test database may have been analyzed by other tests.

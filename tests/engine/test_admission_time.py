@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 from tests.conftest import Store
 from tests.engine.test_admission import config_for, enqueue
 from tests.support.waiting import wait_for
-from wq.engine import store as storage
+from wq.engine import admission_statements
 from wq.engine.admission import admit, dispatch
 from wq.engine.models import WorkItem, utcnow
 
@@ -48,7 +48,7 @@ def test_a_pass_that_waited_for_another_replicas_admits_no_earlier_than_it(
     # Replica A's pass has the lock and has not admitted yet; replica B's starts.
     holder = store.sessions()
     holder.begin()
-    assert storage.lock_admission(holder, ["g/a"])  # g/a has queued work
+    assert admission_statements.lock_admission(holder, ["g/a"])  # g/a has queued work
     try:
         other = threading.Thread(
             target=lambda: waiting.extend(

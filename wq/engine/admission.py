@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from wq.engine import on_commit, store
+from wq.engine import admission_statements, on_commit, store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.metrics import Metrics, after_commit
@@ -130,7 +130,7 @@ def admit(
 ) -> list[Admitted]:
     """Admit the heads of the given projects' lanes into their free slots (caller commits).
 
-    One set-based statement for all lanes (`store.admit_heads`), serialised across
+    One set-based statement for all lanes (`admission_statements.admit_heads`), serialised across
     replicas by one admission lock per pass; audit rows in FIFO order per lane. The
     pass's time is read from `clock` once it holds the lock: read before, a pass that
     waited for another replica's would stamp its admissions (later seqs) earlier than
@@ -144,14 +144,14 @@ def admit(
     if not lanes:
         return []
     if locked is None:
-        locked = store.lock_admission(session, _lane_projects(lanes))
+        locked = admission_statements.lock_admission(session, _lane_projects(lanes))
     if not locked:
         return []
     now = clock()
     # SQLite: one pass for every free slot. Its one writer lets nothing overlap a pass,
     # so passes in a row would only add their own cost.
     most = lane_share(lanes) if store.is_postgres(session) else None
-    rows, held_lanes, audited = store.admit_heads(
+    rows, held_lanes, audited = admission_statements.admit_heads(
         session, lanes, now, actor=DISPATCHER, trigger=ADMISSION_TRIGGER, most=most
     )
     if held is not None:
@@ -183,7 +183,7 @@ ADMISSION_TRIGGER = {"source": "dispatcher", "reason": "slot free"}
 
 
 def admission_record(entry: Admitted, now: datetime) -> AuditRecord:
-    """The audit row of one admission (`store.admit_heads` writes the same on
+    """The audit row of one admission (`admission_statements.admit_heads` writes the same on
     PostgreSQL)."""
     return AuditRecord(
         "admitted",
@@ -318,7 +318,7 @@ class AdmissionPass:
         lanes = _capacities(self.config, self.projects)
         if not lanes:
             return None
-        self._lock = store.admission_lock_if_queued(_lane_projects(lanes))
+        self._lock = admission_statements.admission_lock_if_queued(_lane_projects(lanes))
         return self._lock
 
     def run(self, session: Session) -> list[Admitted]:
