@@ -11,12 +11,12 @@ from textual import events
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Sparkline, Static
 
-from tests.tui.canned import NOW, POOLS, CannedServer, canned_api, hour_of_stats, replica
+from tests.tui.canned import NOW, POOLS, CannedServer, canned_api, hour_of_stats, pool, replica
 from tests.tui.conftest import until
 from wq.tui.app import WqApp
 from wq.tui.items import ItemsScreen
 from wq.tui.messages import Loaded
-from wq.tui.overview import OverviewScreen
+from wq.tui.overview import MAX_FULL_POOLS, OverviewScreen
 from wq.tui.queue import QueueScreen
 
 Scenario = Callable[[WqApp, Pilot[None]], Awaitable[None]]
@@ -100,7 +100,7 @@ def test_nothing_to_look_at_is_all_quiet() -> None:
 
     async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
         assert attention_rows(app) == {
-            "pools": ["all quiet", "nothing failed in the last hour, no queue"]
+            "pools:quiet": ["all quiet", "nothing failed in the last hour, no queue"]
         }
         now = str(app.screen.query_one("#now", Static).render())
         assert now == "0 running · alert 0 queued · normal 0 queued · 0 projects with work"
@@ -116,11 +116,14 @@ def test_lost_replicas_items_backing_off_and_waiting_events_need_attention() -> 
 
     async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
         rows = attention_rows(app)
-        assert rows["replicas"] == [
+        assert rows["replicas:wq-2:1"] == [
             "replica wq-2:1 lost",
             "no heartbeat for 1m, 2 items being rescued",
         ]
-        assert rows["pools"] == ["3 items backing off", "after failed tries; enter: Pools"]
+        assert rows["pools:backing-off"] == [
+            "3 items backing off",
+            "after failed tries; enter: Pools",
+        ]
         assert rows["items:active"] == ["4 events waiting", "stored, not applied yet"]
         listed = app.screen.query_one("#replicas", DataTable)
         assert [listed.get_row(key)[:2] for key in listed.rows] == [
@@ -197,3 +200,28 @@ def test_all_quiet_reads_in_full_when_a_frame_comes_before_the_table_measures_it
             assert " all quiet  nothing failed in the last hour, no queue " in row, row
 
     asyncio.run(main())
+
+
+def test_every_lost_replica_and_every_kind_of_row_has_a_row_of_its_own() -> None:
+    """Two lost replicas, items backing off and more full pools than are listed: each
+    is a row (their keys once collided, and the dashboard died with a traceback)."""
+    pools = [
+        {**pool(f"team/p{n}", 4, 2, 0, 60.0 + n), "backing_off": 1}
+        for n in range(MAX_FULL_POOLS + 2)
+    ]
+    replicas = [replica(1, state="lost"), replica(2, state="lost", being_rescued=1), replica(3)]
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        rows = attention_rows(app)
+        assert rows["replicas:wq-1:1"][0] == "replica wq-1:1 lost"
+        assert rows["replicas:wq-2:1"][0] == "replica wq-2:1 lost"
+        assert rows["pools:backing-off"][0] == f"{MAX_FULL_POOLS + 2} items backing off"
+        assert rows["pools:more-full"][0] == "2 more full pools"
+        table = app.screen.query_one("#attention", DataTable)
+        keys = [str(key.value) for key in table.rows]
+        table.move_cursor(row=keys.index("replicas:wq-2:1"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.focused is app.screen.query_one("#replicas", DataTable)
+
+    run(scenario, CannedServer(pools=pools, replicas=replicas))

@@ -48,14 +48,18 @@ def now_line(stats: dict[str, Any], pools: list[dict[str, Any]]) -> str:
 def attention(
     stats: dict[str, Any], pools: list[dict[str, Any]], replicas: list[dict[str, Any]]
 ) -> list[tuple[str, list[str]]]:
-    """The rows of "needs attention": (where enter leads, [what, detail])."""
+    """The rows of "needs attention": (where enter leads, [what, detail]).
+
+    Each row's key is its own (`kind:what`, the kind saying where enter leads): a
+    table's rows need keys of their own, and two lost replicas are two rows.
+    """
     rows: list[tuple[str, list[str]]] = []
     for replica in replicas:
         if replica["state"] == "lost":
             rescued = replica["being_rescued"]
             rows.append(
                 (
-                    "replicas",
+                    f"replicas:{replica['id']}",
                     [
                         f"replica {replica['id']} lost",
                         f"no heartbeat for {age(replica['heartbeat_age_seconds'])}"
@@ -69,7 +73,10 @@ def attention(
     backing_off = sum(pool.get("backing_off", 0) for pool in pools)
     if backing_off:
         rows.append(
-            ("pools", [f"{backing_off} items backing off", "after failed tries; enter: Pools"])
+            (
+                "pools:backing-off",
+                [f"{backing_off} items backing off", "after failed tries; enter: Pools"],
+            )
         )
     pending = stats.get("pending_events", 0)
     if pending:
@@ -94,9 +101,11 @@ def attention(
             )
         )
     if len(full) > MAX_FULL_POOLS:
-        rows.append(("pools", [f"{len(full) - MAX_FULL_POOLS} more full pools", "enter: Pools"]))
+        rows.append(
+            ("pools:more-full", [f"{len(full) - MAX_FULL_POOLS} more full pools", "enter: Pools"])
+        )
     if not rows:
-        rows.append(("pools", ["all quiet", "nothing failed in the last hour, no queue"]))
+        rows.append(("pools:quiet", ["all quiet", "nothing failed in the last hour, no queue"]))
     return rows
 
 

@@ -157,6 +157,13 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> No
     """
     shown = _shown.get(table)
     wanted = dict(rows)
+    if len(wanted) < len(rows):
+        # A key given twice (a server's list repeating a row): the first is shown; a
+        # table refuses a second row of the same key, and the view would die of it.
+        wanted = {}
+        for key, cells in rows:
+            wanted.setdefault(key, cells)
+        rows = list(wanted.items())
     if shown is None:
         _rebuild(table, rows)
         return
