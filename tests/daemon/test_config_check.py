@@ -69,6 +69,8 @@ def test_config_check(tmp_path: Path) -> None:
     )
     bad = write(tmp_path / "bad.yml", "pools:\n  default:\n    capacity: -1\n")
     unknown = write(tmp_path / "unknown.yml", "processing:\n  wrokers: 3\n")
+    # Checked, not started: the daemon would have sized its worker pool by it.
+    huge = write(tmp_path / "huge.yml", "processing:\n  workers: 100000000000000000000000\n")
     missing = tmp_path / "missing.yml"
     binary = tmp_path / "binary.yml"
     binary.write_bytes(b"\xff\xfepools: {}\n")  # UTF-16 or garbage, not UTF-8
@@ -84,6 +86,7 @@ def test_config_check(tmp_path: Path) -> None:
     for path, key in [
         (bad, "pools.default.capacity"),
         (unknown, "processing.wrokers"),
+        (huge, "processing.workers: Input should be less than or equal to 256"),
         (missing, "cannot read"),
         (binary, "not UTF-8 text"),
     ]:

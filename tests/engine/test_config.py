@@ -74,6 +74,14 @@ def test_pool_lookup_exact_then_longest_prefix(project: str, expected: int) -> N
         ({"metrics": {"cache_seconds": -1}}, "metrics.cache_seconds"),
         ({"metrics": {"budget_seconds": 0}}, "metrics.budget_seconds"),
         ({"metrics": {"prefixes": "wq_"}}, "metrics.prefixes"),
+        # Values that would exhaust the host at start or overflow a date later.
+        ({"processing": {"workers": 10**23}}, "processing.workers"),
+        ({"server": {"request_threads": 10**9}}, "server.request_threads"),
+        ({"server": {"max_output_streams": 100_000}}, "server.max_output_streams"),
+        ({"processing": {"lease_seconds": 1e308}}, "processing.lease_seconds"),
+        ({"processing": {"batch_size": 10**9}}, "processing.batch_size"),
+        ({"pools": {"default": {"capacity": 2**31}}}, "pools.default.capacity"),
+        ({"audit": {"retention_days": 10**9}}, "audit.retention_days"),
     ],
 )
 def test_invalid_values_name_the_key(data: dict[str, object], key: str) -> None:

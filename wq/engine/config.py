@@ -26,9 +26,23 @@ DATABASE_ENV_VARS = ("WQ_DATABASE_URL", "DATABASE_URL")
 AUDIT_BUCKET_ENV_VARS = ("WQ_AUDIT_S3_BUCKET", "WORKQUEUE_SERVICE_AUDIT_S3_BUCKET")
 AUDIT_PREFIX_ENV_VARS = ("WQ_AUDIT_S3_PREFIX", "WORKQUEUE_SERVICE_AUDIT_S3_PREFIX")
 
-NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
-PositiveInt = Annotated[int, Field(gt=0, strict=True)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+
+# Upper bounds: a value past them is a typo, and a huge one would take the host down
+# (threads, connections and lists sized by it at start) or overflow a date later on.
+MAX_SECONDS = 30 * 24 * 3600  # every duration: 30 days
+MAX_THREADS = 256  # a daemon's threads of one kind (each may hold a database connection)
+MAX_COUNT = 1_000_000  # capacities, batches and other counts
+# A duration in seconds: more than 0, at most `MAX_SECONDS`.
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+# The same, 0 allowed.
+SecondsOrZero = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+# A count of threads: 1 to `MAX_THREADS`.
+Threads = Annotated[int, Field(ge=1, le=MAX_THREADS, strict=True)]
+# A count: 1 to `MAX_COUNT`; `Size`: 0 to `MAX_COUNT`.
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT, strict=True)]
+Size = Annotated[int, Field(ge=0, le=MAX_COUNT, strict=True)]
+# A number of bytes: 1 to 1 GiB.
+Bytes = Annotated[int, Field(ge=1, le=1024**3, strict=True)]
 
 
 class ConfigError(Exception):
@@ -45,61 +59,61 @@ class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
     # Request bodies on /api/ beyond this are refused (413) while they are read.
-    max_body_bytes: PositiveInt = 16 * 1024 * 1024
+    max_body_bytes: Bytes = 16 * 1024 * 1024
     # Each field of a JSON body (a task's payload, a webhook's body) is kept and written
     # back in lists: deeper or larger ones are refused (422) so every list stays readable
     # (at most 128: answers nest a payload a few levels down, the writers stop at 255).
     max_document_depth: Annotated[int, Field(ge=1, le=128, strict=True)] = 32
-    max_document_bytes: PositiveInt = 256 * 1024
+    max_document_bytes: Bytes = 256 * 1024
     # Threads the API's handlers run in (and, on PostgreSQL, connections of the pool the
     # hot reads await on the event loop). The daemon's Python runs on one core: more
     # threads only help while handlers wait on other services (an identity provider),
     # and each one more takes a share of the GIL from the event loop (wq.daemon.shedding).
-    request_threads: PositiveInt = 8
+    request_threads: Threads = 8
     # A request arriving while this many wait for one of those threads, or while
     # request_threads + this many are in progress, is answered 503 at once.
-    max_waiting_requests: PositiveInt = 32
+    max_waiting_requests: Count = 32
     # Output streams (`GET /api/work-items/{id}/logs`) open at once; each holds a
     # thread of its own while it lasts. One more is answered 503.
-    max_output_streams: PositiveInt = 64
+    max_output_streams: Threads = 64
 
 
 class DatabaseConfig(_Section):
     """How long to wait for PostgreSQL before answering 503 (the URL is `database_url`)."""
 
-    connect_timeout_seconds: PositiveFloat = 5.0
-    statement_timeout_seconds: PositiveFloat = 10.0
+    connect_timeout_seconds: Seconds = 5.0
+    statement_timeout_seconds: Seconds = 10.0
 
 
 class ProcessingConfig(_Section):
     """The processing manager: worker pool, leases, retries, sweep."""
 
-    workers: PositiveInt = 10
+    workers: Threads = 10
     # Items of types with cheap actions a batch takes at once (wq.engine.batch). A batch
     # holds their rows (SQLite: the write lock) for its run: a median of 70-80 ms at
     # 200 while draining a backlog on 2 cores, 40-45 ms at 100. Larger batches spread
     # each batch's own statements over more items: a drain of 10,000 went from 3,300 to
     # 3,700-3,950 items/s on PostgreSQL and from 2,000 to 2,600-2,900 on SQLite.
-    batch_size: PositiveInt = 200
-    lease_seconds: PositiveFloat = 60.0
-    deadline_seconds: PositiveFloat = 60.0
-    max_attempts: PositiveInt = 5
-    backoff_base_seconds: PositiveFloat = 5.0
-    backoff_max_seconds: PositiveFloat = 600.0
-    sweep_interval_seconds: PositiveFloat = 300.0
-    poll_interval_seconds: PositiveFloat = 5.0
-    shutdown_grace_seconds: PositiveFloat = 30.0
+    batch_size: Annotated[int, Field(ge=1, le=10_000, strict=True)] = 200
+    lease_seconds: Seconds = 60.0
+    deadline_seconds: Seconds = 60.0
+    max_attempts: Count = 5
+    backoff_base_seconds: Seconds = 5.0
+    backoff_max_seconds: Seconds = 600.0
+    sweep_interval_seconds: Seconds = 300.0
+    poll_interval_seconds: Seconds = 5.0
+    shutdown_grace_seconds: Seconds = 30.0
     # How often a daemon writes its row in `replicas` (`wq replicas`); one not written
     # for three of these is shown as lost.
-    replica_heartbeat_seconds: PositiveFloat = 10.0
+    replica_heartbeat_seconds: Seconds = 10.0
 
 
 class PoolConfig(_Section):
     """Capacity of one project's admission pools."""
 
-    capacity: NonNegativeInt = 10
-    alert_capacity: NonNegativeInt = 1
-    queued_autonomous_cap: NonNegativeInt = 6
+    capacity: Size = 10
+    alert_capacity: Size = 1
+    queued_autonomous_cap: Size = 6
 
 
 # S3's bucket naming rules (lower case, digits, dots and hyphens, 3 to 63 long).
@@ -109,7 +123,7 @@ _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 class AuditConfig(_Section):
     """How long audit rows are kept in the database, and their archive in S3."""
 
-    retention_days: PositiveInt = 30
+    retention_days: Annotated[int, Field(ge=1, le=36_500, strict=True)] = 30
     # Archival is on when a bucket is named (here or by WQ_AUDIT_S3_BUCKET).
     s3_bucket: str | None = None
     # Keys start with this (no leading or trailing "/"; empty: at the bucket's root).
@@ -155,9 +169,11 @@ class EventsConfig(_Section):
     max_messages: Annotated[int, Field(ge=1, le=10, strict=True)] = 10
     wait_seconds: Annotated[int, Field(ge=0, le=20, strict=True)] = 20
     # A message decoding (decompressing) to more than this is refused, never retried.
-    max_message_bytes: Annotated[int, Field(ge=64 * 1024, strict=True)] = 4 * 1024 * 1024
+    max_message_bytes: Annotated[int, Field(ge=64 * 1024, le=1024**3, strict=True)] = (
+        4 * 1024 * 1024
+    )
     # Events dated further ahead than this are refused (a bogus date would freeze items).
-    max_future_skew_seconds: Annotated[int, Field(ge=0, strict=True)] = 300
+    max_future_skew_seconds: Annotated[int, Field(ge=0, le=MAX_SECONDS, strict=True)] = 300
 
     def webhook_secret(self) -> str | None:
         """The webhook secret from its environment variable (None: webhook disabled)."""

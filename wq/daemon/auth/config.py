@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from wq.engine.config import Config, ConfigError
+from wq.engine.config import Config, ConfigError, Seconds, SecondsOrZero
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,6 @@ Algorithm = Literal[
 SAFE_ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 Permission = Literal["read", "retry", "submit"]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
-PositiveFloat = Annotated[float, Field(gt=0)]
 SCALARS = (str, int, float, bool)
 
 
@@ -137,12 +136,12 @@ class JwtConfig(_Section):
     """How JWTs are verified."""
 
     leeway_seconds: Annotated[float, Field(ge=0, le=300)] = 30.0
-    jwks_lifespan_seconds: PositiveFloat = 300.0
-    jwks_refetch_interval_seconds: Annotated[float, Field(ge=0)] = 10.0
+    jwks_lifespan_seconds: Seconds = 300.0
+    jwks_refetch_interval_seconds: SecondsOrZero = 10.0
     algorithms: Annotated[list[Algorithm], Field(min_length=1)] = Field(
         default_factory=lambda: list(SAFE_ALGORITHMS)
     )
-    timeout_seconds: PositiveFloat = 5.0
+    timeout_seconds: Seconds = 5.0
 
 
 class K8sConfig(_Section):
@@ -164,13 +163,13 @@ class OpenShiftConfig(_Section):
 
     api_url: str | None = None
     ca_file: str | None = None
-    cache_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
-    cache_max_entries: Annotated[int, Field(gt=0, strict=True)] = 10_000
+    cache_ttl_seconds: SecondsOrZero = 300.0
+    cache_max_entries: Annotated[int, Field(gt=0, le=10_000_000, strict=True)] = 10_000
     # Refused tokens are remembered briefly: long enough to absorb a client's retry
     # loop, short enough that a token the API starts accepting soon works.
     negative_cache_ttl_seconds: Annotated[float, Field(ge=0, le=300)] = 10.0
-    negative_cache_max_entries: Annotated[int, Field(gt=0, strict=True)] = 10_000
-    timeout_seconds: PositiveFloat = 5.0
+    negative_cache_max_entries: Annotated[int, Field(gt=0, le=10_000_000, strict=True)] = 10_000
+    timeout_seconds: Seconds = 5.0
 
     @field_validator("api_url")
     @classmethod

@@ -14,11 +14,10 @@ from typing import Annotated, Any, Literal
 from jsonschema import Draft202012Validator, SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from wq.engine.config import ConfigError
+from wq.engine import config as engine_config
+from wq.engine.config import ConfigError, Count, Seconds, SecondsOrZero
 from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
 # The environment a local run inherits by default: enough to find programs, no secrets.
 DEFAULT_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -34,7 +33,7 @@ class KindConfig(_Strict):
     scope: Literal["project", "repository"]
     lane: Literal["normal", "alert"] = "normal"
     runner: Literal["command", "kubernetes"] = "command"
-    timeout_seconds: PositiveFloat = 3600.0
+    timeout_seconds: Seconds = 3600.0
     # Fields whose values make the dedup key of a submission that brings none:
     # `project`, `repository`, or `payload.<key>`.
     dedup: list[str] | None = None
@@ -93,7 +92,7 @@ class CommandRunnerConfig(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     inherit_env: list[str] = Field(default_factory=lambda: list(DEFAULT_INHERITED_ENV))
     workdir: str | None = None
-    kill_grace_seconds: PositiveFloat = 5.0
+    kill_grace_seconds: Seconds = 5.0
 
 
 class KubernetesRunnerConfig(_Strict):
@@ -107,7 +106,7 @@ class KubernetesRunnerConfig(_Strict):
     service_account: str | None = None
     resources: dict[str, Any] | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=engine_config.MAX_SECONDS)] = 3600
     job: dict[str, Any] | None = None
 
 
@@ -124,7 +123,7 @@ class GrafanaConfig(_Strict):
     kind: Name = "incident"
     project_label: str = "project"
     default_project: str | None = None
-    cooldown_seconds: Annotated[float, Field(ge=0)] = 600.0
+    cooldown_seconds: SecondsOrZero = 600.0
     # An environment variable holding a shared secret Grafana sends as its Bearer token.
     secret_env: str | None = None
 
@@ -181,17 +180,17 @@ class TaskSettings(_Strict):
 
     kinds: dict[Name, KindConfig] = Field(default_factory=_demo_kinds)
     runners: RunnersConfig = RunnersConfig()
-    poll_interval_seconds: PositiveFloat = 2.0
+    poll_interval_seconds: Seconds = 2.0
     log_tail_bytes: Annotated[int, Field(gt=0, le=1_000_000)] = 4000
-    gc_after_seconds: PositiveFloat = 86400.0
-    gc_interval_seconds: PositiveFloat = 60.0
-    start_backoff_seconds: PositiveFloat = 5.0
+    gc_after_seconds: Seconds = 86400.0
+    gc_interval_seconds: Seconds = 60.0
+    start_backoff_seconds: Seconds = 5.0
     # Starts that fail in a row (a program missing, a cluster refusing the Job) before
     # the task fails with the start error instead of waiting in the queue for ever.
-    max_start_failures: PositiveInt = 5
+    max_start_failures: Count = 5
     grafana: GrafanaConfig | None = None
     schedules: list[ScheduleConfig] = Field(default_factory=list)
-    schedule_interval_seconds: PositiveFloat = 30.0
+    schedule_interval_seconds: Seconds = 30.0
     issue_rules: list[IssueRule] = Field(default_factory=list)
 
     def kind(self, name: str) -> KindConfig:
