@@ -706,3 +706,54 @@ def test_daemon_refuses_unmigrated_postgres_until_wq_db_migrate(
     assert not path.exists()
     assert "stopped" in daemon.log()
     assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """Authenticated clients that send half a body and stop held the requests the daemon
+    lets in (`request_threads` + `max_waiting_requests`) for ever: every other request
+    was answered 503. Now each is answered 408 once `server.body_timeout_seconds` is over."""
+    env = clean_env(tmp_path)
+    config = write(
+        tmp_path / "wq.yml",
+        f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
+        "server: {body_timeout_seconds: 1, request_threads: 1, max_waiting_requests: 1}\n"
+        "auth: {local_token: true}\n"
+        "handled_types: {task: {}}\n",
+    )
+    assert run_wq("db", "migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
+    daemon = start_daemon(daemons, tmp_path, env, "-c", str(config))
+    daemon.wait_healthy()
+    _, token = read_token(tmp_path, daemon.url)
+    host, port = daemon.url.removeprefix("http://").split(":")
+    head = (
+        "POST /api/work-items/task HTTP/1.1\r\nHost: wq\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n"
+    ).encode()
+    stalled = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+    try:
+        for sock in stalled:
+            sock.sendall(head + b'{"project":')  # and nothing more
+        started = time.monotonic()
+        answers = []
+        for sock in stalled:
+            answer = b""
+            with contextlib.suppress(OSError):
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            answers.append(answer)
+        waited = time.monotonic() - started
+    finally:
+        for sock in stalled:
+            sock.close()
+    # The first two were let in and timed out; the third was shed at once (503).
+    statuses = sorted(answer.split(b" ", 2)[1] for answer in answers)
+    assert statuses == [b"408", b"408", b"503"], answers
+    assert b"body_timeout_seconds" in b"".join(answers)
+    assert waited < 8, waited
+    pools = httpx.get(
+        f"{daemon.url}/api/pools", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+    assert pools.status_code == 200, pools.text

@@ -67,6 +67,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         max_body_bytes=server.max_body_bytes,
         max_document_depth=server.max_document_depth,
         max_document_bytes=server.max_document_bytes,
+        body_timeout_seconds=server.body_timeout_seconds,
     )
     install_auth_handling(app)
     types = [runtime.registry.get(name) for name in runtime.registry.names]

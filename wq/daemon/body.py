@@ -6,9 +6,11 @@ unauthenticated caller could make the daemon buffer and parse any amount of data
 principal is kept for the route's own dependency), answers a refusal without reading
 a byte of the body, refuses a body that is not JSON (415), and reads the body itself
 up to the configured limit (413 as soon as the limit is passed, whatever
-`Content-Length` claimed), then refuses a body that is not JSON (400) or a field
-that could not be stored and written back (422, wq.daemon.documents). The route
-then gets the buffered body.
+`Content-Length` claimed) and within the configured time (408 once it is over: a
+client that sends its body slowly, or stops half way, would otherwise hold one of the
+requests the daemon lets in, `wq.daemon.shedding`, for as long as it liked), then
+refuses a body that is not JSON (400) or a field that could not be stored and written
+back (422, wq.daemon.documents). The route then gets the buffered body.
 
 A webhook checks its own secret before it reads the body, then judges the body
 itself (its sender's documents are not ours to limit per field, and a caller without
@@ -18,6 +20,7 @@ with a Bearer token.
 
 from __future__ import annotations
 
+import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -60,9 +63,11 @@ class BodyGuard:
         max_body_bytes: int,
         max_document_depth: int = 32,
         max_document_bytes: int = 256 * 1024,
+        body_timeout_seconds: float = 30.0,
     ) -> None:
         self.app = app
         self.limit = max_body_bytes
+        self.body_timeout = body_timeout_seconds
         self.max_depth = max_document_depth
         self.max_document = max_document_bytes
 
@@ -100,7 +105,16 @@ class BodyGuard:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._too_large()(scope, receive, send)
             return
-        body = await self._read(receive)
+        try:
+            with anyio.fail_after(self.body_timeout):
+                body = await self._read(receive)
+        except TimeoutError:
+            await _error(
+                408,
+                f"the request body did not arrive within {self.body_timeout:g}s"
+                " (server.body_timeout_seconds)",
+            )(scope, receive, send)
+            return
         if body is None:
             await self._too_large()(scope, receive, send)
             return

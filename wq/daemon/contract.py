@@ -33,6 +33,7 @@ DESCRIPTIONS: dict[int, str] = {
     401: "no valid Bearer token (or webhook secret)",
     403: "the caller lacks the permission this route needs (the message names it)",
     404: "no such item (or one of a type the caller may not read), or the endpoint is off",
+    408: "the request body did not arrive in full within server.body_timeout_seconds",
     409: "the item is not in a state that allows this (the message says which it is in)",
     413: "the request body is over server.max_body_bytes",
     415: "a request body that is not application/json",
@@ -62,7 +63,8 @@ HEADERS: dict[int, dict[str, Any]] = {
 ANY_ROUTE = (431,)
 API_ROUTE = (*ANY_ROUTE, 401, 403, 503)  # a Bearer token, a permission, the database
 WITH_PARAMETERS = (422,)
-WITH_BODY = (400, 413, 415)  # BodyGuard: not JSON, the size limit, the JSON media type
+# BodyGuard: not JSON, too slow, the size limit, the JSON media type
+WITH_BODY = (400, 408, 413, 415)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -79,6 +81,6 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 def api_responses(*extra: int, body: bool = False) -> dict[int | str, dict[str, Any]]:
     """The error responses of an /api/ route: the shared ones, 422, and `extra`.
 
-    `body=True` for a route that takes a request body (POST): 413 and 415 too.
+    `body=True` for a route that takes a request body (POST): 408, 413 and 415 too.
     """
     return error_responses(*API_ROUTE, *WITH_PARAMETERS, *(WITH_BODY if body else ()), *extra)

@@ -60,6 +60,8 @@ class ServerConfig(_Section):
     port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
     # Request bodies on /api/ beyond this are refused (413) while they are read.
     max_body_bytes: Bytes = 16 * 1024 * 1024
+    # A request body must arrive in full this long after the request's head (408 after).
+    body_timeout_seconds: Seconds = 30.0
     # Each field of a JSON body (a task's payload, a webhook's body) is kept and written
     # back in lists: deeper or larger ones are refused (422) so every list stays readable
     # (at most 128: answers nest a payload a few levels down, the writers stop at 255).

@@ -29,7 +29,7 @@ _ANSWER = {"application/json": {"schema": {"type": "object", "additionalProperti
 WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "taken without a new item (the handler says why)", "content": _ANSWER},
     201: {"description": "a new item was created", "content": _ANSWER},
-    **error_responses(*API_ROUTE, 400, 413),
+    **error_responses(*API_ROUTE, 400, 408, 413),
 }
 REF_TEMPLATE = "#/components/schemas/{model}"
 NO_NUL = r"^[^\x00]*$"

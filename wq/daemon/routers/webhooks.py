@@ -90,7 +90,7 @@ class GitlabEventPublic(BaseModel):
     status_code=202,
     response_model=GitlabEventPublic,
     # The secret header, not a Bearer token: no 403, and any media type (GitLab's own).
-    responses=error_responses(*ANY_ROUTE, 400, 401, 404, 413, 422, 503),
+    responses=error_responses(*ANY_ROUTE, 400, 401, 404, 408, 413, 422, 503),
     openapi_extra={
         **request_body("a GitLab webhook event, as GitLab sends it", GITLAB_EVENT),
         "parameters": [TOKEN_HEADER],
