@@ -7,7 +7,9 @@ With no `kinds` configured the type runs the built-in demo kinds `echo`, `sleep`
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import string
 import sys
 from typing import Annotated, Any, Literal
 
@@ -21,6 +23,34 @@ from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
 # The environment a local run inherits by default: enough to find programs, no secrets.
 DEFAULT_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+
+
+# What an argv template may name: `{id}`, `{project}`, `{kind}`, `{repository}`, and the
+# payload or a value in it (`{payload[key]}`, `{payload[key][0]}`).
+TEMPLATE_FIELDS = ("id", "project", "kind", "repository", "payload")
+_TEMPLATE_FIELD = re.compile(r"^(id|project|kind|repository|payload(\[[^\[\]]+\])*)$")
+
+
+def check_argv_template(template: list[str] | None) -> None:
+    """Refuse (ValueError, naming the element) an argv template that no task could fill:
+    a placeholder that is not one of `TEMPLATE_FIELDS`, an attribute look-up, or a
+    malformed format string. Caught here, not at the first task's start."""
+    for index, part in enumerate(template or ()):
+        try:
+            fields = list(string.Formatter().parse(part))
+        except ValueError as err:
+            raise ValueError(f"[{index}] {part!r}: {err}") from None
+        for _, name, spec, _ in fields:
+            if name is None:
+                continue
+            if "{" in (spec or ""):
+                raise ValueError(f"[{index}] {part!r}: a placeholder inside {{{name}:...}}")
+            if not _TEMPLATE_FIELD.match(name):
+                known = ", ".join(f"{{{field}}}" for field in TEMPLATE_FIELDS[:-1])
+                raise ValueError(
+                    f"[{index}] {part!r}: unknown placeholder {{{name}}}"
+                    f" (known: {known}, {{payload[key]}})"
+                )
 
 
 class _Strict(BaseModel):
@@ -73,6 +103,12 @@ class KindConfig(_Strict):
                 raise ValueError(f"not a JSON Schema: {err.message}") from None
         return schema
 
+    @field_validator("command")
+    @classmethod
+    def _fillable(cls, command: list[str] | None) -> list[str] | None:
+        check_argv_template(command)
+        return command
+
     @field_validator("dedup")
     @classmethod
     def _known_fields(cls, fields: list[str] | None) -> list[str] | None:
@@ -108,6 +144,12 @@ class KubernetesRunnerConfig(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=engine_config.MAX_SECONDS)] = 3600
     job: dict[str, Any] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _fillable(cls, command: list[str] | None) -> list[str] | None:
+        check_argv_template(command)
+        return command
 
 
 class RunnersConfig(_Strict):
