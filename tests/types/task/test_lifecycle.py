@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import Store
 from tests.engine.helpers import audit_types
-from tests.types.task.helpers import submit, task, task_daemon, wait
+from tests.types.task.helpers import KINDS, submit, task, task_daemon, wait
 from wq.client.shown import attempts as attempts_shown
 from wq.engine.models import utcnow
 from wq.types.task import TaskRuntime
@@ -247,3 +247,53 @@ def test_finished_tasks_are_collected_after_their_ttl(store: Store, tmp_path: Pa
 
         history = audit_types(runtime.sessions, uuid.UUID(old["id"]))
         assert history[0] == "created" and history[-1] == "garbage_collected"
+
+
+def test_a_replica_without_the_kind_leaves_the_task_to_one_that_has_it(
+    store: Store, tmp_path: Path
+) -> None:
+    """Replicas differ for a while in a rolling update that adds a kind: one without it
+    gives the task back (a start that could not happen) instead of failing it for good."""
+    others = {name: kind for name, kind in KINDS.items() if name != "echo"}
+    with (
+        task_daemon(store, tmp_path / "runs", start=False) as (with_kind, client),
+        task_daemon(store, tmp_path / "runs-b", kinds=others, max_start_failures=50) as (
+            without,
+            _,
+        ),
+    ):
+        item = submit(client, "echo")
+        wait(
+            lambda: (
+                "task kind 'echo' is not configured here" in (task(without, item["id"]).error or "")
+            ),
+            message="the replica without the kind gave it back",
+        )
+        assert task(without, item["id"]).phase == "active"
+        assert without.manager is not None
+        without.manager.stop(grace=2)
+        with_kind.start_processing()
+        done = wait(
+            lambda: (t := task(with_kind, item["id"])).phase != "active" and t,
+            message="ran on the replica with the kind",
+        )
+        assert done.phase == "completed", done.error
+        assert "requeued" in audit_types(with_kind.sessions, done.id)
+
+
+def test_a_kind_no_replica_has_fails_after_max_start_failures(store: Store, tmp_path: Path) -> None:
+    others = {name: kind for name, kind in KINDS.items() if name != "echo"}
+    with (
+        task_daemon(store, tmp_path / "runs", start=False) as (_, client),
+        task_daemon(store, tmp_path / "runs-b", kinds=others, max_start_failures=2) as (
+            without,
+            _,
+        ),
+    ):
+        item = submit(client, "echo")
+        failed = wait(
+            lambda: (t := task(without, item["id"])).phase == "failed" and t,
+            message="failed",
+        )
+        assert "could not start (2 times in a row)" in (failed.error or "")
+        assert "task kind 'echo' is not configured here" in (failed.error or "")

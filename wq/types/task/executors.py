@@ -72,24 +72,27 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
     def start(ctx: ActionContext) -> None:
         task = _task(ctx)
         kind = settings.kinds.get(task.kind)
-        if kind is None:
-            raise PermanentFailure(f"task kind {task.kind!r} is no longer configured")
-        runner = runner_of(task.runner)
         generation = task.run_generation + 1
-        spec = RunSpec(
-            run_id=run_id_for(task.id, generation),
-            item_id=task.id,
-            project=task.project,
-            kind=task.kind,
-            repository=task.repository,
-            payload=task.payload,
-            timeout_seconds=kind.timeout_seconds,
-            command=kind.command,
-            env=kind.env,
-            job=kind.job,
-        )
         try:
-            runner.start(spec)
+            if kind is None or task.runner not in runners:
+                # Replicas may differ for a while (a rolling update adding a kind or
+                # a runner): another one may have it. Failed only once none has, as
+                # a start that keeps failing is.
+                missing = f"kind {task.kind!r}" if kind is None else f"runner {task.runner!r}"
+                raise RunnerUnavailable(f"task {missing} is not configured here")
+            spec = RunSpec(
+                run_id=run_id_for(task.id, generation),
+                item_id=task.id,
+                project=task.project,
+                kind=task.kind,
+                repository=task.repository,
+                payload=task.payload,
+                timeout_seconds=kind.timeout_seconds,
+                command=kind.command,
+                env=kind.env,
+                job=kind.job,
+            )
+            runners[task.runner].start(spec)
         except TemplateError as err:
             raise PermanentFailure(str(err)) from None
         except RunnerUnavailable as err:
