@@ -22,6 +22,7 @@ from tests.fakes.oidc import FakeOidcIssuer
 from tests.fakes.openshift import FakeOpenShift
 from tests.support.chain import Behaviour, chain_registry, new_chain_item
 from wq.daemon.app import create_app
+from wq.daemon.auth.audit import FailureBudget
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.items import set_phase, submit
 from wq.engine.models import AuditEntry, WorkItem, utcnow
@@ -425,3 +426,21 @@ def test_the_submit_permission_is_checked_before_the_body_is_validated(api: Api)
     assert invalid.status_code == 422 and "project" in invalid.json()["error"]
     # The refused body changed nothing, so its allow was not audited; the denial was.
     assert [row.event_type for row in auth_rows(api.store)] == ["auth_denied"]
+
+
+def test_authentication_failures_are_audited_within_a_budget(api: Api) -> None:
+    """Anyone who reaches the port can fail to authenticate: each failure wrote a row,
+    so a loop of requests without a token grew the audit table without bound."""
+    clock = [0.0]
+    api.client.app.state.auth_failures = FailureBudget(per_minute=5, clock=lambda: clock[0])
+    for _ in range(8):
+        assert api.call("GET", "/api/whoami", None).status_code == 401
+    assert len(auth_rows(api.store)) == 5  # three left out
+    # A denial names an authenticated caller: always audited.
+    assert api.call("POST", "/api/work-items/chain", "nobody", json={}).status_code == 403
+    clock[0] = 60.0  # the next minute
+    assert api.call("GET", "/api/pools", None).status_code == 401
+    rows = auth_rows(api.store)
+    assert [row.event_type for row in rows] == ["auth_failed"] * 5 + ["auth_denied", "auth_failed"]
+    assert rows[-1].extra["unaudited"] == 3 and "unaudited" not in rows[0].extra
+    assert rows[-1].extra["route"] == "/api/pools"

@@ -8,7 +8,11 @@ and item type, never the token. Besides the line:
 - an authentication failure (401, or 503 when a token cannot be checked) or an
   authorization denial (403, or 404 where a 403 would reveal that an item exists)
   is raised as a `Refusal`; its handler writes an audit row (`auth_failed` /
-  `auth_denied`) in its own transaction, then answers `{"error": message}`;
+  `auth_denied`) in its own transaction, then answers `{"error": message}`. Anyone
+  who reaches the port can fail to authenticate, so `auth_failed` rows are written at
+  most `AUDITED_FAILURES_PER_MINUTE` a minute per daemon (`FailureBudget`); the next
+  one written after a minute over the budget says how many were not (`unaudited`), and
+  the metric counts every one;
 - an allowed state-changing call adds an `auth_allowed` row to the request's own
   transaction, so that it commits with the change it allowed.
 
@@ -19,7 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -39,6 +46,40 @@ AUTH_DENIED = "auth_denied"
 AUTH_ALLOWED = "auth_allowed"
 ANONYMOUS = "anonymous"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# `auth_failed` rows written per minute at most (each daemon): beyond, refusals are
+# counted and the next row written says how many were left out.
+AUDITED_FAILURES_PER_MINUTE = 60
+
+
+class FailureBudget:
+    """How many `auth_failed` rows may be written now: `AUDITED_FAILURES_PER_MINUTE` a
+    minute, counting those left out (thread-safe: refusals are audited on threads)."""
+
+    def __init__(
+        self,
+        per_minute: int = AUDITED_FAILURES_PER_MINUTE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._per_minute = per_minute
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._minute_began = clock()
+        self._written = 0
+        self._left_out = 0
+
+    def take(self) -> int | None:
+        """None: over the budget, leave this one out; else write it, and the number
+        returned is how many were left out since the last one written."""
+        with self._lock:
+            now = self._clock()
+            if now - self._minute_began >= 60:
+                self._minute_began, self._written = now, 0
+            if self._written >= self._per_minute:
+                self._left_out += 1
+                return None
+            self._written += 1
+            left_out, self._left_out = self._left_out, 0
+            return left_out
 
 
 class Refusal(HTTPException):
@@ -221,6 +262,12 @@ def _record(request: Request, refusal: Refusal) -> None:
     details = {"status": refusal.status_code, **refusal.details}
     count_decision(request, refusal.details.get("tier"), _outcome(refusal))
     log_decision(request, "deny", refusal.actor, {**details, "reason": str(refusal.detail)})
+    if refusal.event_type == AUTH_FAILED:
+        left_out = request.app.state.auth_failures.take()
+        if left_out is None:
+            return
+        if left_out:
+            details["unaudited"] = left_out
     item_id = refusal.details.get("item_id")
     record = AuditRecord(
         refusal.event_type,
@@ -279,6 +326,8 @@ def _is_api(path: str) -> bool:
 
 
 def install_auth_handling(app: FastAPI) -> None:
-    """Audit and answer refusals; ignore forwarded headers on /api/."""
+    """Audit and answer refusals (authentication failures within a budget); ignore
+    forwarded headers on /api/."""
+    app.state.auth_failures = FailureBudget()
     app.add_exception_handler(Refusal, answer_refusal)  # type: ignore[arg-type]
     app.add_middleware(IgnoreForwardedHeaders)
