@@ -154,7 +154,9 @@ def test_config_check_names_every_unset_variable_at_once(tmp_path: Path) -> None
     result = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
     assert result.returncode == 1
     assert error_lines(result.stderr) == [
-        f"wq: error: {config}: environment variables not set: HOOK_SECRET, TOKEN_B"
+        f"wq: error: config {config}: environment variables not set: "
+        "HOOK_SECRET (events.webhook_secret_env), "
+        "TOKEN_B (handled_types.mr.projects.org/b.token_env)"
     ]
 
 

@@ -170,8 +170,8 @@ def db_current(config_path: str | None) -> int:
     return EXIT_OK if current == head else EXIT_FAILURE
 
 
-# How every config check names a variable it needs (config, types, auth).
-_UNSET_VARIABLE = re.compile(r"environment variable (\S+) is not set")
+# How every config check names a variable it needs (config, types, auth), after the key.
+_UNSET_VARIABLE = re.compile(r"(?:: ([^:]+))?: environment variable (\S+) is not set")
 
 
 def _check_config(path: str, *, this_host: bool) -> list[str]:
@@ -192,6 +192,7 @@ def config_check(path: str, *, no_env: bool = False) -> int:
     variable the config needs is noted, given a placeholder, and listed at the end.
     """
     needed: list[str] = []
+    keys: list[str] = []  # the keys that name them, in the same order
     saved = dict(os.environ)
     try:
         if no_env:
@@ -202,17 +203,19 @@ def config_check(path: str, *, no_env: bool = False) -> int:
                 break
             except ConfigError as err:
                 found = _UNSET_VARIABLE.search(str(err))
-                if found is None or found.group(1) in needed:
+                if found is None or found.group(2) in needed:
                     return _fail(str(err))
                 # Noted, and given a placeholder so that the check goes on to the next.
-                needed.append(found.group(1))
-                os.environ[found.group(1)] = "placeholder"
+                needed.append(found.group(2))
+                keys.append(found.group(1) or "")
+                os.environ[found.group(2)] = "placeholder"
     finally:
         os.environ.clear()
         os.environ.update(saved)
     if needed and not no_env:
         variables = "variables" if len(needed) > 1 else "variable"
-        return _fail(f"{path}: environment {variables} not set: {', '.join(needed)}")
+        named = [f"{name} ({key})" if key else name for name, key in zip(needed, keys, strict=True)]
+        return _fail(f"config {path}: environment {variables} not set: {', '.join(named)}")
     for warning in warnings:
         sys.stderr.write(f"wq: warning: {warning}\n")
     if not no_env:
