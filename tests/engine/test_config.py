@@ -82,12 +82,35 @@ def test_pool_lookup_exact_then_longest_prefix(project: str, expected: int) -> N
         ({"processing": {"batch_size": 10**9}}, "processing.batch_size"),
         ({"pools": {"default": {"capacity": 2**31}}}, "pools.default.capacity"),
         ({"audit": {"retention_days": 10**9}}, "audit.retention_days"),
+        ({"processing": {"backoff_base_seconds": 100, "backoff_max_seconds": 1}}, "processing"),
     ],
 )
 def test_invalid_values_name_the_key(data: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(data, "cfg.yml")
     assert f"config cfg.yml: {key}:" in str(err.value)
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_its_line(tmp_path: Path) -> None:
+    # PyYAML keeps the last: a setting repeated further down a file silently won.
+    twice = tmp_path / "twice.yml"
+    twice.write_text("server: {port: 8080}\npools: {}\nserver: {port: 9090}\n")
+    with pytest.raises(
+        ConfigError, match=r"twice\.yml: not valid YAML: the key 'server' is given twice \(line 3"
+    ):
+        read_config_file(twice)
+    nested = tmp_path / "nested.yml"
+    nested.write_text("pools:\n  default:\n    capacity: 1\n    capacity: 2\n")
+    with pytest.raises(ConfigError, match=r"the key 'capacity' is given twice \(line 4"):
+        read_config_file(nested)
+    # A merge key's values may be overridden: that is what it is for.
+    merged = tmp_path / "merged.yml"
+    merged.write_text(
+        "x-pool: &pool {capacity: 3, alert_capacity: 1}\n"
+        "pools:\n  default:\n    <<: *pool\n    capacity: 5\n"
+    )
+    with pytest.raises(ConfigError, match="x-pool: unknown key"):  # read, then validated
+        read_config_file(merged)
 
 
 def test_missing_and_broken_files_name_the_file(tmp_path: Path) -> None:

@@ -50,11 +50,12 @@ def _load(path: Path) -> tuple[JobRetryConfig, int]:
     """The parsed block and the trace byte limit; exits 1 with one line when invalid."""
     import yaml
 
+    from wq.engine.config import load_yaml
     from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES
     from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except OSError as err:
         usage_error(f"cannot read {path}: {err.strerror or err}")
     except UnicodeDecodeError as err:

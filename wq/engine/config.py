@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 SYSTEM_CONFIG_PATH = Path("/etc/wq/config.yml")
 # The reference service's default location, looked at after wq's own.
@@ -108,6 +117,15 @@ class ProcessingConfig(_Section):
     # How often a daemon writes its row in `replicas` (`wq replicas`); one not written
     # for three of these is shown as lost.
     replica_heartbeat_seconds: Seconds = 10.0
+
+    @model_validator(mode="after")
+    def _backoff_within_its_bound(self) -> ProcessingConfig:
+        if self.backoff_base_seconds > self.backoff_max_seconds:
+            raise ValueError(
+                f"backoff_base_seconds ({self.backoff_base_seconds:g}) is more than"
+                f" backoff_max_seconds ({self.backoff_max_seconds:g})"
+            )
+        return self
 
 
 class PoolConfig(_Section):
@@ -284,6 +302,29 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return str(problem)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the
+    last: a setting repeated further down a long file would silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults`: what it brings may be overridden
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, refusing a key given twice in a mapping."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
 def read_config_file(path: Path) -> Config:
     """Read and validate one YAML config file."""
     try:
@@ -293,7 +334,7 @@ def read_config_file(path: Path) -> Config:
     except UnicodeDecodeError as err:
         raise ConfigError(f"config {path}: not UTF-8 text (byte {err.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"config {path}: not valid YAML: {_yaml_problem(err)}") from None
     return parse_config(data, str(path))
