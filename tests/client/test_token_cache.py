@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from wq.client.credentials import Credentials, Token
+from wq.client.errors import AuthenticationRequired
 from wq.client.token_cache import TokenCache, cache_dir
 
 
@@ -97,3 +99,42 @@ def test_a_token_written_over_a_world_readable_file_is_private(
     assert mode(path) == 0o600
     entry = cache.load("http://h:1")
     assert entry is not None and entry.token == "new"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"{not json", "is not JSON"),
+        (b"[]", "is not a JSON object"),
+        (b"\xff\xfe\x00garbage", "is not UTF-8 text"),
+        (b'{"server": "https://wq", "token": 5}', "has no server and token"),
+        (
+            b'{"server": "https://wq", "token": "t", "expires_at": "garbage"}',
+            "has an expiry that is not a time",
+        ),
+    ],
+)
+def test_a_cache_file_that_cannot_be_used_is_named_with_what_is_wrong(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    """It was ignored: the user was told to log in with Kerberos, never about the file."""
+    cache = TokenCache(tmp_path)
+    path = cache.path_for("https://wq")
+    path.write_bytes(content)
+    credentials = Credentials("https://wq", cache=cache, login=None, environ={})
+    with pytest.raises(AuthenticationRequired) as refused:
+        credentials.current()
+    assert f"cannot be used: {path} {problem}" in refused.value.message
+    assert f"delete {path}" in (refused.value.hint or "")
+    # A login that works replaces it.
+    healed = Credentials("https://wq", cache=cache, login=lambda _: "fresh", environ={})
+    assert healed.current() == Token("fresh", "login")
+    assert cache.problem("https://wq") is None
+    assert cache.load("https://wq").token == "fresh"  # type: ignore[union-attr]
+
+
+def test_a_missing_or_expired_cache_file_is_no_problem(tmp_path: Path) -> None:
+    cache = TokenCache(tmp_path)
+    assert cache.problem("https://wq") is None
+    cache.store("https://wq", "old", ttl_seconds=-1)
+    assert cache.problem("https://wq") is None and cache.load("https://wq") is None

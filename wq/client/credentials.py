@@ -115,14 +115,22 @@ class Credentials:
         if cached is not None:
             return cached
         reason = f"not logged in to {self.server}"
+        hint = LOGIN_HINT
+        problem = self.cache.problem(self.server)
+        if problem is not None:
+            # A login replaces the file; if none can, the file is what to see to.
+            path = self.cache.path_for(self.server)
+            reason = f"the cached token for {self.server} cannot be used: {path} {problem}"
+            hint = f"delete {path}, then run `wq login` (or set WQ_TOKEN)"
         try:
-            return self._login_now(reason=reason)
+            return self._login_now(reason=reason, hint=hint)
         except AuthenticationRequired as err:
             if self._login is None:
                 raise
             # The automatic login failed: say first that there was no token at all.
             raise AuthenticationRequired(
-                f"{reason}, and logging in failed: {err.message}", hint=err.hint or LOGIN_HINT
+                f"{reason}, and logging in failed: {err.message}",
+                hint=hint if problem is not None else err.hint or LOGIN_HINT,
             ) from None
 
     def _cached(self) -> Token | None:
@@ -142,9 +150,9 @@ class Credentials:
         )
         return Token(cached.token, "cache")
 
-    def _login_now(self, *, reason: str) -> Token:
+    def _login_now(self, *, reason: str, hint: str = LOGIN_HINT) -> Token:
         if self._login is None:
-            raise AuthenticationRequired(reason, hint=LOGIN_HINT)
+            raise AuthenticationRequired(reason, hint=hint)
         if self._login_rejected:
             raise AuthenticationRequired(
                 f"{self.server} rejected the token its own login returned",

@@ -70,18 +70,47 @@ class TokenCache:
         os.chmod(self.directory, 0o700)
 
     def load(self, server: str) -> CachedToken | None:
-        """The valid cached token of a server, or None."""
-        path = self.path_for(server)
+        """The valid cached token of a server, or None (none, expired, or unusable:
+        `problem` says why)."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            entry = CachedToken(
-                server=str(data["server"]),
-                token=str(data["token"]),
-                expires_at=None if data.get("expires_at") is None else float(data["expires_at"]),
-            )
-        except (OSError, ValueError, KeyError, TypeError):
+            entry = self._read(self.path_for(server))
+        except (OSError, ValueError):
             return None
         return entry if entry.valid() else None
+
+    def problem(self, server: str) -> str | None:
+        """Why a server's cache file that exists cannot be used (None: it can, or there
+        is none): unreadable, or not what wq writes (edited by hand, or truncated)."""
+        path = self.path_for(server)
+        try:
+            self._read(path)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            return f"cannot be read: {err.strerror or err}"
+        except ValueError as err:
+            return str(err)
+        return None
+
+    @staticmethod
+    def _read(path: Path) -> CachedToken:
+        """The entry of a cache file; ValueError saying what is wrong with it."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError("is not UTF-8 text") from None
+        except json.JSONDecodeError:
+            raise ValueError("is not JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError("is not a JSON object")
+        token, expires_at = data.get("token"), data.get("expires_at")
+        if not isinstance(data.get("server"), str) or not isinstance(token, str) or not token:
+            raise ValueError("has no server and token")
+        if expires_at is not None and (
+            isinstance(expires_at, bool) or not isinstance(expires_at, int | float)
+        ):
+            raise ValueError("has an expiry that is not a time")
+        return CachedToken(data["server"], token, None if expires_at is None else float(expires_at))
 
     def store(
         self, server: str, token: str, *, ttl_seconds: float | None = LOGIN_TTL_SECONDS
