@@ -9,7 +9,7 @@ import pytest
 
 from wq.client.credentials import Credentials, Token
 from wq.client.errors import AuthenticationRequired
-from wq.client.token_cache import TokenCache, cache_dir
+from wq.client.token_cache import TokenCache, cache_dir, loopback_alias
 
 
 def mode(path: Path) -> int:
@@ -138,3 +138,19 @@ def test_a_missing_or_expired_cache_file_is_no_problem(tmp_path: Path) -> None:
     assert cache.problem("https://wq") is None
     cache.store("https://wq", "old", ttl_seconds=-1)
     assert cache.problem("https://wq") is None and cache.load("https://wq") is None
+
+
+def test_the_local_daemons_token_is_found_as_localhost_too(tmp_path: Path) -> None:
+    """The daemon writes it for 127.0.0.1: `WQ_URL=http://localhost:PORT` did not find it."""
+    cache = TokenCache(tmp_path)
+    cache.store("http://127.0.0.1:8080", "the-local-token", ttl_seconds=None)
+    for url in ("http://localhost:8080", "http://LOCALHOST:8080/"):
+        found = Credentials(url, cache=cache, login=None, environ={}).current()
+        assert found == Token("the-local-token", "cache")
+    # A login's token is not shared between spellings, nor with another port.
+    cache.store("http://localhost:9090", "a-login")
+    with pytest.raises(AuthenticationRequired):
+        Credentials("http://127.0.0.1:9090", cache=cache, login=None, environ={}).current()
+    with pytest.raises(AuthenticationRequired):
+        Credentials("http://localhost:8081", cache=cache, login=None, environ={}).current()
+    assert loopback_alias("https://wq.example.com") is None

@@ -23,7 +23,7 @@ from typing import Literal
 
 from wq.client.errors import AuthenticationRequired
 from wq.client.settings import env_token
-from wq.client.token_cache import TokenCache
+from wq.client.token_cache import TokenCache, loopback_alias
 
 Login = Callable[[str], str]
 """A login: takes the server URL, returns a Bearer token or raises `AuthenticationRequired`."""
@@ -139,13 +139,19 @@ class Credentials:
         A cache file edited by hand (or written by something else) may hold what no
         token has: said as such, naming the file, not sent.
         """
-        cached = self.cache.load(self.server)
+        server = self.server
+        cached = self.cache.load(server)
         if cached is None:
-            return None
-        path = self.cache.path_for(self.server)
+            # The local daemon writes its token under the address it listens on
+            # (127.0.0.1); `localhost` is the same daemon to whoever types it.
+            server = loopback_alias(server) or server
+            cached = self.cache.load(server)
+            if cached is None or not cached.local:
+                return None
+        path = self.cache.path_for(server)
         _refuse_malformed(
             cached.token,
-            f"the cached token for {self.server} ({path})",
+            f"the cached token for {server} ({path})",
             hint=f"run `wq login` again, or delete {path}",
         )
         return Token(cached.token, "cache")

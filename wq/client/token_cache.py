@@ -35,6 +35,19 @@ def normalize_server(url: str) -> str:
     return f"{scheme.lower()}://{host.lower()}{rest}"
 
 
+_LOOPBACK_NAMES = {"localhost": "127.0.0.1", "127.0.0.1": "localhost"}
+
+
+def loopback_alias(url: str) -> str | None:
+    """The same loopback server spelled the other way (`localhost` <-> `127.0.0.1`), or
+    None for any other server."""
+    match = re.match(r"^([a-z][a-z0-9+.-]*)://([^/:]+)(.*)$", normalize_server(url))
+    if not match or match.group(2) not in _LOOPBACK_NAMES:
+        return None
+    scheme, host, rest = match.groups()
+    return f"{scheme}://{_LOOPBACK_NAMES[host]}{rest}"
+
+
 @dataclass(frozen=True)
 class CachedToken:
     """A cached credential for one server."""
