@@ -37,6 +37,7 @@ def submit(payload: str, cache_home: Path) -> Result:
         ('{"a": NaN}', "NaN is not a JSON value"),
         ('{"a": -Infinity}', "-Infinity is not a JSON value"),
         ('{"a": 1e999}', "1e999 is out of range"),
+        ('{"a": ' + "9" * 5000 + "}", "is out of range"),
     ],
 )
 def test_a_payload_json_does_not_allow_is_a_usage_error(

@@ -38,6 +38,9 @@ def nested(depth: int) -> str:
         # A number beyond a float's range was stored as null.
         ('{"project": "group/app", "payload": {"a": 1e999}}', "1e999 is out of the range"),
         ('{"project": "group/app", "payload": [-2E+400]}', "-2E+400 is out of the range"),
+        # Integers too: 4,000 digits were stored; past 4,300 Python's own hint was told.
+        ('{"project": "group/app", "payload": {"a": ' + "9" * 4000 + "}}", "is out of the range"),
+        ('{"project": "group/app", "payload": [-' + "9" * 5000 + "]}", "is out of the range"),
         # An unpaired surrogate escape was a 500 (the size check could not encode it).
         ('{"project": "group/app", "payload": {"a": "\\ud800"}}', "payload: holds text that"),
         ('{"project": "group/app", "dedup_key": "\\udc00x"}', "dedup_key: holds text that"),
@@ -52,6 +55,8 @@ def nested(depth: int) -> str:
         "large",
         "overflow",
         "negative-overflow",
+        "huge-integer",
+        "integer-past-python",
         "surrogate",
         "surrogate-key",
         "surrogate-project",

@@ -52,7 +52,9 @@ def read_payload(value: str | None) -> dict[str, Any]:
     if not is_utf8(text):  # bytes of another encoding in the argument itself
         usage_error("--payload: not valid UTF-8 text")
     try:
-        payload = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        payload = json.loads(
+            text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int
+        )
     except json.JSONDecodeError as err:
         usage_error(f"--payload: not JSON: {err.msg} (line {err.lineno}, column {err.colno})")
     except ValueError as err:  # a constant or a number JSON does not have
@@ -96,6 +98,16 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):  # 1e999: too large for a number the server can keep
         raise ValueError(f"{text[:40]} is out of range")
     return value
+
+
+def _bounded_int(text: str) -> int:
+    # An integer past a double's range is past what the server keeps, as 1e999 is.
+    if len(text.lstrip("-")) > 308:
+        try:
+            float(int(text))
+        except (OverflowError, ValueError):  # ValueError: past Python's 4,300 digits
+            raise ValueError(f"{text[:40]}... is out of range") from None
+    return int(text)
 
 
 def _depth(value: Any) -> int:

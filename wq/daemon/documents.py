@@ -39,6 +39,18 @@ def _finite_number(text: str) -> float:
     return value
 
 
+def _bounded_integer(text: str) -> int:
+    """A JSON integer, refused beyond the range of a double as `_finite_number` refuses
+    `1e999` (a reader's JSON parser would take it as infinity, or fail)."""
+    if len(text.lstrip("-")) > 308:  # 1.8e308 has 309 digits: only those are looked at
+        try:
+            float(int(text))
+        except (OverflowError, ValueError):  # ValueError: past Python's 4,300 digits
+            shown = text[:24] + "..."
+            raise DocumentRefused(f"{shown} is out of the range of a JSON number") from None
+    return int(text)
+
+
 def _depth(value: Any) -> int:
     """How many arrays/objects deep `value` nests (a scalar is 0), without recursion."""
     deepest = 0
@@ -73,7 +85,12 @@ def _size(count: int) -> str:
 def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
     """Raise NotJson or DocumentRefused unless every field of `body` is storable."""
     try:
-        document = json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_number)
+        document = json.loads(
+            body,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_number,
+            parse_int=_bounded_integer,
+        )
     except DocumentRefused as refused:
         raise DocumentRefused(f"body: {refused}") from None
     except RecursionError:
