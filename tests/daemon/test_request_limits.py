@@ -132,3 +132,41 @@ def test_huge_authorization_header_is_answered(limited: tuple[Runtime, str]) -> 
     assert token.status_code == 401, token.text
     assert headers.status_code == 431, headers.text
     assert "headers exceed" in headers.json()["error"]
+
+
+def test_a_missing_body_or_media_type_is_said_as_such(
+    limited: tuple[Runtime, str], store: Store
+) -> None:
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        empty = client.post("/api/work-items/chain", headers=headers)
+        untyped = client.post("/api/work-items/chain", content=b"{}", headers=headers)
+    # A 422 "Field required" named nothing; "not none" read as a media type.
+    assert (empty.status_code, empty.json()["error"]) == (
+        400,
+        "the request has no body: a JSON object is expected",
+    )
+    assert (untyped.status_code, untyped.json()["error"]) == (
+        415,
+        "the body must be application/json, and no Content-Type was sent",
+    )
+    assert item_count(store) == 0
+
+
+def test_a_pool_is_asked_for_by_a_project_path(limited: tuple[Runtime, str]) -> None:
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        known = client.get("/api/pools/group/app", headers=headers)
+        assert known.status_code == 200 and known.json()["project"] == "group/app"
+        # Any string was a pool (`../../`, 9,000 characters) with the default capacities.
+        for path, said in [
+            ("..%2f..%2f", "no backslash, no leading or trailing /"),
+            ("a%2f%2fb", "empty, '.' or '..' segments"),
+            ("a" * 600, "at most 512 characters"),
+        ]:
+            refused = client.get(f"/api/pools/{path}", headers=headers)
+            assert refused.status_code == 422, (path, refused.text)
+            assert said in refused.json()["error"], refused.text
+            assert refused.json()["problems"]

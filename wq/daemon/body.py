@@ -97,10 +97,9 @@ class BodyGuard:
             and not path.startswith(WEBHOOK_PREFIX)
             and not _is_json(headers.get("content-type"))
         ):
-            media = headers.get("content-type") or "none"
-            await _error(415, f"the body must be application/json, not {media}")(
-                scope, receive, send
-            )
+            media = headers.get("content-type")
+            said = f"not {media}" if media else "and no Content-Type was sent"
+            await _error(415, f"the body must be application/json, {said}")(scope, receive, send)
             return
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._too_large()(scope, receive, send)

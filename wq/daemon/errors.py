@@ -80,6 +80,9 @@ def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
             # A body that is not JSON at all is a 400; 422 is for JSON that fails validation.
             reason = undecodable[0].get("ctx", {}).get("error") or undecodable[0].get("msg")
             return _error(400, f"the body is not valid JSON: {reason}")
+        if any(err.get("loc") == ("body",) and err.get("type") == "missing" for err in errors):
+            # No body at all: nothing to decode (a 400 as for a body that is not JSON).
+            return _error(400, "the request has no body: a JSON object is expected")
         for err in errors:
             where = ".".join(str(part) for part in err.get("loc", ()) if part != "body")
             said = _said(err)
@@ -96,7 +99,7 @@ def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
 
     @app.exception_handler(SubmissionRejected)
     async def rejected(_: Request, exc: SubmissionRejected) -> JSONResponse:
-        return _error(422, str(exc))
+        return _error(422, str(exc), problems=[str(exc)])
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

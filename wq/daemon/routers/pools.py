@@ -16,6 +16,7 @@ from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require_to_read
 from wq.daemon.schemas import Lane
 from wq.engine import pools
 from wq.engine.models import utcnow
+from wq.types.project import ProjectPath
 
 router = APIRouter(prefix="/api", tags=["admission"])
 
@@ -113,7 +114,7 @@ def read_pools(session: ReadSessionDep, runtime: RuntimeDep, _: ReadPrincipal) -
 
 @router.get("/pools/{project:project}", response_model=PoolPublic, responses=api_responses())
 def read_pool(
-    project: Annotated[str, Path(pattern=NO_NUL)],
+    project: Annotated[ProjectPath, Path(max_length=512)],
     session: ReadSessionDep,
     runtime: RuntimeDep,
     _: ReadPrincipal,
