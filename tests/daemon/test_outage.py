@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import make_config
+from tests.conftest import Store, make_config
 from tests.support.chain import Behaviour, chain_registry
 from tests.types.mr.events_support import mr_event
 from tests.types.mr.helpers import mr_registry
@@ -126,3 +126,39 @@ def test_a_gitlab_event_during_an_outage_is_503_so_gitlab_sends_it_again(
             assert response.status_code == 503, response.text
             assert "database" in response.json()["error"]
     runtime.engine.dispose()
+
+
+def test_an_answer_that_needed_no_database_does_not_end_the_outage(
+    down: tuple[Runtime, TestClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`wq whoami` with the local token needs no database: its 200 was logged as the
+    database answering again, and the next request began a second outage."""
+    _, client = down
+    caplog.set_level(logging.INFO)
+    assert client.get("/api/pools").status_code == 503
+    assert client.get("/api/whoami").status_code == 200  # the local token: no database
+    assert client.get("/api/pools").status_code == 503
+    said = [r.getMessage() for r in caplog.records if "database" in r.getMessage()]
+    assert [line for line in said if "answering again" in line] == [], said
+    assert len([line for line in said if "database unavailable" in line]) == 1, said
+
+
+def test_an_answer_that_used_the_database_ends_the_outage(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = build_runtime(make_config(store.url), registry=chain_registry(Behaviour()))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    caplog.set_level(logging.INFO)
+    try:
+        app = create_app(runtime)
+        with TestClient(app, raise_server_exceptions=False, headers=headers) as client:
+            for path in ("/api/whoami", "/api/pools", "/api/work-items", "/readyz"):
+                app.state.outage.failed(ConnectionRefusedError("as if it had been down"))
+                assert client.get(path).status_code == 200
+                ended = [r for r in caplog.records if "answering again" in r.getMessage()]
+                assert len(ended) == (0 if path == "/api/whoami" else 1), (path, ended)
+                app.state.outage.ended()  # the next path starts from a fresh outage
+                caplog.clear()
+    finally:
+        runtime.engine.dispose()

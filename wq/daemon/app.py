@@ -14,7 +14,7 @@ from wq.daemon.body import BodyGuard
 from wq.daemon.errors import install_error_handlers
 from wq.daemon.http_metrics import HttpMetrics
 from wq.daemon.loop_reads import loop_reads
-from wq.daemon.outage import OutageLog
+from wq.daemon.outage import OutageLog, note_checkouts
 from wq.daemon.routers import (
     bulk,
     health,
@@ -60,6 +60,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.router.lifespan_context = _lifespan
     app.state.outage = OutageLog()
     install_error_handlers(app, app.state.outage)
+    note_checkouts(runtime.engine)
     # Runs before any route reads a body (inside the auth layer's header filter).
     server = runtime.config.server
     app.add_middleware(

@@ -45,6 +45,7 @@ from sqlalchemy import Select, Table
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
 
+from wq.daemon.outage import used_database
 from wq.engine.db import DatabaseNotAnswering, TimedAsyncConnection, Timeouts, has_input
 from wq.engine.driver_reads import Statement, bound
 from wq.engine.models import Base
@@ -118,6 +119,7 @@ class ConnectionSlots:
             if connection is None:
                 connection = await self._connect()
             connection.answered = False
+            used_database()
             try:
                 yield connection
             finally:

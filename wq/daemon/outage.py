@@ -3,13 +3,18 @@
 While PostgreSQL is down or hung, every request that needs it fails the same way;
 a traceback per request would drown the log. The first failure of an outage logs
 one line, a still-failing database one more line a minute, and the first success
-after it one line saying how many requests were refused meanwhile.
+after it one line saying how many requests were refused meanwhile. Only a request
+that used the database ends an outage (`used_database`): `wq whoami` answered from
+the local token says nothing about the database.
 """
 
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
+from typing import Any
 
+from sqlalchemy import Engine, event
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wq.engine.outage import Outage
@@ -17,6 +22,28 @@ from wq.engine.outage import Outage
 log = logging.getLogger("wq.daemon")
 
 RETRY_AFTER_SECONDS = 5
+
+# The request being answered, while an outage lasts: whether it used the database. A
+# list, so that the threads a request's work runs on (which get a copy of the context)
+# mark the request's own.
+_request_used_database: ContextVar[list[bool] | None] = ContextVar(
+    "wq_request_used_database", default=None
+)
+
+
+def used_database() -> None:
+    """Note that the request being answered took a database connection."""
+    marker = _request_used_database.get()
+    if marker is not None:
+        marker[0] = True
+
+
+def note_checkouts(engine: Engine) -> None:
+    """Every connection `engine`'s pool hands out is noted (`used_database`)."""
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(*_: Any) -> None:
+        used_database()
 
 
 class OutageLog(Outage):
@@ -29,7 +56,7 @@ class OutageLog(Outage):
 
 
 class OutageWatch:
-    """ASGI middleware: a successful answer on a database route ends an outage."""
+    """ASGI middleware: a successful answer that used the database ends an outage."""
 
     def __init__(self, app: ASGIApp, outage: OutageLog) -> None:
         self.app = app
@@ -41,9 +68,16 @@ class OutageWatch:
             await self.app(scope, receive, send)
             return
 
+        marker = [False]
+
         async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] < 400:
+            succeeded = message["type"] == "http.response.start" and message["status"] < 400
+            if succeeded and marker[0]:
                 self.outage.succeeded()
             await send(message)
 
-        await self.app(scope, receive, watch)
+        noted = _request_used_database.set(marker)
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            _request_used_database.reset(noted)
