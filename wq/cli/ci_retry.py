@@ -152,7 +152,9 @@ def _render(document: dict[str, Any], _wide: bool) -> Any:
 
 @app.command("explain")
 def explain(
-    config: Annotated[Path, typer.Option("--config", "-c", help="wq config or job_retry file")],
+    config: Annotated[
+        Path, typer.Option("--config", "-c", metavar="<path>", help="wq config or job_retry file")
+    ],
     trace: Annotated[Path, typer.Option("--trace", help="A job trace (log) file")],
     failure_reason: Annotated[
         str | None,

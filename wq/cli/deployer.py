@@ -29,6 +29,7 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-c",
+        metavar="<path>",
         help="Config file (default: $WQ_CONFIG or $WORKQUEUE_SERVICE_CONFIG, "
         "then /etc/wq/config.yml, /etc/workqueue/config.yml)",
     ),
@@ -75,11 +76,14 @@ def db_current(config: ConfigOption = None) -> None:
 @config_app.command("check")
 def config_check(
     path: Annotated[
-        str | None, typer.Argument(help="The config file to validate (or give it with -c)")
+        str | None,
+        typer.Argument(help="The config file to validate (or give it with -c)"),
     ] = None,
     config: Annotated[
         str | None,
-        typer.Option("--config", "-c", help="The config file, as `wq daemon -c` takes it"),
+        typer.Option(
+            "--config", "-c", metavar="<path>", help="The config file, as `wq daemon -c` takes it"
+        ),
     ] = None,
     no_env: Annotated[
         bool,
