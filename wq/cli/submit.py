@@ -126,22 +126,22 @@ def _follow(
     wait_timeout: float,
     done: Done,
 ) -> tuple[dict[str, Any], str | None]:
-    """Poll the item until `done` says so or it ends; each change of its progress is
-    one line on stderr (a pipe or a log gets no redraws). The item as last seen and
-    `done`'s line."""
+    """Poll the item until `done` says so or it ends; each change of its progress until
+    then is one line on stderr (a pipe or a log gets no redraws). The item as last seen
+    and `done`'s line."""
     started = time.monotonic()
     deadline = started + wait_timeout
     shown = ""
     outcome = done(item)
     while True:
-        finished = outcome is not None and item["phase"] == "active"  # e.g. an MR exists
-        now = "done" if finished else progress(item, api.queue_position(item))
+        if outcome is not None or item["phase"] != "active":
+            # The end is the caller's to say (stdout, or the failure): not twice.
+            return item, outcome
+        now = progress(item, api.queue_position(item))
         if now != shown:
             sys.stderr.write(f"[{age(time.monotonic() - started)}] {printable(now)}\n")
             sys.stderr.flush()
             shown = now
-        if outcome is not None or item["phase"] != "active":
-            return item, outcome
         if time.monotonic() > deadline:
             if mode in (Output.json, Output.yaml):
                 typer.echo(dump({"action": action, "item": item}, mode), nl=False)
