@@ -170,3 +170,19 @@ def test_a_pool_is_asked_for_by_a_project_path(limited: tuple[Runtime, str]) -> 
             assert refused.status_code == 422, (path, refused.text)
             assert said in refused.json()["error"], refused.text
             assert refused.json()["problems"]
+
+
+def test_a_window_or_step_out_of_its_pattern_is_said_in_words(
+    limited: tuple[Runtime, str],
+) -> None:
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        window = client.get("/api/stats", params={"window": "8d"}, headers=headers)
+        step = client.get("/api/stats", params={"step": "1s"}, headers=headers)
+    # It quoted the regular expression the parameter is matched by.
+    assert window.status_code == step.status_code == 422
+    assert window.json()["error"] == (
+        "query.window: a number and a unit (s, m, h or d), at most 7d, such as 30m, 24h or 7d"
+    )
+    assert "at least 10s" in step.json()["error"] and "^" not in step.json()["error"]

@@ -39,12 +39,23 @@ def unavailable() -> JSONResponse:
     )
 
 
+# What a parameter's pattern asks for, in words: a caller is not told a regex.
+PATTERN_WORDS: dict[str, str] = {}
+
+
+def say_pattern(pattern: str, words: str) -> str:
+    """Register how to say what `pattern` asks for (`_said`); returns the pattern."""
+    PATTERN_WORDS[pattern] = words
+    return pattern
+
+
 def _said(err: Mapping[str, Any]) -> str:
     """A validation error in the caller's terms.
 
     Pydantic says "Value should have at most 512 items after validation" of a string
     whose type has a validator of its own (a project path): a text's length is counted
-    in characters.
+    in characters. A pattern registered with `say_pattern` is said in its words, and a
+    validator's own reason without pydantic's "Value error, ".
     """
     ctx = err.get("ctx") or {}
     if isinstance(err.get("input"), str) and err.get("type") in ("too_long", "too_short"):
@@ -52,7 +63,9 @@ def _said(err: Mapping[str, Any]) -> str:
             return f"at most {ctx['max_length']} characters (got {len(err['input'])})"
         if err["type"] == "too_short" and "min_length" in ctx:
             return f"at least {ctx['min_length']} characters"
-    return str(err.get("msg"))
+    if err.get("type") == "string_pattern_mismatch" and ctx.get("pattern") in PATTERN_WORDS:
+        return PATTERN_WORDS[ctx["pattern"]]
+    return str(err.get("msg")).removeprefix("Value error, ")
 
 
 def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from wq.daemon.auth import Principal
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require_to_read
+from wq.daemon.errors import say_pattern
 from wq.daemon.schemas import Lane
 from wq.engine import stats
 from wq.engine.models import utcnow
@@ -22,8 +23,14 @@ ReadPrincipal = Annotated[Principal, Depends(require_to_read())]
 
 # A number and a unit; the patterns hold the bounds: a window of 7d at most, a step
 # of 10s at least.
-WINDOW = r"^([1-9][0-9]{0,4}s|[1-9][0-9]{0,3}m|([1-9]|[1-9][0-9]|1[0-5][0-9]|16[0-8])h|[1-7]d)$"
-STEP = r"^([1-9][0-9]{1,4}s|[1-9][0-9]{0,3}m|[1-9][0-9]{0,2}h|[1-9]d)$"
+WINDOW = say_pattern(
+    r"^([1-9][0-9]{0,4}s|[1-9][0-9]{0,3}m|([1-9]|[1-9][0-9]|1[0-5][0-9]|16[0-8])h|[1-7]d)$",
+    "a number and a unit (s, m, h or d), at most 7d, such as 30m, 24h or 7d",
+)
+STEP = say_pattern(
+    r"^([1-9][0-9]{1,4}s|[1-9][0-9]{0,3}m|[1-9][0-9]{0,2}h|[1-9]d)$",
+    "a number and a unit (s, m, h or d), at least 10s, such as 30s, 5m or 1h",
+)
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_BUCKETS = 1440
 
