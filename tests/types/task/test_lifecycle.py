@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+
+from fastapi.testclient import TestClient
 
 from tests.conftest import Store
 from tests.engine.helpers import audit_types
 from tests.types.task.helpers import KINDS, submit, task, task_daemon, wait
 from wq.client.shown import attempts as attempts_shown
+from wq.daemon.runtime import Runtime
 from wq.engine.models import utcnow
 from wq.types.task import TaskRuntime
 from wq.types.task.gc import collect
@@ -249,19 +254,28 @@ def test_finished_tasks_are_collected_after_their_ttl(store: Store, tmp_path: Pa
         assert history[0] == "created" and history[-1] == "garbage_collected"
 
 
+@contextlib.contextmanager
+def two_replicas(
+    store: Store, tmp_path: Path, *, max_start_failures: int
+) -> Iterator[tuple[Runtime, Runtime, TestClient]]:
+    """A replica with every kind (not processing yet, its client) and one without `echo`
+    (processing): replicas in the middle of a rolling update that adds `echo`."""
+    others = {name: kind for name, kind in KINDS.items() if name != "echo"}
+    with (
+        task_daemon(store, tmp_path / "runs", start=False) as (with_kind, client),
+        task_daemon(
+            store, tmp_path / "runs-b", kinds=others, max_start_failures=max_start_failures
+        ) as (without, _),
+    ):
+        yield with_kind, without, client
+
+
 def test_a_replica_without_the_kind_leaves_the_task_to_one_that_has_it(
     store: Store, tmp_path: Path
 ) -> None:
     """Replicas differ for a while in a rolling update that adds a kind: one without it
     gives the task back (a start that could not happen) instead of failing it for good."""
-    others = {name: kind for name, kind in KINDS.items() if name != "echo"}
-    with (
-        task_daemon(store, tmp_path / "runs", start=False) as (with_kind, client),
-        task_daemon(store, tmp_path / "runs-b", kinds=others, max_start_failures=50) as (
-            without,
-            _,
-        ),
-    ):
+    with two_replicas(store, tmp_path, max_start_failures=50) as (with_kind, without, client):
         item = submit(client, "echo")
         wait(
             lambda: (
@@ -282,14 +296,7 @@ def test_a_replica_without_the_kind_leaves_the_task_to_one_that_has_it(
 
 
 def test_a_kind_no_replica_has_fails_after_max_start_failures(store: Store, tmp_path: Path) -> None:
-    others = {name: kind for name, kind in KINDS.items() if name != "echo"}
-    with (
-        task_daemon(store, tmp_path / "runs", start=False) as (_, client),
-        task_daemon(store, tmp_path / "runs-b", kinds=others, max_start_failures=2) as (
-            without,
-            _,
-        ),
-    ):
+    with two_replicas(store, tmp_path, max_start_failures=2) as (_, without, client):
         item = submit(client, "echo")
         failed = wait(
             lambda: (t := task(without, item["id"])).phase == "failed" and t,
