@@ -82,12 +82,12 @@ def test_one_pool_even_without_work(pooled: tuple[Runtime, TestClient]) -> None:
 def test_a_pool_path_with_a_newline_is_the_route_not_a_404(
     pooled: tuple[Runtime, TestClient], project: str
 ) -> None:
-    # The document's pattern for the project refuses only NUL: the route answers, with
-    # the project as sent (no item can be in it), as `/api/queue?project=` does.
+    # The route takes the path (a newline does not make it another route): it answers
+    # that this is no project path, as a submission would (no item can be in it).
     _, client = pooled
     response = client.get(f"/api/pools/{quote(project)}")
-    assert response.status_code == 200, response.text
-    assert response.json()["project"] == project
+    assert response.status_code == 422, response.text
+    assert "path.project: must not contain whitespace" in response.json()["error"]
     assert client.get(f"/api/pools/{quote('a' + chr(0))}").status_code == 422
 
 

@@ -92,6 +92,13 @@ class Relay:
                 continue
             upstream.settimeout(None)
             with self._lock:
+                # `down` may have come while this one was connecting upstream: it must
+                # not outlive it (a pool kept it, and the outage was not one for all).
+                if not self._up.is_set():
+                    self.refused += 1
+                    for sock in (client, upstream):
+                        sock.close()
+                    continue
                 self._open.update((client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
