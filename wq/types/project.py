@@ -4,14 +4,12 @@ Pools match projects by `/`-separated prefix, types hand the name to GitLab or
 Kubernetes, and operators read it in tables, logs and metric labels, so a name must be a
 clean path: no whitespace, control or invisible formatting character (a direction
 override could make it read as another name), no backslash, no empty, `.` or `..`
-segment, no leading or trailing `/`, and in Unicode's compatibility form (NFKC): `demo`
-in full-width letters is refused rather than taken for another project than `demo`.
+segment, no leading or trailing `/`.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -51,11 +49,6 @@ def project_problem(path: str) -> str | None:
         return "must be a path like group/project (no backslash, no leading or trailing /)"
     if any(segment in ("", ".", "..") for segment in path.split("/")):
         return "must not contain empty, '.' or '..' segments"
-    normal = unicodedata.normalize("NFKC", path)
-    if normal != path:
-        # `demo` in full-width letters reads as `demo`: as another project it would get
-        # a pool of its own. One spelling per name a person reads.
-        return f"must be written in Unicode's compatibility form (NFKC): {normal!r}"
     return None
 
 

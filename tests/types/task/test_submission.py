@@ -47,8 +47,6 @@ def count(runtime: Any) -> int:
         ({"project": "my project", "kind": "echo"}, "must not contain whitespace, control"),
         ({"project": "g/\u202ep", "kind": "echo"}, "or invisible formatting characters"),
         ({"project": "a\u200bb", "kind": "echo"}, "or invisible formatting characters"),
-        # Full-width letters read as `demo`, and would have been a project of their own.
-        ({"project": "\uff44\uff45\uff4d\uff4f", "kind": "echo"}, "form (NFKC): 'demo'"),
         (
             {"project": "p", "kind": "review", "repository": "p/../q"},
             "repository: must not contain empty, '.' or '..' segments",
