@@ -38,12 +38,15 @@ def used_database() -> None:
         marker[0] = True
 
 
-def note_checkouts(engine: Engine) -> None:
-    """Every connection `engine`'s pool hands out is noted (`used_database`)."""
+def _checked_out(*_: Any) -> None:
+    used_database()
 
-    @event.listens_for(engine, "checkout")
-    def _checked_out(*_: Any) -> None:
-        used_database()
+
+def note_checkouts(engine: Engine) -> None:
+    """Every connection `engine`'s pool hands out is noted (`used_database`); once per
+    engine, however many apps are built on it."""
+    if not event.contains(engine, "checkout", _checked_out):
+        event.listen(engine, "checkout", _checked_out)
 
 
 class OutageLog(Outage):
