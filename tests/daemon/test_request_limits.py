@@ -170,6 +170,11 @@ def test_a_pool_is_asked_for_by_a_project_path(limited: tuple[Runtime, str]) -> 
             assert refused.status_code == 422, (path, refused.text)
             assert said in refused.json()["error"], refused.text
             assert refused.json()["problems"]
+        # The queue's `project` parameter likewise (it took any string but NUL).
+        for queue in ("/api/queue", "/api/queue/normal"):
+            assert client.get(queue, params={"project": "group/app"}, headers=headers).is_success
+            refused = client.get(queue, params={"project": "a//b"}, headers=headers)
+            assert refused.status_code == 422 and "query.project" in refused.json()["error"]
 
 
 def test_a_window_or_step_out_of_its_pattern_is_said_in_words(

@@ -12,7 +12,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from wq.daemon.auth import Principal
 from wq.daemon.contract import API_ROUTE, api_responses, error_responses
-from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require_to_read
+from wq.daemon.deps import ReadSessionDep, RuntimeDep, require_to_read
 from wq.daemon.schemas import Lane
 from wq.engine import pools
 from wq.engine.models import utcnow
@@ -129,7 +129,7 @@ def read_queue(
     session: ReadSessionDep,
     principal: ReadPrincipal,
     project: Annotated[
-        str, Query(min_length=1, pattern=NO_NUL, description="the project whose queue to show")
+        ProjectPath, Query(max_length=512, description="the project whose queue to show")
     ],
     lane: Literal["alert", "normal"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -152,7 +152,7 @@ def read_queue_page(
     session: ReadSessionDep,
     principal: ReadPrincipal,
     project: Annotated[
-        str, Query(min_length=1, pattern=NO_NUL, description="the project whose queue to show")
+        ProjectPath, Query(max_length=512, description="the project whose queue to show")
     ],
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[
