@@ -68,6 +68,13 @@ def test_argv_template_takes_project_and_payload_without_a_shell(
         )
         assert done.phase == "completed", done.error
         assert "['g/p', '; rm -rf / #']" in (done.log_tail or "")
+        # An object or a list goes as JSON (it was Python's repr: {'a': [1, True]}).
+        nested = submit(client, "args", project="g/p", payload={"n": {"a": [1, True]}})
+        done = wait(
+            lambda: (t := task(runtime, nested["id"])).phase != "active" and t, message="ran"
+        )
+        assert done.phase == "completed", done.error
+        assert """['g/p', '{"a": [1, true]}']""" in (done.log_tail or ""), done.log_tail
         missing = submit(client, "args", payload={})
         failed = wait(
             lambda: (t := task(runtime, missing["id"])).phase != "active" and t, message="ended"

@@ -54,15 +54,41 @@ class TemplateError(ValueError):
     """The argv template cannot be filled from this task (a missing payload key)."""
 
 
+class _Value:
+    """A template value: indexed as its document is, written as JSON unless a string or
+    a number (an object or a list became Python's repr, which no program reads)."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def __getitem__(self, key: str | int) -> _Value:
+        # `format` hands `[0]` over as the number 0 and `[a]` as the text "a".
+        value = self._value
+        if isinstance(value, list) and isinstance(key, int):
+            return _Value(value[key])
+        if isinstance(value, dict):
+            return _Value(value[str(key)])
+        raise KeyError(key)
+
+    def __format__(self, spec: str) -> str:
+        value = self._value
+        if isinstance(value, str) or type(value) in (int, float):
+            return format(value, spec)
+        return format(json.dumps(value, ensure_ascii=False, sort_keys=True), spec)
+
+
 def render_argv(template: list[str], values: dict[str, Any]) -> list[str]:
     """Fill the argv template; each element stays one argument (no shell, no splitting)."""
+    wrapped = {name: _Value(value) for name, value in values.items()}
     argv = []
     for part in template:
         try:
-            argv.append(part.format_map(values))
-        except (KeyError, IndexError) as err:
+            argv.append(part.format_map(wrapped))
+        except KeyError as err:
             raise TemplateError(f"argv template {part!r}: the task has no {err}") from None
-        except (ValueError, AttributeError) as err:
+        except IndexError:
+            raise TemplateError(f"argv template {part!r}: the task's list is shorter") from None
+        except (ValueError, AttributeError, TypeError) as err:
             raise TemplateError(f"argv template {part!r}: {err}") from None
     return argv
 
