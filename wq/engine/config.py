@@ -47,9 +47,9 @@ Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
 SecondsOrZero = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
 # A count of threads: 1 to `MAX_THREADS`.
 Threads = Annotated[int, Field(ge=1, le=MAX_THREADS, strict=True)]
-# A count: 1 to `MAX_COUNT`; `Size`: 0 to `MAX_COUNT`.
+# A count: 1 to `MAX_COUNT`; a pool's capacity: 0 (none) to `MAX_COUNT`.
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT, strict=True)]
-Size = Annotated[int, Field(ge=0, le=MAX_COUNT, strict=True)]
+Capacity = Annotated[int, Field(ge=0, le=MAX_COUNT, strict=True)]
 # A number of bytes: 1 to 1 GiB.
 Bytes = Annotated[int, Field(ge=1, le=1024**3, strict=True)]
 
@@ -131,9 +131,9 @@ class ProcessingConfig(_Section):
 class PoolConfig(_Section):
     """Capacity of one project's admission pools."""
 
-    capacity: Size = 10
-    alert_capacity: Size = 1
-    queued_autonomous_cap: Size = 6
+    capacity: Capacity = 10
+    alert_capacity: Capacity = 1
+    queued_autonomous_cap: Capacity = 6
 
 
 # S3's bucket naming rules (lower case, digits, dots and hyphens, 3 to 63 long).
