@@ -15,6 +15,9 @@ from wq.daemon.runtime import Runtime
 from wq.daemon.schemas import Admission, Lane, Phase
 from wq.engine.models import ADMISSION_STATES, LANES, PHASES
 
+# What an /api/ route that takes a body can answer: not JSON, no token, no permission,
+# too slow, too large, not application/json, invalid, headers too large, unavailable.
+WITH_BODY = {400, 401, 403, 408, 413, 415, 422, 431, 503}
 # Every status each route can answer besides its successes (see wq.daemon.contract).
 ERRORS = {
     ("get", "/healthz"): {431},
@@ -25,33 +28,9 @@ ERRORS = {
     ("get", "/api/work-items"): {401, 403, 422, 431, 503},
     ("get", "/api/work-items/{item_id}"): {401, 403, 404, 422, 431, 503},
     ("get", "/api/work-items/{item_id}/history"): {401, 403, 404, 422, 431, 503},
-    ("post", "/api/work-items/{item_id}/retry"): {
-        400,
-        401,
-        403,
-        404,
-        408,
-        409,
-        413,
-        415,
-        422,
-        431,
-        503,
-    },
-    ("post", "/api/work-items/{item_id}/cancel"): {
-        400,
-        401,
-        403,
-        404,
-        408,
-        409,
-        413,
-        415,
-        422,
-        431,
-        503,
-    },
-    ("post", "/api/work-items/chain"): {400, 401, 403, 408, 409, 413, 415, 422, 429, 431, 503},
+    ("post", "/api/work-items/{item_id}/retry"): WITH_BODY | {404, 409},
+    ("post", "/api/work-items/{item_id}/cancel"): WITH_BODY | {404, 409},
+    ("post", "/api/work-items/chain"): WITH_BODY | {409, 429},
     ("get", "/api/pools"): {401, 403, 431, 503},
     ("get", "/api/pools/{project}"): {401, 403, 422, 431, 503},
     ("get", "/api/queue"): {401, 403, 422, 431, 503},
@@ -59,8 +38,8 @@ ERRORS = {
     ("get", "/api/stats"): {401, 403, 422, 431, 503},
     ("get", "/api/replicas"): {401, 403, 422, 431, 503},
     ("get", "/api/work-items/{item_id}/logs"): {401, 403, 404, 409, 422, 431, 503},
-    ("post", "/api/work-items/retry"): {400, 401, 403, 408, 413, 415, 422, 431, 503},
-    ("post", "/api/work-items/cancel"): {400, 401, 403, 408, 413, 415, 422, 431, 503},
+    ("post", "/api/work-items/retry"): WITH_BODY,
+    ("post", "/api/work-items/cancel"): WITH_BODY,
     ("get", "/api/work-items/{item_id}/pending-events"): {401, 403, 404, 422, 431, 503},
     ("post", "/api/webhooks/gitlab"): {400, 401, 404, 408, 413, 422, 431, 503},
 }
