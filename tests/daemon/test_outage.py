@@ -153,9 +153,10 @@ def test_an_answer_that_used_the_database_ends_the_outage(
     try:
         app = create_app(runtime)
         with TestClient(app, raise_server_exceptions=False, headers=headers) as client:
-            for path in ("/api/whoami", "/api/pools", "/api/work-items", "/readyz"):
+            unknown = f"/api/work-items/{ITEM}"  # a 404, read from the database
+            for path in ("/api/whoami", "/api/pools", "/api/work-items", unknown, "/readyz"):
                 app.state.outage.failed(ConnectionRefusedError("as if it had been down"))
-                assert client.get(path).status_code == 200
+                assert client.get(path).status_code == (404 if path == unknown else 200)
                 ended = [r for r in caplog.records if "answering again" in r.getMessage()]
                 assert len(ended) == (0 if path == "/api/whoami" else 1), (path, ended)
                 app.state.outage.ended()  # the next path starts from a fresh outage

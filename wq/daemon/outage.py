@@ -59,7 +59,8 @@ class OutageLog(Outage):
 
 
 class OutageWatch:
-    """ASGI middleware: a successful answer that used the database ends an outage."""
+    """ASGI middleware: an answer that used the database (a success, a 404 or a 409) ends
+    an outage."""
 
     def __init__(self, app: ASGIApp, outage: OutageLog) -> None:
         self.app = app
@@ -74,8 +75,10 @@ class OutageWatch:
         marker = [False]
 
         async def watch(message: Message) -> None:
-            succeeded = message["type"] == "http.response.start" and message["status"] < 400
-            if succeeded and marker[0]:
+            # A success, or a 404 or 409 (found so by reading the database); not a
+            # refusal, whose audit row is written, or not, beside the answer.
+            status = message["status"] if message["type"] == "http.response.start" else 0
+            if (200 <= status < 400 or status in (404, 409)) and marker[0]:
                 self.outage.succeeded()
             await send(message)
 
