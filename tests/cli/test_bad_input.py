@@ -34,10 +34,10 @@ def submit(payload: str, cache_home: Path) -> Result:
 @pytest.mark.parametrize(
     ("payload", "said"),
     [
-        ('{"a": NaN}', "NaN is not a JSON value"),
-        ('{"a": -Infinity}', "-Infinity is not a JSON value"),
-        ('{"a": 1e999}', "1e999 is out of range"),
-        ('{"a": ' + "9" * 5000 + "}", "is out of range"),
+        ('{"a": NaN}', "NaN is not a JSON number"),
+        ('{"a": -Infinity}', "-Infinity is not a JSON number"),
+        ('{"a": 1e999}', "1e999 is out of the range of a JSON number"),
+        ('{"a": ' + "9" * 5000 + "}", "is out of the range of a JSON number"),
     ],
 )
 def test_a_payload_json_does_not_allow_is_a_usage_error(
@@ -51,7 +51,7 @@ def test_a_payload_json_does_not_allow_is_a_usage_error(
 def test_a_payload_file_with_an_infinite_number(tmp_path: Path, cache_home: Path) -> None:
     path = tmp_path / "payload.json"
     path.write_text('{"size": 1e999}')
-    assert_usage(submit(f"@{path}", cache_home), "1e999 is out of range")
+    assert_usage(submit(f"@{path}", cache_home), "1e999 is out of the range of a JSON number")
 
 
 @pytest.mark.parametrize("depth", [129, 100_000])

@@ -8,7 +8,6 @@ completed.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,6 +28,7 @@ from wq.cli.submit import (
     output_mode,
     report,
 )
+from wq.client.json_numbers import JSON_NUMBER_HOOKS, NotAJsonNumber
 from wq.client.utf8 import is_utf8
 
 
@@ -52,13 +52,11 @@ def read_payload(value: str | None) -> dict[str, Any]:
     if not is_utf8(text):  # bytes of another encoding in the argument itself
         usage_error("--payload: not valid UTF-8 text")
     try:
-        payload = json.loads(
-            text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int
-        )
+        payload = json.loads(text, **JSON_NUMBER_HOOKS)
     except json.JSONDecodeError as err:
         usage_error(f"--payload: not JSON: {err.msg} (line {err.lineno}, column {err.colno})")
-    except ValueError as err:  # a constant or a number JSON does not have
-        usage_error(f"--payload: not JSON: {err}")
+    except NotAJsonNumber as err:
+        usage_error(f"--payload: {err}")
     except RecursionError:
         usage_error(f"--payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     if not isinstance(payload, dict):
@@ -86,28 +84,6 @@ def _lone_surrogate(payload: dict[str, Any]) -> str | None:
 # No server takes a deeper payload (server.max_document_depth is at most 128); each
 # server says its own, lower limit itself.
 MAX_PAYLOAD_DEPTH = 128
-
-
-def _no_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which JSON does not have (nor the server).
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999: too large for a number the server can keep
-        raise ValueError(f"{text[:40]} is out of range")
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    # An integer past a double's range is past what the server keeps, as 1e999 is.
-    if len(text.lstrip("-")) > 308:
-        try:
-            float(int(text))
-        except (OverflowError, ValueError):  # ValueError: past Python's 4,300 digits
-            raise ValueError(f"{text[:40]}... is out of range") from None
-    return int(text)
 
 
 def _depth(value: Any) -> int:

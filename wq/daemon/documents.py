@@ -11,9 +11,9 @@ is written.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
+from wq.client.json_numbers import JSON_NUMBER_HOOKS, NotAJsonNumber
 from wq.client.utf8 import is_utf8
 
 
@@ -23,32 +23,6 @@ class NotJson(ValueError):
 
 class DocumentRefused(ValueError):
     """A decodable document over a limit, or with a value JSON has not (422)."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise DocumentRefused(f"{name} is not a JSON number")
-
-
-def _finite_number(text: str) -> float:
-    """A JSON number as a float; one too large for it (`1e999`) would be stored as
-    infinity, which JSON cannot write back, so it is refused."""
-    value = float(text)
-    if not math.isfinite(value):
-        shown = text if len(text) <= 24 else text[:24] + "..."
-        raise DocumentRefused(f"{shown} is out of the range of a JSON number")
-    return value
-
-
-def _bounded_integer(text: str) -> int:
-    """A JSON integer, refused beyond the range of a double as `_finite_number` refuses
-    `1e999` (a reader's JSON parser would take it as infinity, or fail)."""
-    if len(text.lstrip("-")) > 308:  # 1.8e308 has 309 digits: only those are looked at
-        try:
-            float(int(text))
-        except (OverflowError, ValueError):  # ValueError: past Python's 4,300 digits
-            shown = text[:24] + "..."
-            raise DocumentRefused(f"{shown} is out of the range of a JSON number") from None
-    return int(text)
 
 
 def _depth(value: Any) -> int:
@@ -85,13 +59,8 @@ def _size(count: int) -> str:
 def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
     """Raise NotJson or DocumentRefused unless every field of `body` is storable."""
     try:
-        document = json.loads(
-            body,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_number,
-            parse_int=_bounded_integer,
-        )
-    except DocumentRefused as refused:
+        document = json.loads(body, **JSON_NUMBER_HOOKS)
+    except NotAJsonNumber as refused:
         raise DocumentRefused(f"body: {refused}") from None
     except RecursionError:
         raise DocumentRefused(f"body: nested deeper than {max_depth} levels") from None
