@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from wq.engine.config import ConfigError, Seconds
+from wq.engine.config import Bytes, Capacity, ConfigError, Count, Seconds
 from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES, JobRetryConfig
 from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
@@ -37,12 +37,12 @@ class MrSettings(BaseModel):
     request_timeout_seconds: Seconds = 30.0
     job_retry: dict[str, Any] | None = None
     # Only this much of a job trace's end is kept for the retry matchers.
-    job_trace_max_bytes: Annotated[int, Field(gt=0, le=1024**3)] = DEFAULT_TRACE_MAX_BYTES
+    job_trace_max_bytes: Bytes = DEFAULT_TRACE_MAX_BYTES
     # Per-item bounds on a submission (422 beyond them): a work item lives in one row
     # and is pushed as one GitLab commit, so neither may grow without bound.
-    max_file_actions: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
-    max_file_bytes: Annotated[int, Field(gt=0, le=1024**3)] = 10 * 1024 * 1024
-    max_labels: Annotated[int, Field(ge=0, le=1_000_000)] = 50
+    max_file_actions: Count = 1000
+    max_file_bytes: Bytes = 10 * 1024 * 1024
+    max_labels: Capacity = 50
 
     @cached_property
     def job_retry_config(self) -> JobRetryConfig | None:
