@@ -194,3 +194,37 @@ def test_tasks_run_as_jobs_through_the_daemon_and_jobs_go_with_gc(
         later = utcnow() + timedelta(days=2)
         assert collect(runtime.sessions, bundle.runners, ttl=timedelta(days=1), now=later) == 2
         assert fake.jobs == {} and sorted(fake.deleted) == sorted([ok_run, bad_run])
+
+
+def test_a_replica_without_the_runner_leaves_a_running_job_to_one_that_has_it(
+    store: Store, tmp_path: Path, fake: FakeKubernetes
+) -> None:
+    """A rolling update that adds the `kubernetes` runner: a replica without it that
+    comes to follow a Job another started retries later instead of failing the task."""
+    kinds = {
+        **KINDS,
+        "issueLifecycle": {"scope": "repository", "runner": "kubernetes", "command": ["agent"]},
+    }
+    runners = {"kubernetes": runner_config(fake, tmp_path)}
+    with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (first, client):
+        item = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})
+        run_id = wait(lambda: task(first, item["id"]).run_id, message="the Job")
+        assert first.manager is not None
+        first.manager.stop(grace=2)
+        with task_daemon(store, tmp_path / "runs-b") as (without, _):
+            wait(
+                lambda: (
+                    "runner 'kubernetes' is not configured here"
+                    in (task(without, item["id"]).error or "")
+                ),
+                message="the replica without the runner left it",
+            )
+            assert task(without, item["id"]).phase == "active"
+        fake.finish(run_id, succeeded=True, log="fixed\n")
+        with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (again, _):
+            done = wait(
+                lambda: (t := task(again, item["id"])).phase != "active" and t,
+                message="followed by a replica with the runner",
+            )
+        assert done.phase == "completed", done.error
+        assert done.run_id == run_id and done.log_tail == "fixed\n"  # the same Job

@@ -42,7 +42,9 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         try:
             return runners[name]
         except KeyError:
-            raise PermanentFailure(f"runner {name!r} is not configured") from None
+            # A replica of a rolling update that adds the runner: another one has it.
+            # Retried as an unreachable runner is, so failed after `max_attempts`.
+            raise RetryLater(f"runner {name!r} is not configured here") from None
 
     def finish(ctx: ActionContext, phase: str, status: RunStatus, summary: str) -> None:
         task = _task(ctx)
