@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from wq.engine.models import EXECUTOR_SESSION, WorkItem
 
 # True while an executor runs; present (True or False) in every session that runs
-# executors: such a session holds its items' leases (see `models._stamp_changes`).
+# executors: such a session holds its items' leases (see `models.changes._stamp_changes`).
 _IN_EXECUTOR = EXECUTOR_SESSION
 _FENCE = "wq_fence"
 _ITEMS = cast(Table, WorkItem.__table__)

@@ -104,7 +104,7 @@ class GroupWrites:
         """Take what `item`'s action changed; False (nothing taken) when the ORM must.
 
         `stamp`: a change gives the item a fresh stamp, as the ORM's flush outside a
-        lease holder's session does (`models._stamp_changes`).
+        lease holder's session does (`models.changes._stamp_changes`).
         """
         try:
             statuses, updates = _item_changes(item, stamp=stamp)
@@ -178,7 +178,7 @@ def _item_changes(item: WorkItem, *, stamp: bool) -> tuple[list[dict[str, Any]],
                 raise NotPlain
             by_table.setdefault(column.table, {})[column.key] = value
     if by_table and changes_state(item):
-        # As the ORM's flush would (`models._touch_changes`): its state changed.
+        # As the ORM's flush would (`models.changes._touch_changes`): its state changed.
         by_table.setdefault(WORK_ITEMS, {}).setdefault("updated_at", utcnow())
     statuses = _status_rows(item)
     if stamp and (statuses or by_table):

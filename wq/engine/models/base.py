@@ -1,0 +1,78 @@
+"""The vocabulary of the tables: phases, admission states, lanes, the column types and
+the declarative base every table derives from."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+from sqlalchemy import JSON, DateTime, MetaData, TypeDecorator
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase
+
+ACTIVE = "active"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TERMINAL_PHASES = frozenset({COMPLETED, FAILED, CANCELLED})
+PHASES = (ACTIVE, COMPLETED, FAILED, CANCELLED)
+
+QUEUED = "queued"
+ADMITTED = "admitted"
+IDLE = "idle"
+DONE = "done"
+ADMISSION_STATES = (QUEUED, ADMITTED, IDLE, DONE)
+
+NORMAL_LANE = "normal"
+ALERT_LANE = "alert"
+LANES = (ALERT_LANE, NORMAL_LANE)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def new_stamp() -> int:
+    """A fresh value for `WorkItem.stamp`: random, so it never depends on a stale read."""
+    return random.getrandbits(62)  # reseeded in forked children (os.register_at_fork)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp stored with time zone and always read back as aware UTC.
+
+    SQLite keeps no zone; this makes both databases hand back the same values.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        if value is not None and dialect.name == "sqlite":
+            return value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention so migrations name constraints alike."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
