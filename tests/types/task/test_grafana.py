@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,24 @@ def test_the_notification_schema_is_in_the_openapi_document(store: Store, tmp_pa
     notification_schema = document["components"]["schemas"]["GrafanaNotification"]
     assert set(notification_schema["required"]) == {"status", "groupKey", "alerts"}
     assert "GrafanaAlert" in document["components"]["schemas"]
+
+
+def test_a_token_is_checked_off_the_event_loop(store: Store, tmp_path: Path) -> None:
+    """A token's check may wait on an identity provider (OIDC keys, OpenShift): on the
+    event loop that wait would stall every other request, /healthz included."""
+    grafana = {**GRAFANA, "secret_env": SECRET_ENV}
+    with task_daemon(store, tmp_path / "runs", start=False, grafana=grafana) as (runtime, client):
+        checks: list[bool] = []
+        authenticate = runtime.authenticator.authenticate
+
+        def on_loop(token: str) -> Any:
+            try:
+                asyncio.get_running_loop()
+                checks.append(True)
+            except RuntimeError:
+                checks.append(False)
+            return authenticate(token)
+
+        runtime.authenticator.authenticate = on_loop  # type: ignore[method-assign]
+        assert post(client, notification(), token="not-a-token").status_code == 401
+        assert checks == [False]

@@ -68,7 +68,7 @@ def request_body(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 WEBHOOK_REQUEST = request_body("the sender's JSON document", {"type": "object"})
 
 
-def _caller(request: Request, hook: Webhook, type_name: str) -> str:
+async def _caller(request: Request, hook: Webhook, type_name: str) -> str:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     secret = hook.shared_secret
     if (
@@ -78,6 +78,12 @@ def _caller(request: Request, hook: Webhook, type_name: str) -> str:
     ):
         count_decision(request, "webhook", "allowed")
         return f"webhook:{hook.name}"
+    # A token's check may call out (OIDC keys, OpenShift) and its refusal is audited:
+    # off the event loop, as `get_principal` does, so a slow one stalls no other request.
+    return await run_in_threadpool(_authorized_actor, request, type_name)
+
+
+def _authorized_actor(request: Request, type_name: str) -> str:
     principal = authenticate_request(request)
     authorize(request, principal, "submit", type_name)
     return principal.actor
@@ -95,7 +101,7 @@ def _run(runtime: Runtime, hook: Webhook, document: Any, actor: str) -> tuple[in
 
 def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
     async def receive(request: Request, runtime: RuntimeDep) -> Any:
-        actor = _caller(request, hook, item_type.name)
+        actor = await _caller(request, hook, item_type.name)
         raw = await request.body()
         try:
             document = parse_json(raw)
