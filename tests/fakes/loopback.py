@@ -4,7 +4,8 @@
 cutting open connections, restart on the same port); the GitLab fake builds on it directly.
 `LoopbackServer` is the simpler base of the JSON fakes (OIDC, OpenShift): subclasses answer
 `handle(request)` with `(status, json_body, headers)`. Every request is logged
-(`requests`), failures can be injected per path (`fail_next`), a delay added (`delay`),
+(`requests`), failures can be injected per path (`fail_next`), a delay added (`delay`)
+or every answer held back until the test lets it go (`gate`),
 and `tls_dir` serves HTTPS with a fresh CA whose file is `ca_file`.
 """
 
@@ -323,6 +324,8 @@ class LoopbackServer:
         self.tls = make_tls(tls_dir) if tls_dir is not None else None
         self.requests: list[Request] = []
         self.delay = 0.0
+        # While set to an Event not yet set, requests hang until it is (a stuck service).
+        self.gate: threading.Event | None = None
         self._failures: list[_Failure] = []
         self._lock = threading.RLock()
         self._listener = LoopbackListener(
@@ -386,6 +389,9 @@ class LoopbackServer:
                     self._failures.remove(failure)
         if self.delay:
             time.sleep(self.delay)
+        gate = self.gate
+        if gate is not None:
+            gate.wait(timeout=30)
         if failure is not None:
             return failure.status, failure.body, {}
         return self.handle(request)

@@ -3,6 +3,7 @@ key rotation, the JWKS cache and its refetch on an unknown key id."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,9 @@ from tests.fakes.oidc import (
     rsa_key,
 )
 from tests.fakes.openshift import FakeOpenShift
+from tests.support.waiting import wait_for
 from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Authenticator
+from wq.daemon.auth.oidc import FAILURE_MEMORY_SECONDS
 
 JWKS = "/jwks"
 
@@ -277,8 +280,70 @@ def test_an_unreachable_issuer(
     with pytest.raises(AuthenticationUnavailable) as caught:
         auth.authenticate(token)
     assert "HTTP 502" in str(caught.value)
+    clock.advance(FAILURE_MEMORY_SECONDS)  # the failure answers the next second's callers
     assert auth.authenticate(token)  # fetched now
     # Once keys are held, an issuer outage keeps them in use past their lifespan.
     clock.advance(301)
     fake_oidc.stop()
     assert auth.authenticate(token).identity == "x"
+
+
+def outcome(auth: Authenticator, token: str) -> str:
+    """What authenticating `token` came to: the identity, or the refusal's message."""
+    try:
+        return auth.authenticate(token).identity
+    except (AuthenticationFailed, AuthenticationUnavailable) as err:
+        return str(err)
+
+
+def in_threads(count: int, work: Any) -> tuple[list[threading.Thread], list[Any]]:
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda: results.append(work())) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def test_callers_with_no_keys_share_one_fetch_and_its_failure(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer, clock: Clock
+) -> None:
+    """An issuer that hangs, then fails: the callers waiting meanwhile get its failure,
+    not a fetch (and a timeout) each, one after another."""
+    token = fake_oidc.token(sub="x", aud=AUD)
+    fake_oidc.fail_next(DISCOVERY_PATH, 502)
+    fake_oidc.gate = threading.Event()
+    threads, results = in_threads(4, lambda: outcome(auth, token))
+    wait_for(lambda: fake_oidc.count(DISCOVERY_PATH) == 1, message="the discovery fetch")
+    time.sleep(0.2)  # the other callers come meanwhile
+    fake_oidc.gate.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(results) == 4 and all("HTTP 502" in result for result in results), results
+    assert fake_oidc.count(DISCOVERY_PATH) == 1
+    assert "HTTP 502" in outcome(auth, token)  # remembered for a second
+    assert fake_oidc.count(DISCOVERY_PATH) == 1
+    clock.advance(FAILURE_MEMORY_SECONDS)
+    assert outcome(auth, token) == "x"
+
+
+def test_a_held_key_is_used_while_a_refetch_hangs(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer, clock: Clock
+) -> None:
+    """A forged key id makes the source fetch the keys again; while the issuer hangs on
+    that fetch, callers whose key is held are answered from what is held."""
+    valid = fake_oidc.token(sub="x", aud=AUD)
+    assert outcome(auth, valid) == "x"
+    clock.advance(30)  # a refetch is allowed again
+    fake_oidc.gate = threading.Event()
+    forged, forged_results = in_threads(
+        1, lambda: outcome(auth, fake_oidc.token(sub="y", aud=AUD, headers={"kid": "ghost"}))
+    )
+    wait_for(lambda: fake_oidc.count(JWKS) == 2, message="the refetch")
+    others, results = in_threads(3, lambda: outcome(auth, valid))
+    for thread in others:
+        thread.join(timeout=5)
+    assert results == ["x", "x", "x"]  # answered while the refetch still hangs
+    assert forged[0].is_alive()
+    fake_oidc.gate.set()
+    forged[0].join(timeout=10)
+    assert "has no key 'ghost'" in forged_results[0]

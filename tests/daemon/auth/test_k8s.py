@@ -14,6 +14,7 @@ from tests.fakes.loopback import make_tls
 from tests.fakes.oidc import DISCOVERY_PATH, FakeOidcIssuer, rsa_key
 from tests.fakes.openshift import USERS_TILDE, FakeOpenShift
 from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Authenticator
+from wq.daemon.auth.oidc import FAILURE_MEMORY_SECONDS
 
 CLUSTER_ISSUER = "https://kubernetes.default.svc"
 JWKS = "/openid/v1/jwks"
@@ -106,7 +107,8 @@ def test_a_configured_issuer_must_match_the_discovered_one(
 def test_an_unknown_issuer_while_the_cluster_is_unreachable(
     pod: dict[str, Any], api_server: FakeOidcIssuer
 ) -> None:
-    auth = in_pod(pod)
+    clock = Clock()
+    auth = in_pod(pod, clock)
     api_server.stop()
     with FakeOidcIssuer() as stranger:
         stranger.add_key(rsa_key("stranger"))
@@ -114,6 +116,7 @@ def test_an_unknown_issuer_while_the_cluster_is_unreachable(
         with pytest.raises(AuthenticationUnavailable, match="cannot fetch the discovery"):
             auth.authenticate(stranger.token(sub="x", aud=AUD))
         api_server.start()
+        clock.advance(FAILURE_MEMORY_SECONDS)
         with pytest.raises(AuthenticationFailed, match="no rule accepts tokens from issuer"):
             auth.authenticate(stranger.token(sub="x", aud=AUD))
     auth.close()

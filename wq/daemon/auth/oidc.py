@@ -5,7 +5,10 @@ exactly the configured issuer; its `jwks_uri` gives the keys. Keys are cached fo
 `jwks_lifespan_seconds`; a token naming a key id the cache does not hold triggers
 one refetch (at most one per `jwks_refetch_interval_seconds`, so a flood of forged
 key ids cannot hammer the issuer). When a refresh fails the keys already held stay
-in use (a warning is logged); with no keys at all the caller gets a 503.
+in use (a warning is logged); with no keys at all the caller gets a 503. One fetch runs
+at a time and only callers with no keys to go on wait for it (they share its outcome;
+a failure answers the next second's callers too); everyone else is answered from the
+keys held meanwhile.
 
 Only asymmetric keys are ever used, and only with the algorithm their type supports:
 an RSA key verifies RS*/PS*, an EC key the ES* of its curve, an OKP key EdDSA.
@@ -53,8 +56,61 @@ def fits(jwk: dict[str, Any], alg: str) -> bool:
     return False
 
 
+# A fetch that failed while no keys are held answers the callers of the next second
+# too: each would otherwise wait out a timeout of its own, one after another.
+FAILURE_MEMORY_SECONDS = 1.0
+
+
+class _KeySet:
+    """One fetched JWKS and the keys prepared from it; a fetch replaces it whole, so a
+    reader never mixes two key sets."""
+
+    def __init__(self, keys: list[dict[str, Any]]) -> None:
+        self.keys = keys
+        self.prepared: dict[tuple[int, str], PyJWK] = {}
+
+    def find(
+        self, kid: str | None, alg: str, issuer: str | None
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The key `kid` (or the only one fitting `alg` when no kid is named), or None."""
+        if kid is not None:
+            for index, jwk in enumerate(self.keys):
+                if jwk.get("kid") == kid:
+                    if not fits(jwk, alg):
+                        raise AuthenticationFailed(
+                            f"key {kid[:100]!r} of issuer {issuer} cannot verify {alg}"
+                        )
+                    return index, jwk
+            return None
+        candidates = [(index, jwk) for index, jwk in enumerate(self.keys) if fits(jwk, alg)]
+        return candidates[0] if len(candidates) == 1 else None
+
+    def prepare(
+        self, found: tuple[int, dict[str, Any]], alg: str, name: str, issuer: str | None
+    ) -> PyJWK:
+        """The verifying key of a found JWK (made once per key and algorithm)."""
+        index, jwk = found
+        prepared = self.prepared.get((index, alg))
+        if prepared is None:
+            try:
+                prepared = PyJWK(jwk, algorithm=alg)
+            except (PyJWTError, ValueError, TypeError) as err:
+                log.warning("issuer %s: key %r is unusable: %s", name, jwk.get("kid"), err)
+                raise AuthenticationFailed(
+                    f"the key of issuer {issuer} that signed the token is unusable"
+                ) from None
+            self.prepared[(index, alg)] = prepared
+        return prepared
+
+
 class KeySource:
-    """The signing keys of one issuer (thread-safe; one fetch at a time)."""
+    """The signing keys of one issuer (thread-safe).
+
+    One fetch at a time, and nobody waits for it who need not: while it runs (the
+    refresh at the end of the lifespan, a refetch for an unknown key id), callers are
+    answered from the keys held; only callers with nothing to go on wait for it, and
+    share its outcome.
+    """
 
     def __init__(
         self,
@@ -78,10 +134,11 @@ class KeySource:
         self._jwks_override = jwks_url
         self._bearer = bearer or (lambda: None)
         self._clock = clock
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._fetching = False  # a fetch is under way (its thread alone changes the state)
+        self._failure: tuple[float, AuthenticationUnavailable] | None = None
         self._jwks_uri: str | None = None
-        self._keys: list[dict[str, Any]] = []
-        self._prepared: dict[tuple[int, str], PyJWK] = {}
+        self._held = _KeySet([])
         self._next_refresh: float | None = None
         self._discovered_at: float | None = None
         self._last_jwks_fetch: float | None = None
@@ -94,33 +151,69 @@ class KeySource:
 
     def resolve_issuer(self) -> str:
         """The issuer URL, discovering it first when only the discovery URL is known."""
-        with self._lock:
-            if self._issuer is None:
-                self._discover()
-            assert self._issuer is not None
-            return self._issuer
+        self._fetch_if(lambda _: self._issuer is None, lambda _: self._discover())
+        assert self._issuer is not None
+        return self._issuer
 
     def key(self, kid: str | None, alg: str) -> PyJWK:
         """The key that verifies a token signed with `alg` by key `kid`, or raise."""
-        with self._lock:
-            now = self._clock()
-            if self._next_refresh is None or now >= self._next_refresh:
-                self._refresh(now)
-            found = self._find(kid, alg)
-            if found is None and kid is not None and self._may_refetch(now):
+        self._fetch_if(lambda now: not self._held.keys or self._refresh_due(now), self._refresh)
+        held = self._held
+        found = held.find(kid, alg, self._issuer)
+        if found is None and kid is not None:
+
+            def unknown(now: float) -> bool:
+                return self._held.find(kid, alg, self._issuer) is None and self._may_refetch(now)
+
+            def refetch(now: float) -> None:
                 log.info("issuer %s: unknown key id %r, fetching its keys again", self.name, kid)
                 self._fetch_jwks(now)
-                found = self._find(kid, alg)
-            if found is None:
-                if kid is None:
-                    raise AuthenticationFailed(
-                        f"the token names no key id and issuer {self._issuer} has no single "
-                        f"{alg} key"
-                    )
-                raise AuthenticationFailed(f"issuer {self._issuer} has no key {kid[:100]!r}")
-            return self._prepare(found, alg)
+
+            self._fetch_if(unknown, refetch)
+            held = self._held
+            found = held.find(kid, alg, self._issuer)
+        if found is None:
+            if kid is None:
+                raise AuthenticationFailed(
+                    f"the token names no key id and issuer {self._issuer} has no single {alg} key"
+                )
+            raise AuthenticationFailed(f"issuer {self._issuer} has no key {kid[:100]!r}")
+        return held.prepare(found, alg, self.name, self._issuer)
 
     # ------------------------------------------------------------------ internals
+
+    def _fetch_if(self, wanted: Callable[[float], bool], fetch: Callable[[float], None]) -> None:
+        """Run `fetch` while `wanted` holds, one at a time. While another runs, return
+        at once when keys are held (the caller uses them), else wait for its outcome."""
+        with self._cond:
+            while True:
+                now = self._clock()
+                if not wanted(now):
+                    return
+                if not self._fetching:
+                    break
+                if self._held.keys and self._issuer is not None:
+                    return
+                self._cond.wait(timeout=1.0)
+            if self._failure is not None and not self._held.keys:
+                failed_at, failure = self._failure
+                if now - failed_at < FAILURE_MEMORY_SECONDS:
+                    raise failure
+            self._fetching = True
+        failed: AuthenticationUnavailable | None = None
+        try:
+            fetch(now)
+        except AuthenticationUnavailable as err:
+            failed = err
+            raise
+        finally:
+            with self._cond:
+                self._fetching = False
+                self._failure = None if failed is None else (self._clock(), failed)
+                self._cond.notify_all()
+
+    def _refresh_due(self, now: float) -> bool:
+        return self._next_refresh is None or now >= self._next_refresh
 
     def _may_refetch(self, now: float) -> bool:
         last = self._last_jwks_fetch
@@ -133,7 +226,7 @@ class KeySource:
                 self._discover()
             self._fetch_jwks(now)
         except AuthenticationUnavailable as err:
-            if not self._keys:
+            if not self._held.keys:
                 raise
             log.warning("issuer %s: keeping the keys already held: %s", self.name, err)
             self._next_refresh = now + max(self._settings.jwks_refetch_interval_seconds, 1.0)
@@ -182,32 +275,6 @@ class KeySource:
         keys = document.get("keys")
         if not isinstance(keys, list):
             raise AuthenticationUnavailable(f"the JWKS at {self._jwks_uri} has no keys list")
-        self._keys = [key for key in keys if isinstance(key, dict) and key.get("kty") != "oct"]
-        self._prepared.clear()
-
-    def _find(self, kid: str | None, alg: str) -> tuple[int, dict[str, Any]] | None:
-        if kid is not None:
-            for index, jwk in enumerate(self._keys):
-                if jwk.get("kid") == kid:
-                    if not fits(jwk, alg):
-                        raise AuthenticationFailed(
-                            f"key {kid[:100]!r} of issuer {self._issuer} cannot verify {alg}"
-                        )
-                    return index, jwk
-            return None
-        candidates = [(index, jwk) for index, jwk in enumerate(self._keys) if fits(jwk, alg)]
-        return candidates[0] if len(candidates) == 1 else None
-
-    def _prepare(self, found: tuple[int, dict[str, Any]], alg: str) -> PyJWK:
-        index, jwk = found
-        prepared = self._prepared.get((index, alg))
-        if prepared is None:
-            try:
-                prepared = PyJWK(jwk, algorithm=alg)
-            except (PyJWTError, ValueError, TypeError) as err:
-                log.warning("issuer %s: key %r is unusable: %s", self.name, jwk.get("kid"), err)
-                raise AuthenticationFailed(
-                    f"the key of issuer {self._issuer} that signed the token is unusable"
-                ) from None
-            self._prepared[(index, alg)] = prepared
-        return prepared
+        self._held = _KeySet(
+            [key for key in keys if isinstance(key, dict) and key.get("kty") != "oct"]
+        )
