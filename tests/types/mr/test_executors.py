@@ -146,6 +146,25 @@ def test_reconcile_merges_only_when_mergeable_and_asked(
     assert gitlab.merge_request(PROJECT, manual_iid).state == "opened"
 
 
+@pytest.mark.parametrize("refusal", [405, 406, 409, 422])
+def test_a_merge_gitlab_refuses_for_now_leaves_the_item_active(
+    harness: Harness, gitlab: FakeGitLab, refusal: int
+) -> None:
+    """GitLab refuses a merge in a race (a pipeline started, the branch moved, a
+    conflict, merged meanwhile): the item is reconciled again, not failed."""
+    _, item_id = harness.submit(auto_merge=True)
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+    gitlab.fail_next("PUT", r"/merge$", refusal)
+    harness.due_now(item_id, "needs_reconcile")
+    refused = harness.settled(item_id)
+    assert (refused.phase, refused.error) == ("active", None)
+    assert gitlab.merge_request(PROJECT, iid).state == "opened"
+    harness.due_now(item_id, "needs_reconcile")
+    wait_for(lambda: harness.item(item_id).phase == "completed", message="merged at last")
+    assert gitlab.merge_request(PROJECT, iid).state == "merged"
+
+
 def test_reconcile_restores_drifted_title_and_follows_a_merge_on_gitlab(
     harness: Harness, gitlab: FakeGitLab
 ) -> None:

@@ -15,7 +15,12 @@ import logging
 from datetime import timedelta
 from typing import Any, cast
 
-from gitlab.exceptions import GitlabCreateError, GitlabDeleteError, GitlabGetError
+from gitlab.exceptions import (
+    GitlabCreateError,
+    GitlabDeleteError,
+    GitlabGetError,
+    GitlabMRClosedError,
+)
 from sqlalchemy import select
 
 from wq.engine.dimensions import set_dimension
@@ -310,9 +315,16 @@ def reconcile_mr(ctx: ActionContext) -> None:
             if isinstance(pipeline, dict) and pipeline.get("id"):
                 item.head_pipeline_id = int(pipeline["id"])
             if item.auto_merge and mr.detailed_merge_status == "mergeable":
-                mr.merge()
-                _end(ctx, item, COMPLETED, "merged by the work queue")
-                return
+                refusal = _merge(mr)
+                if refusal is None:
+                    _end(ctx, item, COMPLETED, "merged by the work queue")
+                    return
+                # GitLab's answer to a race (merged or closed meanwhile, a pipeline
+                # started, the branch moved, a conflict): look again, do not fail.
+                mr = project.mergerequests.get(item.mr_iid)
+                if _ended(ctx, item, mr):
+                    return
+                log.info("work item %s: GitLab refused the merge for now: %s", item.id, refusal)
     set_dimension(
         ctx.session,
         item,
@@ -320,6 +332,22 @@ def reconcile_mr(ctx: ActionContext) -> None:
         True,
         pending_until=ctx.now + timedelta(seconds=settings.reconcile_interval_seconds),
     )
+
+
+# What GitLab answers a merge it will not do now: not mergeable (405), the branch
+# cannot be merged (406, 422) or has moved (409).
+MERGE_REFUSALS = frozenset({405, 406, 409, 422})
+
+
+def _merge(mr: Any) -> str | None:
+    """Merge the MR; None when merged, else why GitLab refused it for now."""
+    try:
+        mr.merge()
+    except GitlabMRClosedError as err:
+        if err.response_code not in MERGE_REFUSALS:
+            raise
+        return describe(err)
+    return None
 
 
 EXECUTORS: dict[str, Executor] = {
