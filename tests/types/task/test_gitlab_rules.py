@@ -46,11 +46,11 @@ def issue_event(previous: list[str], current: list[str], iid: int = 7) -> dict[s
     }
 
 
-def note_event(note: str, note_id: int = 55) -> dict[str, Any]:
+def note_event(note: str, note_id: int = 55, repository: str = "shop/api") -> dict[str, Any]:
     return {
         "object_kind": "note",
         "event_type": "note",
-        "project": {"id": 1, "path_with_namespace": "shop/api"},
+        "project": {"id": 1, "path_with_namespace": repository},
         "object_attributes": {
             "id": note_id,
             "note": note,
@@ -131,3 +131,18 @@ def test_rules_need_known_repository_scoped_kinds() -> None:
             TypeRegistry(),
             {"issue_rules": [{"event": "issue_label_added", "label": "x", "kind": "echo"}]},
         )
+
+
+@pytest.mark.parametrize("repository", ["../etc", "a/b/", "org/app\u202e"])
+def test_a_note_from_a_repository_no_task_can_hold_is_taken_and_makes_nothing(
+    store: Store, tmp_path: Path, repository: str
+) -> None:
+    with task_daemon(
+        store, tmp_path / "runs", start=False, kinds=KINDS_WITH_LIFECYCLE, issue_rules=RULES
+    ) as (runtime, client):
+        runtime.webhook_secret = "hook-secret"
+        headers = {"X-Gitlab-Token": "hook-secret"}
+        event = note_event("@agent please review", repository=repository)
+        response = client.post("/api/webhooks/gitlab", json=event, headers=headers)
+        assert response.status_code == 202, response.text
+        assert tasks(runtime) == []

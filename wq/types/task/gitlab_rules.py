@@ -15,6 +15,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from wq.engine.config import PoolConfig
@@ -146,8 +147,8 @@ def make_resolver(settings: TaskSettings, registry: TypeRegistry) -> Any:
                     actor=ACTOR,
                     trigger={"source": "gitlab", "event": kind, "rule": rule.event},
                 )
-            except SubmissionRejected:
-                continue
+            except (SubmissionRejected, ValidationError):
+                continue  # no task can be made of it (a repository path no task holds)
             if result.item is not None:
                 made.append(result.item.id)
         return made, None
