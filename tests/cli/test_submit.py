@@ -8,10 +8,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, base_env, cli_env, invoke
 from tests.support.signals import default_sigint
 from tests.support.waiting import wait_for
+from wq.cli.output import Output
+from wq.cli.submit import report
 
 
 def env(daemon: RunningDaemon, cache_home: Path) -> dict[str, str | None]:
@@ -181,3 +184,11 @@ def test_submit_wait_shows_the_queue_position_and_ctrl_c_says_how_to_follow(
         f"wq: interrupted; item {item_id} keeps going: "
         f"follow it with wq status --id {item_id} --watch"
     )
+
+
+def test_an_item_shown_by_id_and_phase_only_is_one_line(capsys: Any) -> None:
+    """A caller without `read` on the type is answered the item's id and phase alone."""
+    item_id = str(uuid.uuid4())
+    result = {"action": "dedup", "item": {"id": item_id, "phase": "active"}}
+    report(None, result, Output.table, wait=False, wait_timeout=1.0, done=lambda _: None)
+    assert capsys.readouterr().out == f"dedup item {item_id}: active\n"

@@ -71,6 +71,8 @@ def submit(
 
 
 def _item_line(action: str, item: dict[str, Any]) -> str:
+    if "type" not in item:  # a caller without `read` on the type learns id and phase
+        return f"{action} item {item['id']}: {item['phase']}"
     return (
         f"{action} {item['type']} item {item['id']}: project {item['project']}, "
         f"{item['phase']}, {item['admission']}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 import pydantic_core
@@ -79,6 +79,18 @@ def dimension_document(row: Any) -> dict[str, Any]:
         "pending_until": row.pending_until,
         "updated_at": row.updated_at,
     }
+
+
+class WorkItemRef(BaseModel):
+    """What a caller without `read` on an item's type learns of it: its id and phase."""
+
+    id: uuid.UUID
+    phase: Phase
+
+    @classmethod
+    def of(cls, item: WorkItem) -> WorkItemRef:
+        """Build from a loaded item."""
+        return cls(id=item.id, phase=cast(Phase, item.phase))
 
 
 def item_document(

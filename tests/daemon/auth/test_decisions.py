@@ -94,6 +94,7 @@ def api(
             {"groups": ["chain-readers"], "permissions": ["read"], "item_types": ["chain"]},
             {"groups": ["chain-ops"], "permissions": ["read", "retry"], "item_types": ["chain"]},
             {"groups": ["retriers"], "permissions": ["retry"]},
+            {"groups": ["chain-submitters"], "permissions": ["submit"], "item_types": ["chain"]},
             {"groups": ["mr-retriers"], "permissions": ["retry"], "item_types": ["mr"]},
             # JWT subjects that look like the engine's and the local token's names
             {
@@ -116,6 +117,7 @@ def api(
             "reader": fake_openshift.add_user("reader", ["chain-readers"]),
             "ops": fake_openshift.add_user("ops", ["chain-ops"]),
             "retrier": fake_openshift.add_user("retrier", ["retriers"]),
+            "submitter": fake_openshift.add_user("submitter", ["chain-submitters"]),
             "mr-ops": fake_openshift.add_user("mr-ops", ["chain-readers", "mr-retriers"]),
             "nobody": fake_openshift.add_user("nobody", ["system:authenticated"]),
             "local": runtime.local_tier.token,
@@ -219,6 +221,24 @@ def test_a_retry_only_caller_learns_only_id_and_phase(api: Api) -> None:
     assert response.status_code == 200
     assert response.json()["id"] == str(again) and response.json()["type"] == "chain"
     assert "attempts" in response.json()
+
+
+def test_a_submit_only_caller_learns_only_id_and_phase_of_the_item_it_meets(api: Api) -> None:
+    """A dedup key (often made of the content) finds another caller's item: a caller who
+    may not read the type must not learn its payload, error or dimensions from it."""
+    body = {"project": "group/alpha", "dedup_key": "dk-1"}
+    first = api.call("POST", "/api/work-items/chain", "local", json=body)
+    assert first.status_code == 201, first.text
+    item_id = first.json()["item"]["id"]
+    hit = api.call("POST", "/api/work-items/chain", "submitter", json=body)
+    assert hit.status_code == 200, hit.text
+    assert hit.json() == {"action": "dedup", "item": {"id": item_id, "phase": "active"}}
+    made = api.call("POST", "/api/work-items/chain", "submitter", json={"project": "group/b"})
+    assert made.status_code == 201, made.text
+    assert set(made.json()["item"]) == {"id", "phase"}
+    # A caller who may read still gets the whole item.
+    seen = api.call("POST", "/api/work-items/chain", "jwt-deployer", json=body)
+    assert seen.json()["item"]["id"] == item_id and "dimensions" in seen.json()["item"]
 
 
 # --------------------------------------------------------------------------- point 12: actor

@@ -20,7 +20,7 @@ from wq.daemon.deps import Permit, PrincipalDep, require
 from wq.daemon.loop_reads import LoopReads
 from wq.daemon.loop_submit import unchanged_on_loop
 from wq.daemon.reads import dimensions
-from wq.daemon.schemas import WorkItemPublic, answer, item_document
+from wq.daemon.schemas import WorkItemPublic, WorkItemRef, answer, item_document
 from wq.engine.models import utcnow
 from wq.engine.registry import ItemType, SubmitContext
 
@@ -28,10 +28,19 @@ STATUS_BY_OUTCOME = {"created": 201}
 
 
 class SubmissionPublic(BaseModel):
-    """What a submission did, and the item it concerns."""
+    """What a submission did, and the item it concerns (only its id and phase for a
+    caller without `read` on its type: the item may be another caller's, found by its
+    dedup key or its identity)."""
 
     action: str
-    item: WorkItemPublic
+    item: WorkItemPublic | WorkItemRef
+
+
+def _shown_to(permit: Permit, type_name: str, document: dict[str, Any]) -> dict[str, Any]:
+    """The item's document as the caller may see it."""
+    if permit.principal.allows("read", type_name):
+        return document
+    return {"id": document["id"], "phase": document["phase"]}
 
 
 def _endpoint(item_type: ItemType) -> Any:
@@ -49,6 +58,7 @@ def _endpoint(item_type: ItemType) -> Any:
                 metrics = permit.runtime.metrics
                 metrics.child(metrics.submissions, item_type.name, "unchanged").inc()
                 shown = item_document(found.row, found.dimensions, details=details_of(found.row))
+                shown = _shown_to(permit, item_type.name, shown)
                 return answer(SubmissionPublic, {"action": "unchanged", "item": shown})
         return await run_in_threadpool(submit_in_thread, payload, permit)
 
@@ -81,7 +91,7 @@ def _endpoint(item_type: ItemType) -> Any:
                 )
             # Serialised before the commit: an answer that cannot be written is a 5xx
             # that has stored nothing, so a client's retry cannot duplicate the work.
-            document = {"action": result.outcome, "item": shown}
+            document = {"action": result.outcome, "item": _shown_to(permit, item_type.name, shown)}
             response = answer(
                 SubmissionPublic, document, STATUS_BY_OUTCOME.get(result.outcome, 200)
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
@@ -44,6 +44,7 @@ from wq.daemon.schemas import (
     Phase,
     WorkItemPage,
     WorkItemPublic,
+    WorkItemRef,
     answer,
 )
 from wq.engine import history as history_service
@@ -100,18 +101,6 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 def _id_cursor(cursor: str | None) -> int | None:
     """A numeric cursor (an audit or event id); its pattern was checked with the query."""
     return None if cursor is None else int(cursor)
-
-
-class WorkItemRef(BaseModel):
-    """What a caller without `read` on an item's type learns of it: its id and phase."""
-
-    id: uuid.UUID
-    phase: Phase
-
-    @classmethod
-    def of(cls, item: WorkItem) -> WorkItemRef:
-        """Build from a loaded item."""
-        return cls(id=item.id, phase=cast(Phase, item.phase))
 
 
 @router.get("", response_model=WorkItemPage, responses=api_responses())
