@@ -757,3 +757,45 @@ def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
         f"{daemon.url}/api/pools", headers={"Authorization": f"Bearer {token}"}, timeout=10
     )
     assert pools.status_code == 200, pools.text
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_a_head_that_does_not_arrive_is_answered_408_and_closed(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """A connection that sends nothing, or half a request head, was held open for ever
+    (uvicorn times a connection out only after a response): anyone could pin sockets and
+    a megabyte of buffered head each. Now the head has `server.head_timeout_seconds`."""
+    env = clean_env(tmp_path)
+    config = write(
+        tmp_path / "wq.yml",
+        f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
+        "server: {head_timeout_seconds: 1}\n"
+        "auth: {local_token: true}\n"
+        "handled_types: {task: {}}\n",
+    )
+    assert run_wq("db", "migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
+    daemon = start_daemon(daemons, tmp_path, env, "-c", str(config))
+    daemon.wait_healthy()
+    host, port = daemon.url.removeprefix("http://").split(":")
+    silent, partial, slow = (socket.create_connection((host, int(port)), timeout=10) for _ in "abc")
+    try:
+        partial.sendall(b"GET /healthz HTTP/1.1\r\nHost: wq\r\nX-Pad: ")
+        # A head may take a while, as long as it ends in time.
+        slow.sendall(b"GET /healthz HTTP/1.1\r\n")
+        time.sleep(0.3)
+        slow.sendall(b"Host: wq\r\nConnection: close\r\n\r\n")
+        answers = []
+        for sock in (silent, partial, slow):
+            answer = b""
+            with contextlib.suppress(OSError):
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            answers.append(answer)
+    finally:
+        for sock in (silent, partial, slow):
+            sock.close()
+    assert [answer.split(b" ", 2)[1] for answer in answers] == [b"408", b"408", b"200"], answers
+    assert b"server.head_timeout_seconds" in answers[0]
+    assert httpx.get(f"{daemon.url}/healthz", timeout=10).status_code == 200
+    assert "Traceback" not in daemon.log()

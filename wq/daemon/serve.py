@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from wq.client.token_cache import TokenCache
 from wq.daemon.app import create_app
 from wq.daemon.heap import freeze_startup_heap
-from wq.daemon.http_protocol import BoundedHttpToolsProtocol
+from wq.daemon.http_protocol import bounded_protocol
 from wq.daemon.preflight import check_startable, is_loopback, start_warnings
 from wq.daemon.runtime import Runtime, build_registry, build_runtime, unhandled_by_default
 from wq.engine import schema
@@ -217,7 +217,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
             # The C event loop and HTTP parser: less CPU per request than asyncio's loop
             # and h11 (benchmarks/events.py), the parser with a bound of our own.
             loop="uvloop",
-            http=BoundedHttpToolsProtocol,
+            http=bounded_protocol(config.server.head_timeout_seconds),
             timeout_graceful_shutdown=int(config.processing.shutdown_grace_seconds),
         ),
     )

@@ -69,7 +69,9 @@ class ServerConfig(_Section):
     port: Annotated[int, Field(ge=0, le=65535, strict=True)] = 8080
     # Request bodies on /api/ beyond this are refused (413) while they are read.
     max_body_bytes: Bytes = 16 * 1024 * 1024
-    # A request body must arrive in full this long after the request's head (408 after).
+    # A request's head must arrive in full this long after its first byte (after the
+    # connection opens, for the first), its body this long after the head (408 after).
+    head_timeout_seconds: Seconds = 30.0
     body_timeout_seconds: Seconds = 30.0
     # Each field of a JSON body (a task's payload, a webhook's body) is kept and written
     # back in lists: deeper or larger ones are refused (422) so every list stays readable
