@@ -124,10 +124,11 @@ def compute(
     end: datetime,
     window: timedelta,
     step: timedelta,
-    item_type: str | None = None,
+    item_types: Sequence[str] | None = None,
     project: str | None = None,
 ) -> Stats:
-    """The stats of `[end - window, end)` in steps of `step`, filtered by type and project."""
+    """The stats of `[end - window, end)` in steps of `step`, of items of `item_types`
+    (all when None) and of `project`."""
     start = end - window
     buckets = [Bucket(start + step * index) for index in range(math.ceil(window / step))]
     audit = AuditEntry
@@ -141,21 +142,21 @@ def compute(
         and_(audit.event_type == PHASE_CHANGED, phase.in_(ENDS)),
     )
     query = select(bucket, audit.event_type, phase, func.count()).where(*filters, counted)
-    if item_type is not None:
+    if item_types is not None:
         query = query.join(WorkItem, WorkItem.id == audit.work_item_id).where(
-            WorkItem.type == item_type
+            WorkItem.type.in_(item_types)
         )
     query = query.group_by(bucket, audit.event_type, phase)
     for index, event_type, new_phase, count in session.execute(query):
         series = new_phase if event_type == PHASE_CHANGED else event_type
         _at(buckets, index).counts[series] += int(count)
-    for index, wait in _durations(session, filters, bucket, item_type, ADMITTED_SERIES):
+    for index, wait in _durations(session, filters, bucket, item_types, ADMITTED_SERIES):
         _at(buckets, index).waits.append(wait)
     ends = [*filters, audit.event_type == PHASE_CHANGED, phase.in_(ENDS)]
-    for index, run in _durations(session, ends, bucket, item_type, None):
+    for index, run in _durations(session, ends, bucket, item_types, None):
         _at(buckets, index).runs.append(run)
-    lanes = lanes_now(session, item_type, project)
-    return Stats(start, end, step, buckets, lanes, pending_events_now(session, item_type, project))
+    lanes = lanes_now(session, item_types, project)
+    return Stats(start, end, step, buckets, lanes, pending_events_now(session, item_types, project))
 
 
 def _at(buckets: list[Bucket], index: int) -> Bucket:
@@ -167,14 +168,14 @@ def _durations(
     session: Session,
     filters: list[ColumnElement[bool]],
     bucket: ColumnElement[int],
-    item_type: str | None,
+    item_types: Sequence[str] | None,
     event_type: str | None,
 ) -> Iterable[tuple[int, float]]:
     """(bucket, seconds) of the window's admissions (queued -> admitted) or ends."""
     query = (
-        _waits_query(session, filters, bucket, item_type, event_type)
+        _waits_query(session, filters, bucket, item_types, event_type)
         if event_type is not None
-        else _runs_query(session, filters, bucket, item_type)
+        else _runs_query(session, filters, bucket, item_types)
     )
     for index, seconds in session.execute(query):
         if seconds is not None and seconds >= 0:
@@ -185,14 +186,14 @@ def _runs_query(
     session: Session,
     filters: list[ColumnElement[bool]],
     bucket: ColumnElement[int],
-    item_type: str | None,
+    item_types: Sequence[str] | None,
 ) -> Select[int, float]:
     """The ends' runs: the end's time minus its item's `admitted_at`."""
     audit = AuditEntry
     duration = _seconds_between(session, audit.at, WorkItem.admitted_at)
     wheres = [*filters, WorkItem.admitted_at.is_not(None)]
-    if item_type is not None:
-        wheres.append(WorkItem.type == item_type)
+    if item_types is not None:
+        wheres.append(WorkItem.type.in_(item_types))
     return (
         select(bucket, duration)
         .join(WorkItem, WorkItem.id == audit.work_item_id)
@@ -206,7 +207,7 @@ def _waits_query(
     session: Session,
     filters: list[ColumnElement[bool]],
     bucket: ColumnElement[int],
-    item_type: str | None,
+    item_types: Sequence[str] | None,
     event_type: str,
 ) -> Select[Any]:
     """The admissions' waits: each row's own `queued_seconds`, else its item's.
@@ -224,35 +225,39 @@ def _waits_query(
     )
     wait = func.coalesce(audit.extra["queued_seconds"].as_float(), from_item)
     query = select(bucket, wait).where(*filters, audit.event_type == event_type)
-    if item_type is not None:
+    if item_types is not None:
         query = query.join(WorkItem, WorkItem.id == audit.work_item_id).where(
-            WorkItem.type == item_type
+            WorkItem.type.in_(item_types)
         )
     return query.order_by(audit.at.desc()).limit(MAX_DURATIONS)
 
 
-def lanes_now(session: Session, item_type: str | None, project: str | None) -> list[LaneNow]:
+def lanes_now(
+    session: Session, item_types: Sequence[str] | None, project: str | None
+) -> list[LaneNow]:
     """Each lane's queued depth and oldest queued item, now."""
     query = (
         select(WorkItem.lane, func.count(), func.min(WorkItem.queued_at))
         .where(WorkItem.admission == QUEUED, WorkItem.phase == ACTIVE)
         .group_by(WorkItem.lane)
     )
-    if item_type is not None:
-        query = query.where(WorkItem.type == item_type)
+    if item_types is not None:
+        query = query.where(WorkItem.type.in_(item_types))
     if project is not None:
         query = query.where(WorkItem.project == project)
     found = {lane: (int(depth), oldest) for lane, depth, oldest in session.execute(query)}
     return [LaneNow(lane, *found.get(lane, (0, None))) for lane in LANES]
 
 
-def pending_events_now(session: Session, item_type: str | None, project: str | None) -> int:
+def pending_events_now(
+    session: Session, item_types: Sequence[str] | None, project: str | None
+) -> int:
     """Events stored and not applied yet (of the type's or project's items, if given)."""
     query = select(func.count()).select_from(PendingEvent)
-    if item_type is not None or project is not None:
+    if item_types is not None or project is not None:
         query = query.join(WorkItem, WorkItem.id == PendingEvent.work_item_id)
-    if item_type is not None:
-        query = query.where(WorkItem.type == item_type)
+    if item_types is not None:
+        query = query.where(WorkItem.type.in_(item_types))
     if project is not None:
         query = query.where(WorkItem.project == project)
     return int(session.execute(query).scalar_one())

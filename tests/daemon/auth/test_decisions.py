@@ -241,6 +241,20 @@ def test_a_submit_only_caller_learns_only_id_and_phase_of_the_item_it_meets(api:
     assert seen.json()["item"]["id"] == item_id and "dimensions" in seen.json()["item"]
 
 
+def test_stats_count_only_the_types_the_caller_may_read(api: Api) -> None:
+    api.item()
+    api.item(HiddenItem)
+
+    def created(who: str) -> tuple[int, int]:
+        response = api.call("GET", "/api/stats", who, params={"window": "1h", "step": "1h"})
+        assert response.status_code == 200, response.text
+        document = response.json()
+        return sum(b["created"] for b in document["buckets"]), document["lanes"][1]["depth"]
+
+    assert created("admin") == (2, 2)
+    assert created("reader") == (1, 1)  # the hidden type is neither counted nor queued
+
+
 # --------------------------------------------------------------------------- point 12: actor
 
 

@@ -136,13 +136,17 @@ def read_stats(
     # read is not counted for them either (an unknown type counts nothing, as in a list).
     if type is not None and type in runtime.registry.names and not principal.allows("read", type):
         raise HTTPException(403, f"no read permission on type {type}")
+    readable = principal.types_with("read")
+    item_types = None if readable is None else sorted(readable)
+    if type is not None:
+        item_types = [type] if item_types is None or type in item_types else []
     now = utcnow()
     found = stats.compute(
         session,
         end=aligned_end(now, step_delta),
         window=window_delta,
         step=step_delta,
-        item_type=type,
+        item_types=item_types,
         project=project,
     )
     return StatsPublic(
