@@ -57,7 +57,7 @@ def backlog() -> Episode:
 
 
 # When to send it again is the Retry-After header's to say (wq's client says it once).
-_BODY = json.dumps({"detail": "the daemon is overloaded"}).encode()
+_BODY = json.dumps({"error": "the daemon is overloaded"}).encode()
 _HEADERS = [
     (b"content-type", b"application/json"),
     (b"content-length", str(len(_BODY)).encode()),
