@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import exc, text
+from sqlalchemy.engine import make_url
 
 from tests.support.modes import mode, umask_022  # noqa: F401 - fixture
 from wq.engine import db, schema
-from wq.engine.db import make_engine
+from wq.engine.db import make_engine, shown_url
 
 
 @pytest.mark.usefixtures("umask_022")
@@ -107,3 +108,22 @@ def test_a_database_that_cannot_be_created_names_what_and_why(tmp_path: Path) ->
             f"cannot create {failed} (for the database {path}): Not a directory"
         )
     assert blocker.read_text() == ""
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+psycopg://wq:pw@db:5432/wq", "postgresql+psycopg://wq:***@db:5432/wq"),
+        (
+            "postgresql+psycopg://wq@db/wq?password=hunter3&sslmode=require",
+            "postgresql+psycopg://wq@db/wq?password=***&sslmode=require",
+        ),
+        (
+            "postgresql+psycopg://wq@db/wq?sslpassword=k",
+            "postgresql+psycopg://wq@db/wq?sslpassword=***",
+        ),
+        ("sqlite:////var/lib/wq/wq.db", "sqlite:////var/lib/wq/wq.db"),
+    ],
+)
+def test_a_shown_url_hides_every_password(url: str, shown: str) -> None:
+    assert shown_url(make_url(url)) == shown

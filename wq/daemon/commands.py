@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from wq.daemon.logs import setup_logging
 from wq.engine.config import ConfigError, load_config
+from wq.engine.db import shown_url
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -123,7 +124,7 @@ def audit_archive(config_path: str | None, since: datetime, until: datetime | No
 
 def _shown(engine: Engine) -> str:
     """The database's URL as a reader may see it (password hidden)."""
-    return engine.url.render_as_string(hide_password=True)
+    return shown_url(engine.url)
 
 
 def db_migrate(config_path: str | None) -> int:

@@ -27,7 +27,7 @@ from wq.daemon.preflight import check_startable, is_loopback, start_warnings
 from wq.daemon.runtime import Runtime, build_registry, build_runtime, unhandled_by_default
 from wq.engine import schema
 from wq.engine.config import Config
-from wq.engine.db import DatabaseUncreatable, is_sqlite, missing_database
+from wq.engine.db import DatabaseUncreatable, is_sqlite, missing_database, shown_url
 from wq.engine.listener import NotifyListener
 from wq.engine.outage import describe
 from wq.engine.sqs import EventsConfigError
@@ -78,7 +78,7 @@ def prepare_database(runtime: Runtime) -> None:
         missing = missing_database(err)
         if missing is not None:  # a config file's SQLite database, not made yet
             raise StartupError(f"{missing}: run `{schema.FIX_COMMAND}` to create it") from None
-        shown = runtime.engine.url.render_as_string(hide_password=True)
+        shown = shown_url(runtime.engine.url)
         raise StartupError(f"cannot use the database {shown}: {describe(err)}") from None
 
 
@@ -137,7 +137,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
         runtime.prepare_consumer()
     except EventsConfigError as err:
         raise StartupError(str(err)) from None
-    log.info("database: %s", runtime.engine.url.render_as_string(hide_password=True))
+    log.info("database: %s", shown_url(runtime.engine.url))
     prepare_database(runtime)
     if runtime.local_tier is None and config.auth.local_token is None:
         log.info("local token: off (listening beyond loopback; set auth.local_token to force)")

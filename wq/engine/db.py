@@ -26,7 +26,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg.abc import RV, PQGen
 from sqlalchemy import Engine, create_engine, event, exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import jsontext
@@ -180,6 +180,14 @@ def normalize_url(url: str) -> str:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+def shown_url(url: URL) -> str:
+    """A database URL as logs and messages may show it: its password hidden, in the
+    user part as in a query parameter (libpq takes `?password=` and `?sslpassword=`)."""
+    secret = {key: "***" for key in url.query if "password" in key.lower()}
+    shown = url.update_query_dict(secret).render_as_string(hide_password=True)
+    return shown.replace("%2A%2A%2A", "***")
 
 
 def is_sqlite(engine: Engine) -> bool:
