@@ -22,7 +22,7 @@ from tests.fakes.oidc import FakeOidcIssuer
 from tests.fakes.openshift import FakeOpenShift
 from tests.support.chain import Behaviour, chain_registry, new_chain_item
 from wq.daemon.app import create_app
-from wq.daemon.auth.audit import FailureBudget
+from wq.daemon.auth.audit import PATH_MAX, FailureBudget
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.items import set_phase, submit
 from wq.engine.models import AuditEntry, WorkItem, utcnow
@@ -478,3 +478,18 @@ def test_authentication_failures_are_audited_within_a_budget(api: Api) -> None:
     assert [row.event_type for row in rows] == ["auth_failed"] * 5 + ["auth_denied", "auth_failed"]
     assert rows[-1].extra["unaudited"] == 3 and "unaudited" not in rows[0].extra
     assert rows[-1].extra["route"] == "/api/pools"
+
+
+def test_a_refused_requests_path_is_kept_cut_short(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone may send a path of any length: a 60,000-character one filled its refusal's
+    audit row and log line (twice) in full."""
+    caplog.set_level(logging.INFO)
+    path = "/api/work-items/" + "a" * 60_000
+    assert api.call("GET", path, None).status_code == 401
+    (row,) = auth_rows(api.store)
+    assert len(row.extra["path"]) <= PATH_MAX + 3 and row.extra["path"].endswith("...")
+    daemon = [r for r in caplog.records if r.name.startswith("wq")]
+    long = [(r.name, r.getMessage()[:300]) for r in daemon if len(r.getMessage()) >= 4_000]
+    assert not long, long

@@ -147,11 +147,21 @@ def _who(principal: Principal) -> dict[str, Any]:
     return {"tier": principal.tier, "identity": principal.identity[:ACTOR_MAX]}
 
 
+# A request's path as the audit and the log keep it: anyone may send one of any length.
+PATH_MAX = 600
+
+
+def path_of(request: Request) -> str:
+    """The request's path, cut to `PATH_MAX` characters (marked with `...`)."""
+    path = request.url.path
+    return path if len(path) <= PATH_MAX else path[:PATH_MAX] + "..."
+
+
 def route_of(request: Request) -> str:
     """The route template the request matched (`/api/work-items/{item_id}`), else its path."""
     route = request.scope.get("route")
     template = getattr(route, "path", None)
-    return template if isinstance(template, str) else request.url.path
+    return template if isinstance(template, str) else path_of(request)
 
 
 def count_decision(request: Request, tier: str | None, outcome: str) -> None:
@@ -276,7 +286,7 @@ def _record(request: Request, refusal: Refusal) -> None:
         trigger={"source": "api", "reason": str(refusal.detail)},
         metadata={
             "method": request.method,
-            "path": request.url.path,
+            "path": path_of(request),
             "route": route_of(request),
             **details,
         },
@@ -287,7 +297,7 @@ def _record(request: Request, refusal: Refusal) -> None:
             audit(session, record)
             session.commit()
     except Exception as err:
-        log.warning("cannot audit a refused %s %s: %s", request.method, request.url.path, err)
+        log.warning("cannot audit a refused %s %s: %s", request.method, path_of(request), err)
 
 
 async def answer_refusal(request: Request, refusal: Refusal) -> JSONResponse:
