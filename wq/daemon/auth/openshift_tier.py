@@ -13,6 +13,7 @@ that clients retry instead of throwing their credentials away; that is never cac
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import threading
@@ -29,7 +30,7 @@ from wq.daemon.auth.core import (
     AuthenticationUnavailable,
     Principal,
 )
-from wq.daemon.auth.outbound import describe
+from wq.daemon.auth.outbound import bounded_content, describe
 from wq.daemon.auth.rules import RuleSet
 
 log = logging.getLogger(__name__)
@@ -152,14 +153,17 @@ class OpenShiftTier:
         url = self.api_url + USERS_TILDE
         self.lookups += 1
         try:
-            response = self.client.get(url, headers={"Authorization": f"Bearer {token}"})
+            with self.client.stream(
+                "GET", url, headers={"Authorization": f"Bearer {token}"}
+            ) as response:
+                status = response.status_code
+                content = bounded_content(response) if status == 200 else b""
         except httpx.HTTPError as err:
             log.warning("OpenShift API at %s: %s", self.api_url, describe(err))
             raise AuthenticationUnavailable(
                 f"cannot check the token: the OpenShift API at {self.api_url} is unreachable "
                 f"({describe(err)})"
             ) from None
-        status = response.status_code
         if status == 401:
             raise AuthenticationFailed("the OpenShift API does not accept the token")
         if status == 403:
@@ -172,11 +176,11 @@ class OpenShiftTier:
                 f"cannot check the token: the OpenShift API at {self.api_url} answered "
                 f"HTTP {status}"
             )
-        return self._user_of(response)
+        return self._user_of(content)
 
-    def _user_of(self, response: httpx.Response) -> tuple[str, list[str]]:
+    def _user_of(self, content: bytes | None) -> tuple[str, list[str]]:
         try:
-            document: Any = response.json()
+            document: Any = None if content is None else json.loads(content)
         except ValueError:
             document = None
         metadata = document.get("metadata") if isinstance(document, dict) else None

@@ -7,6 +7,7 @@ are never part of a message.
 
 from __future__ import annotations
 
+import json
 import ssl
 from typing import Any
 
@@ -38,25 +39,37 @@ def describe(err: Exception) -> str:
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
+def bounded_content(response: httpx.Response) -> bytes | None:
+    """The body of a streamed answer, or None past `MAX_DOCUMENT_BYTES` (read no further:
+    the length an answer announces is only its sender's word)."""
+    content = bytearray()
+    for chunk in response.iter_bytes():
+        content += chunk
+        if len(content) > MAX_DOCUMENT_BYTES:
+            return None
+    return bytes(content)
+
+
 def fetch_json(
     client: httpx.Client, url: str, *, what: str, bearer: str | None = None
 ) -> dict[str, Any]:
     """GET a JSON object, or AuthenticationUnavailable naming `what` and the reason."""
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else None
     try:
-        response = client.get(url, headers=headers)
+        with client.stream("GET", url, headers=headers) as response:
+            if response.status_code != 200:
+                raise AuthenticationUnavailable(
+                    f"cannot fetch {what} from {url}: HTTP {response.status_code}"
+                )
+            content = bounded_content(response)
+            if content is None:
+                raise AuthenticationUnavailable(f"{what} from {url} is too large")
     except httpx.HTTPError as err:
         raise AuthenticationUnavailable(
             f"cannot fetch {what} from {url}: {describe(err)}"
         ) from None
-    if response.status_code != 200:
-        raise AuthenticationUnavailable(
-            f"cannot fetch {what} from {url}: HTTP {response.status_code}"
-        )
-    if len(response.content) > MAX_DOCUMENT_BYTES:
-        raise AuthenticationUnavailable(f"{what} from {url} is too large")
     try:
-        document = response.json()
+        document = json.loads(content)
     except ValueError:
         raise AuthenticationUnavailable(f"{what} from {url} is not JSON") from None
     if not isinstance(document, dict):

@@ -1,0 +1,73 @@
+"""Documents fetched for authentication (OIDC discovery and keys, OpenShift's users/~)
+are read no further than their bound, whatever length their sender announces."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from wq.daemon.auth import AuthenticationUnavailable
+from wq.daemon.auth.outbound import MAX_DOCUMENT_BYTES, fetch_json, make_client
+
+CHUNK = b"[" * 65536
+ENDLESS = 64 * MAX_DOCUMENT_BYTES  # what the sender would send if let
+
+
+class EndlessSender:
+    """A server whose one answer is a 200 without a length that goes on and on; it
+    counts what it could send before the client hung up."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.sent = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/jwks"
+
+    def _serve(self) -> None:
+        connection, _ = self.listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            try:
+                while self.sent < ENDLESS:
+                    connection.sendall(CHUNK)
+                    self.sent += len(CHUNK)
+            except OSError:
+                pass  # the client hung up
+
+
+@pytest.fixture
+def sender() -> Iterator[EndlessSender]:
+    server = EndlessSender()
+    server.thread.start()
+    yield server
+    server.listener.close()
+
+
+def test_an_endless_document_is_refused_once_past_its_bound(sender: EndlessSender) -> None:
+    client = make_client(timeout=10)
+    try:
+        with pytest.raises(AuthenticationUnavailable, match="is too large"):
+            fetch_json(client, sender.url, what="the keys")
+    finally:
+        client.close()
+    sender.thread.join(timeout=10)
+    # It stopped reading near the bound (the socket's buffers hold a little more).
+    assert sender.sent < 8 * MAX_DOCUMENT_BYTES, sender.sent
+
+
+def test_an_unreachable_sender_is_said_as_such() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    client = make_client(timeout=2)
+    try:
+        with pytest.raises(AuthenticationUnavailable, match="cannot connect"):
+            fetch_json(client, f"http://127.0.0.1:{port}/jwks", what="the keys")
+    finally:
+        client.close()
