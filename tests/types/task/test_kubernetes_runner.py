@@ -169,6 +169,19 @@ def test_an_unreachable_or_refusing_api_is_a_start_failure(
     assert fake.jobs == {}
 
 
+def test_an_api_that_cannot_be_reached_is_a_start_failure_and_a_lost_read(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    """lightkube 1.x raises httpx2's errors, not httpx's: a refused connection escaped
+    as an unexpected error (counted against max_attempts, the slot kept)."""
+    runner = make_runner(fake, tmp_path)
+    fake.__exit__(None, None, None)  # the API server is gone: connections are refused
+    with pytest.raises(RunnerUnavailable, match="the Kubernetes API is unreachable"):
+        runner.start(spec())
+    with pytest.raises(RunnerUnavailable, match="the Kubernetes API is unreachable"):
+        runner.poll("wq-run-1")
+
+
 def test_tasks_run_as_jobs_through_the_daemon_and_jobs_go_with_gc(
     store: Store, tmp_path: Path, fake: FakeKubernetes
 ) -> None:

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import httpx
 from lightkube import ApiError, Client, KubeConfig
+from lightkube.core import generic_client
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
@@ -35,6 +36,13 @@ from wq.types.task.runners import (
 )
 from wq.types.task.runners.command import render_argv
 from wq.types.task.settings import KubernetesRunnerConfig
+
+# What a request raises when the API cannot be reached: lightkube 1.x talks through
+# httpx2, whose errors are not httpx's (earlier releases used httpx itself).
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    httpx.HTTPError,
+    generic_client.httpx.HTTPError,  # type: ignore[attr-defined]  # its own httpx
+)
 
 ITEM_LABEL = "wq.dev/item-id"
 RUN_LABEL = "wq.dev/run-id"
@@ -164,7 +172,7 @@ class KubernetesRunner:
             if err.status.code == 409:
                 return
             raise RunnerUnavailable(f"creating Job {spec.run_id}: {err.status.message}") from None
-        except httpx.HTTPError as err:
+        except TRANSPORT_ERRORS as err:
             raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
 
     def _find(self, run_id: str) -> Any | None:
@@ -211,7 +219,7 @@ class KubernetesRunner:
             log_tail, exit_code = self._log_tail(run_id)
         except ApiError as err:
             raise RunnerUnavailable(f"reading Job {run_id}: {err.status.message}") from None
-        except httpx.HTTPError as err:
+        except TRANSPORT_ERRORS as err:
             raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
         if "Complete" in conditions:
             return RunStatus(SUCCEEDED, exit_code=exit_code or 0, log_tail=log_tail)
@@ -228,7 +236,7 @@ class KubernetesRunner:
             yield from self._pod_log(run_id, tail_lines, follow)
         except ApiError as err:
             raise RunnerUnavailable(f"reading the log of {run_id}: {err.status.message}") from None
-        except httpx.HTTPError as err:
+        except TRANSPORT_ERRORS as err:
             raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
 
     def _pod_log(self, run_id: str, tail_lines: int | None, follow: bool) -> Iterator[str]:
@@ -259,7 +267,7 @@ class KubernetesRunner:
         except ApiError as err:
             if err.status.code != 404:
                 raise RunnerUnavailable(f"deleting Job {run_id}: {err.status.message}") from None
-        except httpx.HTTPError as err:
+        except TRANSPORT_ERRORS as err:
             raise RunnerUnavailable(f"the Kubernetes API is unreachable: {err}") from None
 
     def cancel(self, run_id: str) -> None:
