@@ -241,3 +241,31 @@ def test_a_replica_without_the_runner_leaves_a_running_job_to_one_that_has_it(
             )
         assert done.phase == "completed", done.error
         assert done.run_id == run_id and done.log_tail == "fixed\n"  # the same Job
+
+
+def test_a_running_job_outlives_an_api_outage(
+    store: Store, tmp_path: Path, fake: FakeKubernetes
+) -> None:
+    """The API answering errors for a while (more checks than `max_attempts`) failed the
+    task while its Job ran on; now it is looked at again until the API answers."""
+    kinds = {
+        **KINDS,
+        "issueLifecycle": {
+            "scope": "repository",
+            "runner": "kubernetes",
+            "command": ["agent"],
+            "timeout_seconds": 600,
+        },
+    }
+    runners = {"kubernetes": runner_config(fake, tmp_path)}
+    with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (runtime, client):
+        item = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})
+        run_id = wait(lambda: task(runtime, item["id"]).run_id, message="the Job")
+        fake.down = True
+        polls = len(fake.requests)
+        wait(lambda: len(fake.requests) > polls + 12, message="checks during the outage")
+        assert task(runtime, item["id"]).phase == "active"
+        fake.down = False
+        fake.finish(run_id, succeeded=True, log="fixed\n")
+        done = wait(lambda: (t := task(runtime, item["id"])).phase != "active" and t, message="x")
+    assert done.phase == "completed", done.error

@@ -7,6 +7,7 @@ worker follows it (after a lost lease or a daemon restart) finds the same run.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
@@ -28,6 +29,8 @@ from wq.types.task.runners.command import TemplateError
 from wq.types.task.settings import TaskSettings
 
 Executor = Callable[[ActionContext], None]
+
+log = logging.getLogger(__name__)
 
 
 def _task(ctx: ActionContext) -> TaskItem:
@@ -125,6 +128,14 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         try:
             status = runner.poll(task.run_id)
         except RunnerUnavailable as err:
+            if task.deadline_at is not None and ctx.now < task.deadline_at:
+                # The run goes on while its runner cannot be read (an API outage): looked
+                # at again at the next check, not counted against `max_attempts`, until
+                # its deadline; after it, each failure counts.
+                log.warning("task %s: cannot reach the run %s: %s", task.id, task.run_id, err)
+                task.next_check_at = ctx.now + timedelta(seconds=settings.poll_interval_seconds)
+                ctx.found_nothing_new()
+                return
             raise RetryLater(f"cannot reach the run: {err}") from None
         if status.state == RUNNING:
             if task.deadline_at is not None and ctx.now >= task.deadline_at:
