@@ -105,6 +105,22 @@ def test_empty_after_force_push_closes_the_mr(harness: Harness, gitlab: FakeGitL
     assert "wq/sync-1" not in gitlab.project(PROJECT).branches
 
 
+def test_an_empty_check_after_a_merge_it_missed_completes_the_item(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    """Merged on GitLab and the event missed: the merge deleted the source branch, whose
+    compare is a 404. The check finds the MR merged first, rather than failing on it."""
+    _, item_id = harness.submit()
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+    gitlab.update_merge_request(PROJECT, iid, state="merged")
+    assert "wq/sync-1" not in gitlab.project(PROJECT).branches
+    harness.due_now(item_id, "needs_empty_check")
+    wait_for(lambda: harness.item(item_id).phase != "active", message="ended")
+    item = harness.item(item_id)
+    assert (item.phase, item.error) == ("completed", None)
+
+
 def test_check_empty_diff_cycle_and_transient_errors(harness: Harness, gitlab: FakeGitLab) -> None:
     _, item_id = harness.submit()
     iid = harness.settled(item_id).mr_iid

@@ -291,10 +291,13 @@ def check_empty_diff(ctx: ActionContext) -> None:
         try:
             with translated():
                 project = client(settings, item.project).projects.get(item.project)
+                # First whether it was merged or closed meanwhile (an event missed): a
+                # merge deletes the source branch, whose compare is then a 404.
+                mr = project.mergerequests.get(item.mr_iid)
+                if _ended(ctx, item, mr):
+                    return
                 if _diff_is_empty(project, item):
-                    mr = project.mergerequests.get(item.mr_iid)
-                    if not _ended(ctx, item, mr):
-                        _close_empty(ctx, project, mr, item)
+                    _close_empty(ctx, project, mr, item)
                     return
         except RetryLater as err:
             log.warning("work item %s: %s; checking again later", item.id, err)
