@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from tests.support.signals import default_sigint
 from tests.support.waiting import wait_for
 from wq.cli.output import Output
 from wq.cli.submit import report
+from wq.cli.submit_mr import file_actions
 
 
 def env(daemon: RunningDaemon, cache_home: Path) -> dict[str, str | None]:
@@ -192,3 +194,18 @@ def test_an_item_shown_by_id_and_phase_only_is_one_line(capsys: Any) -> None:
     result = {"action": "dedup", "item": {"id": item_id, "phase": "active"}}
     report(None, result, Output.table, wait=False, wait_timeout=1.0, done=lambda _: None)
     assert capsys.readouterr().out == f"dedup item {item_id}: active\n"
+
+
+def test_a_file_with_nul_bytes_goes_as_base64(tmp_path: Path) -> None:
+    """NUL is valid UTF-8, but the server refuses it in text: such a file (binary data,
+    UTF-16 text) was sent as text and refused."""
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(b"\x00\x01binary")
+    text = tmp_path / "notes.txt"
+    text.write_text("héllo\n", encoding="utf-8")
+    actions = file_actions([f"{binary}:data/bin.dat", f"{text}:notes.txt"], [], [], [])
+    assert [(a["file_path"], a["encoding"]) for a in actions] == [
+        ("data/bin.dat", "base64"),
+        ("notes.txt", "text"),
+    ]
+    assert base64.b64decode(actions[0]["content"]) == b"\x00\x01binary"

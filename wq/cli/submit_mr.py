@@ -50,10 +50,14 @@ def _content(flag: str, local: str) -> dict[str, str]:
         data = Path(local).expanduser().read_bytes()
     except OSError as err:
         usage_error(f"{flag}: cannot read {local}: {err.strerror or err}")
-    try:
-        return {"content": data.decode("utf-8"), "encoding": "text"}
-    except UnicodeDecodeError:
-        return {"content": base64.b64encode(data).decode("ascii"), "encoding": "base64"}
+    # Text is UTF-8 without NUL (the server refuses NUL in text, as PostgreSQL does);
+    # anything else, UTF-16 text included, goes as base64.
+    if b"\x00" not in data:
+        try:
+            return {"content": data.decode("utf-8"), "encoding": "text"}
+        except UnicodeDecodeError:
+            pass
+    return {"content": base64.b64encode(data).decode("ascii"), "encoding": "base64"}
 
 
 def file_actions(
