@@ -261,6 +261,28 @@ def test_finished_tasks_are_collected_after_their_ttl(store: Store, tmp_path: Pa
         assert history[0] == "created" and history[-1] == "garbage_collected"
 
 
+def test_collection_removes_the_directory_of_every_run_a_task_had(
+    store: Store, tmp_path: Path
+) -> None:
+    """A retried task has a run directory per run (its spec holds the kind's env): all
+    of them go with the task, not only the last."""
+    with task_daemon(store, tmp_path / "runs") as (runtime, client):
+        item = submit(client, "fail")
+        wait(lambda: task(runtime, item["id"]).phase == "failed", message="first run failed")
+        assert client.post(f"/api/work-items/{item['id']}/retry").status_code == 200
+        wait(
+            lambda: (t := task(runtime, item["id"])).phase == "failed" and t.run_generation == 2,
+            message="second run failed",
+        )
+        runs = sorted(path.name for path in (tmp_path / "runs").iterdir())
+        assert runs == [f"wq-{item['id']}-1", f"wq-{item['id']}-2"]
+        bundle = runtime.registry.get("task").settings
+        assert isinstance(bundle, TaskRuntime)
+        later = utcnow() + timedelta(hours=2)
+        assert collect(runtime.sessions, bundle.runners, ttl=timedelta(hours=1), now=later) == 1
+        assert list((tmp_path / "runs").iterdir()) == []
+
+
 @contextlib.contextmanager
 def two_replicas(
     store: Store, tmp_path: Path, *, max_start_failures: int

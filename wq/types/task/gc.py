@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.types.task.models import TaskItem, TaskScheduleTick
-from wq.types.task.runners import Runner
+from wq.types.task.runners import Runner, run_id_for
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -40,13 +40,17 @@ def collect(
     )
     with sessions() as session:
         rows = session.execute(
-            select(TaskItem.id, TaskItem.runner, TaskItem.run_id).where(*old).limit(BATCH)
+            select(TaskItem.id, TaskItem.runner, TaskItem.run_generation).where(*old).limit(BATCH)
         ).all()
     if not rows:
         return 0
-    for _, runner_name, run_id in rows:
+    for item_id, runner_name, generation in rows:
         runner = runners.get(runner_name)
-        if run_id and runner is not None:
+        if runner is None:
+            continue
+        # Every run the task had (a retry starts the next generation), and the one after
+        # the last recorded: a start whose worker lost its lease before recording it.
+        for run_id in (run_id_for(item_id, number) for number in range(1, generation + 2)):
             try:
                 runner.remove(run_id)
             except Exception:  # the rows go anyway; the runner's own TTL is the backstop
