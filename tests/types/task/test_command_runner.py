@@ -12,7 +12,16 @@ import pytest
 from tests.conftest import Store
 from tests.support.modes import mode, umask_022  # noqa: F401 - fixture
 from tests.types.task.helpers import KINDS, program, submit, task, task_daemon, wait
-from wq.types.task.runners import FAILED, MISSING, RUNNING, SUCCEEDED, RunSpec, command, tail
+from wq.types.task.runners import (
+    FAILED,
+    MISSING,
+    RUNNING,
+    SUCCEEDED,
+    RunnerUnavailable,
+    RunSpec,
+    command,
+    tail,
+)
 from wq.types.task.runners.command import CommandRunner
 from wq.types.task.settings import CommandRunnerConfig
 
@@ -57,6 +66,24 @@ def test_failure_keeps_its_exit_status(tmp_path: Path) -> None:
     local.start(spec(program("import sys; print('bad'); sys.exit(7)")))
     status = wait(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
     assert status.state == FAILED and status.exit_code == 7 and "bad" in status.log_tail
+
+
+def test_the_program_is_looked_up_on_the_runs_own_path(tmp_path: Path) -> None:
+    """The kind's env may give the run a PATH of its own: the program is found there, as
+    the run's process finds it, not on the daemon's PATH."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    script = tools / "only-here"
+    script.write_text("#!/bin/sh\necho found on the PATH of the run\n")
+    script.chmod(0o755)
+    local = runner(tmp_path, env={"PATH": f"{tools}:/usr/bin:/bin"}, inherit_env=[])
+    local.start(spec(["only-here"]))
+    status = wait(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
+    assert status.state == SUCCEEDED and "found on the PATH of the run" in status.log_tail
+    plain = tools / "not-executable"
+    plain.write_text("#!/bin/sh\n")
+    with pytest.raises(RunnerUnavailable, match="command is not executable"):
+        runner(tmp_path).start(spec([str(plain)], run_id="wq-test-2"))
 
 
 def test_a_second_start_and_a_new_runner_attach_to_the_same_run(tmp_path: Path) -> None:

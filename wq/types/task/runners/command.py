@@ -135,7 +135,11 @@ class CommandRunner:
             "payload": spec.payload,
         }
         argv = render_argv(spec.command, values)
-        if shutil.which(argv[0]) is None:
+        env = self._environment(spec)
+        # Looked up as the run's process will be: on the run's own PATH.
+        if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+            if os.sep in argv[0] and os.path.isfile(argv[0]):
+                raise RunnerUnavailable(f"command is not executable: {argv[0]}")
             raise RunnerUnavailable(f"command not found: {argv[0]}")
         run_dir = self._dir(spec.run_id)
         try:
@@ -147,7 +151,7 @@ class CommandRunner:
             raise RunnerUnavailable(f"cannot create {run_dir}: {err.strerror or err}") from None
         document = {
             "argv": argv,
-            "env": self._environment(spec),
+            "env": env,
             "cwd": self.config.workdir,
             "payload": spec.payload,
         }
