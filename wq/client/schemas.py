@@ -85,10 +85,11 @@ class Retried(RootModel[WorkItemPublic | WorkItemRef]):
 
 
 class SubmissionPublic(Shape):
-    """What a submission did, and the item it concerns."""
+    """What a submission did, and the item it concerns (its id and phase alone for a
+    caller without `read` on its type)."""
 
     action: str
-    item: WorkItemPublic
+    item: WorkItemPublic | WorkItemRef
 
 
 class CancelPublic(Shape):
