@@ -157,7 +157,7 @@ class KeySource:
 
     def key(self, kid: str | None, alg: str) -> PyJWK:
         """The key that verifies a token signed with `alg` by key `kid`, or raise."""
-        self._fetch_if(lambda now: not self._held.keys or self._refresh_due(now), self._refresh)
+        self._fetch_if(self._refresh_due, self._refresh)
         held = self._held
         found = held.find(kid, alg, self._issuer)
         if found is None and kid is not None:
@@ -198,7 +198,7 @@ class KeySource:
             if self._failure is not None and not self._held.keys:
                 failed_at, failure = self._failure
                 if now - failed_at < FAILURE_MEMORY_SECONDS:
-                    raise failure
+                    raise AuthenticationUnavailable(str(failure))
             self._fetching = True
         failed: AuthenticationUnavailable | None = None
         try:
