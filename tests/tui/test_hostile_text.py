@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 from tests.tui.canned import NOW, CannedServer, canned_api, item
 from tests.tui.conftest import table_on_screen, until
 from wq.tui.app import WqApp
-from wq.tui.detail import ItemDetailScreen
+from wq.tui.detail import Details, ItemDetailScreen
 from wq.tui.status import StatusLine
 
 HOSTILE_ERROR = "\x1b[2J\x1b]52;c;cHduZWQ=\x07 [/oops] [link=https://evil.example]x[/link]"
@@ -72,3 +72,13 @@ def test_a_filter_value_the_server_refuses_is_refused_on_the_spot() -> None:
             assert not app.screen.query_one(StatusLine).has_class("error")
 
     asyncio.run(main())
+
+
+def test_the_details_pane_and_pager_show_control_characters_escaped() -> None:
+    """JSON escapes C0 controls but not C1 ones (CSI is U+009B) nor bidi marks: a task
+    payload from a GitLab issue title could write to the operator's terminal."""
+    payload = {"c1": "A\x9b31mRED\x9b0m \x85 C\u200fD\u2066E\u202e"}
+    details = Details.of({"payload": payload})
+    for raw in ("\x9b", "\x85", "\u200f", "\u2066", "\u202e"):
+        assert raw not in details.text and raw not in details.preview
+    assert "A\\x9b31mRED" in details.text and "C\\u200fD" in details.text

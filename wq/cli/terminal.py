@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 control characters but newline and tab, and the bidirectional overrides and
-# isolates (which could show a name reversed).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 control characters but newline and tab, and the bidirectional marks,
+# overrides and isolates (which could show a name reversed).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escaped(match: re.Match[str]) -> str:

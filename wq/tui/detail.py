@@ -80,7 +80,9 @@ class Details:
         """Pretty-print `details`, set its output apart and cut a preview."""
         output = next((details[key] for key in OUTPUT_KEYS if details.get(key)), None)
         shown = {key: value for key, value in details.items() if key not in OUTPUT_KEYS}
-        text = json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True)
+        # JSON escapes C0 controls only: C1 controls and bidi overrides stay, and the
+        # pane and the pager would send them to the terminal.
+        text = printable(json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True))
         return cls(text, _preview(text), printable(output) if isinstance(output, str) else None)
 
 
