@@ -146,3 +146,18 @@ def test_a_note_from_a_repository_no_task_can_hold_is_taken_and_makes_nothing(
         response = client.post("/api/webhooks/gitlab", json=event, headers=headers)
         assert response.status_code == 202, response.text
         assert tasks(runtime) == []
+
+
+def test_an_issue_title_holding_nul_makes_its_task_with_the_nul_replaced(
+    store: Store, tmp_path: Path
+) -> None:
+    """The database cannot hold NUL: the event was deleted from the queue and lost."""
+    with task_daemon(
+        store, tmp_path / "runs", start=False, kinds=KINDS_WITH_LIFECYCLE, issue_rules=RULES
+    ) as (runtime, _):
+        event = issue_event([], ["agent::lifecycle"])
+        event["object_attributes"]["title"] = "nul\u0000title"
+        made = ingest(runtime.sessions, runtime.registry, event_from_payload(event), source="sqs")
+        assert made == 1
+        (task,) = tasks(runtime)
+        assert task.payload["title"] == "nul\ufffdtitle"

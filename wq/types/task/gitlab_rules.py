@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from wq.engine.config import PoolConfig
+from wq.engine.events import storable
 from wq.engine.models import utcnow
 from wq.engine.registry import EventContext, SubmissionRejected, TypeRegistry
 from wq.types.task.schemas import TaskCreate
@@ -137,7 +138,8 @@ def make_resolver(settings: TaskSettings, registry: TypeRegistry) -> Any:
                         project=_project_of(rule, repository),
                         kind=rule.kind,
                         repository=repository,
-                        payload=task_payload,
+                        # Text from GitLab as the event is stored: NUL replaced.
+                        payload=storable(task_payload),
                         dedup_key=key,
                     ),
                     settings=settings,
