@@ -14,13 +14,16 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
-from tests.conftest import Store, make_config
+from tests.conftest import Store, make_config, throwaway_pg_database
 from tests.support.chain import Behaviour, chain_registry
 from tests.types.mr.events_support import mr_event
 from tests.types.mr.helpers import mr_registry
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
+from wq.engine import schema
+from wq.engine.db import make_engine
 
 # Port 1 on loopback: nothing listens, the connection is refused at once.
 UNREACHABLE_URL = "postgresql://postgres@127.0.0.1:1/wq"
@@ -163,3 +166,31 @@ def test_an_answer_that_used_the_database_ends_the_outage(
                 caplog.clear()
     finally:
         runtime.engine.dispose()
+
+
+def test_a_database_without_its_schema_is_a_503_that_says_to_migrate(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database dropped and made again under a running daemon: every request was a
+    500 with a traceback in the log. It is an outage until `wq db migrate` runs."""
+    with throwaway_pg_database("wq_schema_gone") as url:
+        engine = make_engine(url, pool_size=1)
+        schema.upgrade(engine)
+        runtime = build_runtime(make_config(url), registry=chain_registry(Behaviour()))
+        assert runtime.local_tier is not None
+        headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+        try:
+            with TestClient(create_app(runtime), headers=headers) as client:
+                assert client.get("/api/work-items").status_code == 200
+                with engine.begin() as conn:
+                    conn.execute(text("DROP SCHEMA public CASCADE"))
+                    conn.execute(text("CREATE SCHEMA public"))
+                answers = [client.get("/api/work-items") for _ in range(3)]
+                submitted = client.post("/api/work-items/chain", json={"project": "group/a"})
+        finally:
+            runtime.engine.dispose()
+            engine.dispose()
+    for answer in (*answers, submitted):
+        assert answer.status_code == 503, answer.text
+        assert "wq db migrate" in answer.json()["error"] and answer.headers["Retry-After"]
+    assert "Traceback" not in caplog.text and "unhandled error" not in caplog.text

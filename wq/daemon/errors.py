@@ -9,12 +9,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wq.daemon.contract import ErrorBody
 from wq.daemon.outage import RETRY_AFTER_SECONDS, OutageLog, OutageWatch
 from wq.engine.items import ItemConflict, ItemNotFound
-from wq.engine.outage import UNAVAILABLE_ERRORS
+from wq.engine.outage import UNAVAILABLE_ERRORS, is_schema_missing
 from wq.engine.registry import SubmissionRejected
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,18 @@ def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
 
     for error in UNAVAILABLE_ERRORS:
         app.add_exception_handler(error, database_unavailable)
+
+    @app.exception_handler(sa_exc.ProgrammingError)
+    async def schema_missing(request: Request, exc: Exception) -> JSONResponse:
+        if not is_schema_missing(exc):
+            return await unexpected(request, exc)
+        outage.failed(exc)
+        return _error(
+            503,
+            "the database has no wq schema (or an older one): run `wq db migrate`",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+
     app.add_middleware(OutageWatch, outage=outage)
 
     @app.exception_handler(StarletteHTTPException)

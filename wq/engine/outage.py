@@ -24,9 +24,22 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
 REPEAT_SECONDS = 60.0
 
 
+# PostgreSQL's "undefined table" and "undefined column": the schema is not there (a
+# database dropped and made again, a restore) until `wq db migrate` runs.
+SCHEMA_MISSING_STATES = frozenset({"42P01", "42703"})
+
+
+def is_schema_missing(err: BaseException) -> bool:
+    """True for an error that says the database lacks the schema wq needs."""
+    return isinstance(err, sa_exc.ProgrammingError) and (
+        getattr(err.orig, "sqlstate", None) in SCHEMA_MISSING_STATES
+    )
+
+
 def is_unavailable(err: BaseException) -> bool:
-    """True for an error that says the database is unreachable, not that the work is bad."""
-    if isinstance(err, UNAVAILABLE_ERRORS):
+    """True for an error that says the database cannot be used (unreachable, or without
+    its schema), not that the work is bad."""
+    if isinstance(err, UNAVAILABLE_ERRORS) or is_schema_missing(err):
         return True
     return isinstance(err, sa_exc.DBAPIError) and bool(err.connection_invalidated)
 
