@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,3 +132,31 @@ def test_failed_items_already_there_are_counted_by_the_upgrade(private_engine: E
         conn.execute(text("UPDATE work_items SET phase = 'failed' WHERE phase = 'active'"))
     with sessions() as session:
         assert failed_per_type(session, ["mr", "task"]) == {"mr": 1, "task": 3}
+
+
+def test_migrations_run_at_once_from_three_places_apply_each_step_once() -> None:
+    """Two shells (or deploy jobs) running `wq db migrate` at once each applied the same
+    migration: one failed half-way on an index or a column the other had just made."""
+    with throwaway_pg_database("wq_migrate_race") as url:
+        engines = [make_engine(url, pool_size=1) for _ in range(3)]
+        failures: list[BaseException] = []
+        start = threading.Barrier(len(engines))
+
+        def migrate(engine: Engine) -> None:
+            start.wait()
+            try:
+                schema.upgrade(engine)
+            except BaseException as err:
+                failures.append(err)
+
+        threads = [threading.Thread(target=migrate, args=(engine,)) for engine in engines]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        try:
+            assert failures == []
+            assert schema.current_revision(engines[0]) == schema.head_revision(engines[0])
+        finally:
+            for engine in engines:
+                engine.dispose()

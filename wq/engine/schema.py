@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import time
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from wq.engine.db import MIGRATION_TIMEOUTS, make_engine
 
@@ -45,15 +47,40 @@ def alembic_config(engine: Engine) -> AlembicConfig:
     return config
 
 
+# The advisory lock `wq db migrate` holds on PostgreSQL while it migrates.
+MIGRATION_LOCK = 0x77715F6D69677261  # "wq_migra"
+MIGRATION_LOCK_POLL_SECONDS = 0.5
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Migrate the database up to a revision (head by default)."""
-    config = alembic_config(engine)
-    # Alembic runs each migration in a transaction of its own (see migrations/env.py):
-    # one that builds an index CONCURRENTLY commits what came before it.
-    with engine.connect() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-        connection.commit()
+    """Migrate the database up to a revision (head by default).
+
+    On PostgreSQL one migration runs at a time (an advisory lock held for the whole
+    upgrade, on a connection of its own): two `wq db migrate` at once (two shells, two
+    deploy jobs) would each apply the same migration, and one fail half-way.
+    """
+    with contextlib.ExitStack() as stack:
+        if engine.dialect.name == "postgresql":
+            lock = stack.enter_context(engine.connect())
+            # Tried, not waited for in a statement: a waiting statement holds a snapshot,
+            # and the other's CREATE INDEX CONCURRENTLY would wait for it in turn.
+            take = text("SELECT pg_try_advisory_lock(:key)")
+            while not lock.execute(take, {"key": MIGRATION_LOCK}).scalar_one():
+                lock.commit()
+                time.sleep(MIGRATION_LOCK_POLL_SECONDS)
+            lock.commit()  # a session's lock: it outlives the transaction
+            stack.callback(
+                lambda: lock.execute(
+                    text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK}
+                )
+            )
+        config = alembic_config(engine)
+        # Alembic runs each migration in a transaction of its own (see migrations/env.py):
+        # one that builds an index CONCURRENTLY commits what came before it.
+        with engine.connect() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+            connection.commit()
 
 
 def head_revision(engine: Engine) -> str | None:
