@@ -12,7 +12,7 @@ import typer
 
 from tests.cli.daemon import BLOCKED, RunningDaemon, cli_env, invoke
 from wq.cli.common import Output, fail
-from wq.cli.items import item_view
+from wq.cli.items import item_view, list_view
 from wq.cli.output import emit
 from wq.cli.submit_task import task_done
 
@@ -83,3 +83,31 @@ def test_an_error_line_shows_control_characters_as_text(
         fail(f"item x ended failed: {ERROR}", 1, hint="\x1b[2J")
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\\x1b]0;owned\\x07" in err and "hint: \\x1b[2J" in err
+
+
+def test_a_plain_table_keeps_each_row_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped, `wq status -o wide` is a header and one line per row (for grep and awk): a
+    multi-line error put its second line on a row of its own."""
+    item = {
+        "id": "5b1d0c8e-8c55-4a55-9d43-61e0c5d1c7a1",
+        "type": "task",
+        "project": "demo",
+        "phase": "failed",
+        "admission": "done",
+        "attempts": 1,
+        "lane": "normal",
+        "seq": 7,
+        "error": "exit status 3\nboom",
+        "created_at": "2026-12-01T08:00:00Z",
+        "updated_at": "2026-12-01T08:00:00Z",
+        "details": {},
+        "dimensions": [],
+    }
+    emit([item, {**item, "id": "6c2e1d9f-9d66-4b66-8e54-72f1d6e2d8b2"}], Output.plain, wide_list)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3, lines
+    assert all("exit status 3\\nboom" in line for line in lines[1:])
+
+
+def wide_list(items: list[dict[str, object]], _: bool) -> object:
+    return list_view(items, True)

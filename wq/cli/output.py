@@ -59,9 +59,16 @@ def console(stderr: bool = False, *, file: IO[str] | None = None) -> Console:
         def render_str(self, text: str, **options: Any) -> Text:
             return super().render_str(printable(text), **options)
 
+    class OneLineConsole(PlainConsole):
+        """Plain tables keep a row on one line (for grep and awk): a newline in a value
+        (a multi-line error) is shown as `\\n`."""
+
+        def render_str(self, text: str, **options: Any) -> Text:
+            return super().render_str(text.replace("\n", "\\n"), **options)
+
     settings: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False}
     if file is not None:
-        return PlainConsole(
+        return OneLineConsole(
             **settings, emoji=False, file=file, width=PLAIN_WIDTH, color_system=None
         )
     out = PlainConsole(**settings, emoji=False)
