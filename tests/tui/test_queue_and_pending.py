@@ -18,6 +18,7 @@ from tests.cli.daemon import PROJECT, RunningDaemon
 from tests.tui.canned import NOW, canned_api, item_id
 from tests.tui.conftest import database, table_on_screen, until
 from tests.tui.test_views import project_of, rows, run, table_of
+from wq.client.pressure import most_pressed
 from wq.engine.models import PendingEvent, WorkItem, utcnow
 from wq.tui.app import WqApp
 from wq.tui.detail import ItemDetailScreen
@@ -73,6 +74,24 @@ def test_queue_view_shows_each_lane_in_fifo_order(daemon: RunningDaemon) -> None
         assert app.screen.item_id == elsewhere
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, QueueScreen), message="back")
+
+    run(daemon, scenario)
+
+
+def test_queue_alone_shows_the_most_pressed_project(daemon: RunningDaemon) -> None:
+    """`:queue nope/x`, then `:queue`: it kept showing the empty `nope/x`."""
+    daemon.submit(project=project_of("pressed"))
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        app.run_command("queue nope/x")
+        await until(pilot, lambda: isinstance(app.screen, QueueScreen), message="queue")
+        screen = app.screen
+        assert isinstance(screen, QueueScreen)
+        await until(pilot, lambda: screen.project == "nope/x", message="the named project")
+        app.run_command("queue")
+        pressed = most_pressed(app.api.pools())
+        assert pressed is not None and pressed != "nope/x"
+        await until(pilot, lambda: screen.project == pressed, message="the most pressed")
 
     run(daemon, scenario)
 

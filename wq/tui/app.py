@@ -168,6 +168,8 @@ class WqApp(App[None]):
         elif verb in ("p", "pools"):
             self.switch_mode("pools")
         elif verb in ("u", "queue"):
+            if not args:
+                self.queue_project = None  # `:queue` alone: the most pressed project
             self.show_queue(args[0] if args else None)
         elif verb in ("i", "items"):
             filters = dict(self.filters)
