@@ -121,6 +121,7 @@ def test_a_cache_file_that_cannot_be_used_is_named_with_what_is_wrong(
     cache = TokenCache(tmp_path)
     path = cache.path_for("https://wq")
     path.write_bytes(content)
+    path.chmod(0o600)
     credentials = Credentials("https://wq", cache=cache, login=None, environ={})
     with pytest.raises(AuthenticationRequired) as refused:
         credentials.current()
@@ -154,3 +155,22 @@ def test_the_local_daemons_token_is_found_as_localhost_too(tmp_path: Path) -> No
     with pytest.raises(AuthenticationRequired):
         Credentials("http://localhost:8081", cache=cache, login=None, environ={}).current()
     assert loopback_alias("https://wq.example.com") is None
+
+
+def test_a_token_file_others_can_read_is_not_used(tmp_path: Path) -> None:
+    """wq writes 0600: a file others can read has been changed, and its token may have
+    been read; it is named, not used (as ssh refuses a key others can read)."""
+    cache = TokenCache(tmp_path)
+    path = cache.store("https://wq", "secret")
+    path.chmod(0o644)
+    assert cache.load("https://wq") is None
+    assert cache.problem("https://wq") == "can be read by others (mode 0644): delete it"
+
+
+def test_a_token_goes_only_to_the_server_it_was_written_for(tmp_path: Path) -> None:
+    """`https://wq.corp:8443` and `https://wq.corp/8443` share a file name."""
+    cache = TokenCache(tmp_path)
+    cache.store("https://wq.corp:8443", "for-8443")
+    assert cache.path_for("https://wq.corp/8443") == cache.path_for("https://wq.corp:8443")
+    assert cache.load("https://wq.corp/8443") is None
+    assert cache.load("https://wq.corp:8443").token == "for-8443"  # type: ignore[union-attr]

@@ -89,6 +89,10 @@ class TokenCache:
             entry = self._read(self.path_for(server))
         except (OSError, ValueError):
             return None
+        # Servers whose URLs differ only in punctuation share a file name: a token is
+        # only ever sent to the server it was written for.
+        if entry.server != normalize_server(server):
+            return None
         return entry if entry.valid() else None
 
     def problem(self, server: str) -> str | None:
@@ -108,8 +112,14 @@ class TokenCache:
     @staticmethod
     def _read(path: Path) -> CachedToken:
         """The entry of a cache file; ValueError saying what is wrong with it."""
+        with path.open("rb") as file:
+            mode = os.fstat(file.fileno()).st_mode & 0o777
+            raw = file.read()
+        if mode & 0o077:
+            # As ssh does with a key: a token others could read may have been read.
+            raise ValueError(f"can be read by others (mode {mode:04o}): delete it")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise ValueError("is not UTF-8 text") from None
         except json.JSONDecodeError:
