@@ -225,3 +225,18 @@ def test_every_lost_replica_and_every_kind_of_row_has_a_row_of_its_own() -> None
         assert app.screen.focused is app.screen.query_one("#replicas", DataTable)
 
     run(scenario, CannedServer(pools=pools, replicas=replicas))
+
+
+def test_needs_attention_shows_its_rows_on_an_80_by_24_terminal() -> None:
+    """With long project names the table's scrollbar took the one line left to it: the
+    Overview said nothing about what needs attention where it matters most."""
+    long = [pool(f"platform-team/{'x' * 40}-{n}", 4, 6, 0, 600.0 + n) for n in range(3)]
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        await pilot.pause()
+        table = app.screen.query_one("#attention", DataTable)
+        assert table.row_count >= 3
+        shown = [table.render_line(y).text for y in range(table.size.height)]
+        assert sum("pool full" in line for line in shown) >= 2, shown
+
+    run(scenario, CannedServer(pools=long))

@@ -130,6 +130,9 @@ class OverviewScreen(PollingScreen):
     """Throughput, failures and queues at a glance, and what needs attention."""
 
     BINDINGS = [Binding("enter", "open", "Show")]  # noqa: RUF012
+    # Below 32 lines (an 80x24 terminal) the sparklines take a line each, so that what
+    # needs attention keeps rows on screen.
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]  # noqa: RUF012
 
     def compose(self) -> ComposeResult:
         yield Header()
