@@ -240,3 +240,17 @@ def test_needs_attention_shows_its_rows_on_an_80_by_24_terminal() -> None:
         assert sum("pool full" in line for line in shown) >= 2, shown
 
     run(scenario, CannedServer(pools=long))
+
+
+def test_the_help_fits_an_80_by_24_terminal() -> None:
+    """It was 90 columns wide: lines were cut and its right border off the screen."""
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: bool(app.screen.query("#help")), message="the help")
+        await pilot.pause()
+        help_box = app.screen.query_one("#help")
+        assert help_box.region.right <= 80 and help_box.region.bottom <= 24
+        assert help_box.region.x >= 0 and help_box.region.y >= 0
+
+    run(scenario)
