@@ -164,7 +164,10 @@ def test_a_token_file_others_can_read_is_not_used(tmp_path: Path) -> None:
     path = cache.store("https://wq", "secret")
     path.chmod(0o644)
     assert cache.load("https://wq") is None
-    assert cache.problem("https://wq") == "can be read by others (mode 0644): delete it"
+    assert (
+        cache.problem("https://wq")
+        == "can be read by others (mode 0644): chmod 600 it, or delete it"
+    )
 
 
 def test_a_token_goes_only_to_the_server_it_was_written_for(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ class TokenCache:
             raw = file.read()
         if mode & 0o077:
             # As ssh does with a key: a token others could read may have been read.
-            raise ValueError(f"can be read by others (mode {mode:04o}): delete it")
+            raise ValueError(f"can be read by others (mode {mode:04o}): chmod 600 it, or delete it")
         try:
             data = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
