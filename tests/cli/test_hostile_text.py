@@ -38,22 +38,30 @@ def test_markup_in_a_project_is_printed_as_it_is(daemon: RunningDaemon, cache_ho
 ERROR = "exit status 3\n\x1b]0;owned\x07\x1b[2J[bold]loud[/bold] [/oops] :skull: \u202egnp.exe"
 
 
-def test_control_characters_and_markup_in_an_error_are_inert(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    item = {
+def failed_task(error: str, **fields: object) -> dict[str, object]:
+    """A failed task as the API shows it."""
+    return {
         "id": "5b1d0c8e-8c55-4a55-9d43-61e0c5d1c7a1",
         "type": "task",
         "project": "demo",
         "phase": "failed",
         "admission": "done",
         "attempts": 0,
-        "error": ERROR,
+        "lane": "normal",
+        "seq": 7,
+        "error": error,
         "created_at": "2026-12-01T08:00:00Z",
         "updated_at": "2026-12-01T08:00:00Z",
-        "details": {"log_tail": ERROR},
+        "details": {},
         "dimensions": [],
+        **fields,
     }
+
+
+def test_control_characters_and_markup_in_an_error_are_inert(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    item = failed_task(ERROR, details={"log_tail": ERROR})
     emit(item, Output.table, item_view)
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
@@ -88,21 +96,7 @@ def test_an_error_line_shows_control_characters_as_text(
 def test_a_plain_table_keeps_each_row_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """Piped, `wq status -o wide` is a header and one line per row (for grep and awk): a
     multi-line error put its second line on a row of its own."""
-    item = {
-        "id": "5b1d0c8e-8c55-4a55-9d43-61e0c5d1c7a1",
-        "type": "task",
-        "project": "demo",
-        "phase": "failed",
-        "admission": "done",
-        "attempts": 1,
-        "lane": "normal",
-        "seq": 7,
-        "error": "exit status 3\nboom",
-        "created_at": "2026-12-01T08:00:00Z",
-        "updated_at": "2026-12-01T08:00:00Z",
-        "details": {},
-        "dimensions": [],
-    }
+    item = failed_task("exit status 3\nboom")
     emit([item, {**item, "id": "6c2e1d9f-9d66-4b66-8e54-72f1d6e2d8b2"}], Output.plain, wide_list)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3, lines
