@@ -708,6 +708,23 @@ def test_daemon_refuses_unmigrated_postgres_until_wq_db_migrate(
     assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"
 
 
+def sqlite_daemon(tmp_path: Path, daemons: list[Daemon], server: str) -> Daemon:
+    """A migrated, healthy daemon on SQLite with the local token, handling tasks, and
+    these `server` settings (a YAML mapping)."""
+    env = clean_env(tmp_path)
+    config = write(
+        tmp_path / "wq.yml",
+        f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
+        f"server: {server}\n"
+        "auth: {local_token: true}\n"
+        "handled_types: {task: {}}\n",
+    )
+    assert run_wq("db", "migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
+    daemon = start_daemon(daemons, tmp_path, env, "-c", str(config))
+    daemon.wait_healthy()
+    return daemon
+
+
 @pytest.mark.usefixtures("no_system_config")
 def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
     tmp_path: Path, daemons: list[Daemon]
@@ -715,17 +732,9 @@ def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
     """Authenticated clients that send half a body and stop held the requests the daemon
     lets in (`request_threads` + `max_waiting_requests`) for ever: every other request
     was answered 503. Now each is answered 408 once `server.body_timeout_seconds` is over."""
-    env = clean_env(tmp_path)
-    config = write(
-        tmp_path / "wq.yml",
-        f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
-        "server: {body_timeout_seconds: 1, request_threads: 1, max_waiting_requests: 1}\n"
-        "auth: {local_token: true}\n"
-        "handled_types: {task: {}}\n",
+    daemon = sqlite_daemon(
+        tmp_path, daemons, "{body_timeout_seconds: 1, request_threads: 1, max_waiting_requests: 1}"
     )
-    assert run_wq("db", "migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
-    daemon = start_daemon(daemons, tmp_path, env, "-c", str(config))
-    daemon.wait_healthy()
     _, token = read_token(tmp_path, daemon.url)
     host, port = daemon.url.removeprefix("http://").split(":")
     head = (
@@ -766,17 +775,7 @@ def test_a_head_that_does_not_arrive_is_answered_408_and_closed(
     """A connection that sends nothing, or half a request head, was held open for ever
     (uvicorn times a connection out only after a response): anyone could pin sockets and
     a megabyte of buffered head each. Now the head has `server.head_timeout_seconds`."""
-    env = clean_env(tmp_path)
-    config = write(
-        tmp_path / "wq.yml",
-        f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
-        "server: {head_timeout_seconds: 1}\n"
-        "auth: {local_token: true}\n"
-        "handled_types: {task: {}}\n",
-    )
-    assert run_wq("db", "migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
-    daemon = start_daemon(daemons, tmp_path, env, "-c", str(config))
-    daemon.wait_healthy()
+    daemon = sqlite_daemon(tmp_path, daemons, "{head_timeout_seconds: 1}")
     host, port = daemon.url.removeprefix("http://").split(":")
     silent, partial, slow = (socket.create_connection((host, int(port)), timeout=10) for _ in "abc")
     try:
