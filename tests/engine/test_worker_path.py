@@ -214,6 +214,29 @@ def test_the_pool_serves_jobs_queued_beyond_its_threads_in_order() -> None:
         pool.submit(6)
 
 
+def test_the_pool_takes_many_jobs_at_once_and_starts_only_the_threads_it_may() -> None:
+    started: list[int] = []
+    release = threading.Event()
+
+    def work(job: int, slot: int) -> None:
+        started.append(job)
+        release.wait(5)
+
+    pool: WorkerPool[int] = WorkerPool(work, 3, idle_seconds=0.2)
+    pool.submit(*range(7))
+    assert pool.threads == 3
+    wait_for(lambda: len(started) == 3, message="three jobs started")
+    assert sorted(started) == [0, 1, 2]  # the first in line
+    release.set()
+    wait_for(lambda: len(started) == 7, message="the rest, by the same threads")
+    assert sorted(started[3:]) == [3, 4, 5, 6]
+    wait_for(lambda: pool.threads == 0, message="idle threads ended")
+    pool.submit(7, 8)  # two jobs, an empty pool: two threads
+    assert pool.threads == 2
+    wait_for(lambda: len(started) == 9, message="the jobs after the idle end")
+    pool.close()
+
+
 def leased(store: Store) -> tuple[WorkItem, str]:
     """Submit, admit and claim one chain item with its data; the item as claimed."""
     registry = chain_registry(Behaviour())

@@ -27,6 +27,9 @@ from wq.engine.config import Config
 from wq.engine.outage import EngineFailures
 from wq.engine.wakeup import PROJECT_QUEUED, Wakeup
 
+# How long the admission thread waits for a pass before it ends (the next starts it).
+IDLE_SECONDS = 30.0
+
 
 @dataclass
 class AdmitterResults:
@@ -44,7 +47,13 @@ class AdmitterResults:
 
 
 class Admitter:
-    """Runs admission passes, one at a time, on a thread beside the scheduler."""
+    """Runs admission passes, one at a time, on a thread beside the scheduler.
+
+    The thread starts with the first pass asked for and serves pass after pass; it
+    ends once it has waited `IDLE_SECONDS` for one, or at shutdown. Asking for a pass
+    never waits for the thread: starting one waits until it runs, and the scheduler,
+    whose claims the workers wait for, would wait behind every busy worker for that.
+    """
 
     def __init__(
         self,
@@ -56,6 +65,7 @@ class Admitter:
         failures: EngineFailures,
         stopping: threading.Event,
         held_retry_seconds: float,
+        idle_seconds: float = IDLE_SECONDS,
     ) -> None:
         self._sessions = sessions
         self._config = config
@@ -64,76 +74,89 @@ class Admitter:
         self._failures = failures
         self._stopping = stopping
         self._held_retry_seconds = held_retry_seconds
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None  # the pass running, if any
-        self._next: set[str] = set()  # projects for the pass after it
-        self._next_resync = False
+        self._idle_seconds = idle_seconds
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None  # the thread serving passes, if any
+        self._closed = False
+        self._next: set[str] = set()  # projects for the next pass
+        self._next_resync = False  # the next pass looks at every project
         self._results = AdmitterResults()
 
     def admit(self, projects: set[str] | None) -> None:
         """Admit in these projects (None: every project with queued work): now, or
         right after the pass that is running."""
-        with self._lock:
+        with self._cond:
+            if self._stopping.is_set() or self._closed:
+                return
+            if projects is None:
+                self._next_resync = True
+            else:
+                self._next |= projects
             if self._thread is not None:
-                if projects is None:
-                    self._next_resync = True
-                else:
-                    self._next |= projects
+                self._cond.notify()
                 return
-            if self._stopping.is_set():
-                return
-            self._thread = threading.Thread(
-                target=self._run, args=(projects,), name="wq-admission", daemon=True
-            )
+            self._thread = threading.Thread(target=self._serve, name="wq-admission", daemon=True)
             self._thread.start()
 
     def take_results(self) -> AdmitterResults:
         """What the passes found since the last call (the scheduler's thread)."""
-        with self._lock:
+        with self._cond:
             results, self._results = self._results, AdmitterResults()
         return results
 
     def join(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for the pass that is running."""
-        with self._lock:
+        """Stop serving passes; wait up to `timeout` seconds for the one running."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
 
-    def _run(self, projects: set[str] | None) -> None:
+    def _serve(self) -> None:
+        """Pass after pass, each as soon as it is asked for; end when idle or stopping."""
         while True:
-            held: set[str] = set()
-            admission = AdmissionPass(
-                self._config, projects, clock=self._clock, held=held, wake_self=True
-            )
-            failed = False
-            try:
-                with self._sessions.begin() as session:
-                    admission.run(session)
-                self._failures.succeeded()
-            except Exception as err:
-                failed = True
-                self._failures.failed("admission pass", err)
-            with self._lock:
-                if failed:
-                    self._results.failed |= projects or set()
-                else:
-                    self._results.passed.append((projects, held))
-                    self._results.more |= admission.more
-                    self._retry_held(held)
-                if self._stopping.is_set() or not (self._next or self._next_resync) or failed:
+            with self._cond:
+                while not (self._next or self._next_resync):
+                    if self._stopping.is_set() or self._closed:
+                        break
+                    if not self._cond.wait(self._idle_seconds):
+                        break
+                if self._stopping.is_set() or self._closed or not (self._next or self._next_resync):
                     self._thread = None
-                    # Failed: its projects wait for the next pass something else wakes,
-                    # or the poll (a pass now would fail the same way, again and again).
-                    tell = not failed and bool(admission.more)
-                    if failed:
-                        self._results.failed |= self._next
-                        self._next, self._next_resync = set(), False
-                    break
+                    return
                 projects = None if self._next_resync else self._next
                 self._next, self._next_resync = set(), False
+            self._pass(projects)
+
+    def _pass(self, projects: set[str] | None) -> None:
+        held: set[str] = set()
+        admission = AdmissionPass(
+            self._config, projects, clock=self._clock, held=held, wake_self=True
+        )
+        failed = False
+        try:
+            with self._sessions.begin() as session:
+                admission.run(session)
+            self._failures.succeeded()
+        except Exception as err:
+            failed = True
+            self._failures.failed("admission pass", err)
+        with self._cond:
+            if failed:
+                # Its projects, and those asked for meanwhile, wait for the next pass
+                # something else wakes, or the poll (a pass now would fail the same way,
+                # again and again).
+                self._results.failed |= (projects or set()) | self._next
+                self._next, self._next_resync = set(), False
+            else:
+                self._results.passed.append((projects, held))
+                self._results.more |= admission.more
+                self._retry_held(held)
+            # With no pass asked for meanwhile, more queued than this one admitted
+            # needs one at once.
+            tell = not failed and bool(admission.more) and not (self._next or self._next_resync)
         if tell:
-            # More is queued than a pass admits: the next pass comes at once.
             self._wakeup.poke()
 
     def _retry_held(self, held: set[str]) -> None:

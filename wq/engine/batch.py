@@ -209,7 +209,7 @@ class BatchRunner:
                         handoff.append(item)
                 if not careful and is_postgres(session):
                     write_dimensions(session, items)  # (a careful try flushed each already)
-                token = str(uuid.uuid4())
+                token = leases.new_token()
                 lease_until = now + timedelta(seconds=self.settings.lease_seconds)
                 leases.lease(
                     session,

@@ -13,7 +13,6 @@ the same transaction.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -142,7 +141,7 @@ def _claim_and_load(
     ahead: Ahead | None = None,
 ) -> list[leases.Claim]:
     """PostgreSQL: claim and load in one statement; the items detached, as leased."""
-    token = str(uuid.uuid4())
+    token = leases.new_token()
     # Only what this statement loads is in a session that held nothing: then all of it
     # is detached at once (expunging item by item walks each one's dimensions).
     detach_all = not session.identity_map and not session.new

@@ -203,8 +203,7 @@ class WorkerHandoff:
                 leases.give_back(session, [(c.id, c.token) for c in surplus], announce=False)
         with self.returned:
             if not self._stopping.is_set():
-                for claim in workers:
-                    self._start(claim)
+                self._start(workers)
                 return
         # Shutdown began meanwhile: no action ran, give the items back (and tell the
         # other replicas).
@@ -221,18 +220,17 @@ class WorkerHandoff:
             self._returned([claim.id for claim in claims])
         return len(claims)
 
-    def _start(self, claim: leases.Claim) -> None:
-        """Hand one claimed item to the worker pool (caller holds `returned`).
+    def _start(self, claims: list[leases.Claim]) -> None:
+        """Hand claimed items to the worker pool (caller holds `returned`).
 
-        It is held from now on: the heartbeat extends its lease, and the scheduler
-        claims for the room left.
+        They are held from now on: the heartbeat extends their leases, and the
+        scheduler claims for the room left.
         """
-        self.running[claim.id] = claim.token
-        try:
-            self.pool.submit(claim)
-        except BaseException:
-            self.running.pop(claim.id, None)
-            raise
+        for claim in claims:
+            self.running[claim.id] = claim.token
+        # (The pool is not closed before `_stopping` is set; should a thread fail to
+        # start, the items stay in line for the threads there are or come.)
+        self.pool.submit(*claims)
 
     def _work(self, claim: leases.Claim, slot: int) -> None:
         # The owner tells replicas apart in the audit log; the slot tells workers apart.

@@ -8,6 +8,7 @@ lease, when the next admitted item comes due, and letting go of a lease (fences:
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -37,6 +38,18 @@ class Claim(NamedTuple):
     previous_until: datetime | None
     item_type: str = ""
     item: WorkItem | None = None
+
+
+def new_token() -> str:
+    """A fresh lease token.
+
+    Tokens tell claims apart (the fence compares them) and never leave the engine, so
+    they need to be unique, not secret: they come from the process's own generator.
+    `uuid4` would read the system's (a system call, which lets go of the interpreter's
+    lock), and the scheduler, which makes one for each claim the workers wait for,
+    would then wait for its turn behind every busy worker to go on.
+    """
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))
 
 
 # PostgreSQL's claim. The candidates come from ix_work_items_claimable in its order
@@ -89,7 +102,7 @@ def claim(
     """
     if limit <= 0 or not types:
         return []
-    token = token or str(uuid.uuid4())
+    token = token or new_token()
     if is_postgres(session):
         # One round trip: lock the candidates (skipping rows other replicas hold) and
         # lease them, returning the previous lease for the takeover audit.

@@ -54,29 +54,33 @@ class WorkerPool(Generic[Job]):
         with self._cond:
             return self._size - len(self._free_slots)
 
-    def submit(self, job: Job) -> None:
-        """Queue a job; an idle thread takes it, else a new one if the pool has room.
+    def submit(self, *jobs: Job) -> None:
+        """Queue jobs, in order; idle threads take them, else new ones while the pool
+        has room.
 
-        With every thread busy it waits in line for the first that is done.
+        Jobs beyond the threads wait in line for the first that is done. Many jobs go
+        in under one hold of the pool's lock: a claim's items are handed over at once,
+        not one by one against the threads that are already taking them. Should a
+        thread fail to start, the error is raised and the jobs stay in line.
         """
         with self._cond:
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
-            self._jobs.append(job)
-            if self._idle > len(self._jobs) - 1:
-                self._cond.notify()
-                return
-            if not self._free_slots:
-                return
-            slot = self._free_slots.pop()
-        try:
-            threading.Thread(
-                target=self._serve, args=(slot,), name=f"{self._name}-{slot}", daemon=True
-            ).start()
-        except BaseException:
-            with self._cond:
-                self._free_slots.append(slot)
-            raise
+            self._jobs.extend(jobs)
+            # Idle threads notified and not yet awake still count as idle, each with
+            # one of the jobs in line.
+            self._cond.notify(min(self._idle, len(jobs)))
+            wanted = min(len(self._jobs) - self._idle, len(self._free_slots))
+            slots = [self._free_slots.pop() for _ in range(max(wanted, 0))]
+        for index, slot in enumerate(slots):
+            try:
+                threading.Thread(
+                    target=self._serve, args=(slot,), name=f"{self._name}-{slot}", daemon=True
+                ).start()
+            except BaseException:
+                with self._cond:
+                    self._free_slots.extend(slots[index:])
+                raise
 
     def take_waiting(self) -> list[Job]:
         """Remove the jobs no thread has taken yet, and return them."""
