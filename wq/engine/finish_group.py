@@ -27,12 +27,11 @@ from wq.engine import on_commit
 from wq.engine.audit import AuditRecord
 from wq.engine.group_writes import GroupWrites
 from wq.engine.models import ADMITTED, EXECUTOR_SESSION, WorkItem
+from wq.engine.release_statements import FencedRelease, release_fenced
 from wq.engine.releases import (
     AUDIT_WRITTEN,
     SIGNAL_SENT,
-    FencedRelease,
     mark_released,
-    release_fenced,
     release_if_unchanged,
     release_record,
     released_admission,

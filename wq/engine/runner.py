@@ -24,22 +24,19 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine import leases, on_commit
-from wq.engine.audit import AuditRecord, audit
+from wq.engine.actions import ActionDone, ActionRunner
 from wq.engine.config import ProcessingConfig
-from wq.engine.failures import record_failure
-from wq.engine.fence import _IN_EXECUTOR, LeaseLost, fenced_executor, lock_lease
+from wq.engine.fence import _IN_EXECUTOR
 from wq.engine.finish_group import FinishGroup, GroupRelease, store_together
 from wq.engine.item_reads import ItemReads
 from wq.engine.metrics import metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
-    ActionContext,
     Decision,
-    Requeue,
     TypeRegistry,
     Wait,
 )
-from wq.engine.releases import release_if_unchanged, release_slot, snapshot
+from wq.engine.releases import release_if_unchanged, release_slot
 
 log = logging.getLogger("wq.engine.processing")
 
@@ -58,23 +55,10 @@ class _Step:
     token: str
     actor: str
     started: float
-    done: _Done | None = None  # the last action, when the item waits in a group
+    done: ActionDone | None = None  # the last action, when the item waits in a group
     release: GroupRelease | None = None  # its release, when it waits in a group
     # As its claim loaded it: no statement sent in its session yet.
     as_loaded: bool = False
-
-
-@dataclass
-class _Done:
-    """An action that ran; its writes are not committed yet."""
-
-    action: str
-    type_name: str
-    started: float
-    fenced: bool = False  # its writes are under the lease fence (it succeeded)
-    # Its audit row, until it is deferred with the writes (once they are fenced) or
-    # written with the release.
-    record: AuditRecord | None = None
 
 
 class ItemRunner:
@@ -97,6 +81,7 @@ class ItemRunner:
         # The action each running item is executing, for the shutdown log.
         self.current: dict[uuid.UUID, str] = {}
         self.reads = ItemReads(registry)
+        self.actions = ActionRunner(sessions, registry, settings, clock, self.reads, self.metrics)
         # Items whose group failed to store: the next run of each goes alone.
         self._alone: set[uuid.UUID] = set()
 
@@ -169,7 +154,7 @@ class ItemRunner:
         if failure is None:
             for step in stored:
                 assert step.done is not None
-                self._count_run(
+                self.actions.count(
                     step.done.type_name, step.done.action, "succeeded", step.done.started
                 )
         elif stored:
@@ -209,10 +194,14 @@ class ItemRunner:
         self._alone.update(step.item_id for step in steps)
         for step in steps:
             assert step.done is not None
-            self._count_run(step.done.type_name, step.done.action, "requeued", step.done.started)
+            self.actions.count(step.done.type_name, step.done.action, "requeued", step.done.started)
 
     def _drive(
-        self, step: _Step, action: Decision, done: _Done | None, group: FinishGroup[_Step] | None
+        self,
+        step: _Step,
+        action: Decision,
+        done: ActionDone | None,
+        group: FinishGroup[_Step] | None,
     ) -> bool:
         """The loop of `run` from `action` on (`done`: the last action, not yet stored).
 
@@ -242,15 +231,15 @@ class ItemRunner:
                 ):
                     if done is not None:
                         done.record = None  # written with the release
-                    self._fenced(session, done)
+                    self.actions.fenced(session, done)
                     self._commit(session, item_id, token, done, actor)
                     return False
                 changed = self.reads.lock(session, item, token)
                 if changed is None:
-                    self._lost(item_id, done)
+                    self.actions.lost(item_id, done)
                     return False
                 locked = True
-                self._fenced(session, done)
+                self.actions.fenced(session, done)
                 if changed:
                     action = self._next_action(item)
             if action is None:
@@ -289,7 +278,7 @@ class ItemRunner:
                 return False
             self.current[item_id] = action
             try:
-                done = self._run_action(session, item, token, action, actor)
+                done = self.actions.run(session, item, token, action, actor)
             finally:
                 self.current.pop(item_id, None)
             if done is None:
@@ -298,31 +287,15 @@ class ItemRunner:
             action = self._next_action(item)
 
     @staticmethod
-    def _release_trigger(item: WorkItem, done: _Done | None) -> dict[str, Any]:
+    def _release_trigger(item: WorkItem, done: ActionDone | None) -> dict[str, Any]:
         if item.phase not in TERMINAL_PHASES:
             return {"source": "decider", "reason": "nothing to do"}
         if done is not None:
             return {"source": "worker", "action": done.action}
         return {"source": "worker", "reason": "phase is terminal"}
 
-    def _fenced(self, session: Session, done: _Done | None) -> None:
-        """The last action's writes are under the fence now: it succeeded (audited)."""
-        if done is None or done.fenced:
-            return
-        done.fenced = True
-        self._count_run(done.type_name, done.action, "succeeded", done.started)
-        if done.record is not None:
-            audit(session, done.record)
-            done.record = None
-
-    def _lost(self, item_id: uuid.UUID, done: _Done | None) -> None:
-        """The lease was lost before the last action's writes were fenced: discarded."""
-        if done is not None and not done.fenced:
-            self._count_run(done.type_name, done.action, "lease_lost", done.started)
-            log.warning("lost the lease of work item %s during %s; discarded", item_id, done.action)
-
     def _commit(
-        self, session: Session, item_id: uuid.UUID, token: str, done: _Done | None, actor: str
+        self, session: Session, item_id: uuid.UUID, token: str, done: ActionDone | None, actor: str
     ) -> bool:
         """Commit; False when it failed storing an action's writes (counted as its failure)."""
         if done is None:
@@ -332,7 +305,7 @@ class ItemRunner:
             session.commit()
         except Exception as err:
             session.rollback()
-            self._record_failure(item_id, token, done.action, err, actor)
+            self.actions.record_failure(item_id, token, done.action, err, actor)
             return False
         return True
 
@@ -351,74 +324,3 @@ class ItemRunner:
         item.run_after = wait.until
         item.lease_owner = item.lease_token = None
         item.leased_until = None
-
-    def _run_action(
-        self, session: Session, item: WorkItem, token: str, action: str, actor: str
-    ) -> _Done | None:
-        """Run one executor and stage its changes; None when the item is let go.
-
-        On success the transaction is left open with the executor's writes. If the
-        executor's statements began it, the item is locked under the fence and known
-        fresh (read again only if someone changed it since it was read); if it sent
-        none, nothing is locked or written yet, and the caller fences before anything
-        is stored. Either way the caller decides (and releases) in the same transaction.
-        """
-        item_id = item.id
-        item_type = self.registry.get(item.type)
-        executor = self.registry.executor(item.type, action)
-        old = snapshot(item)
-        failures, failure_message = item.attempts, item.error
-        read_stamp = item.stamp
-        started = time.monotonic()
-        context = ActionContext(session, item, self.clock(), item_type.settings, actor)
-        try:
-            with fenced_executor(session, item_id, token) as fence:
-                executor(context)
-        except LeaseLost:
-            session.rollback()
-            self._count_run(item_type.name, action, "lease_lost", started)
-            log.warning("lost the lease of work item %s during %s; discarded", item_id, action)
-            return None
-        except Exception as err:
-            session.rollback()
-            outcome = "requeued" if isinstance(err, Requeue) else "error"
-            self._count_run(item_type.name, action, outcome, started)
-            self._record_failure(item_id, token, action, err, actor)
-            return None
-        done = _Done(action, item_type.name, started)
-        if fence.stamp is not None and fence.stamp != read_stamp:
-            # Changed since read (an event, an API call): the executor's changes go
-            # in on top of it, and what follows is decided on the item as stored now.
-            session.flush()
-            self.reads.reread(session, item_id)
-        if failures:
-            # A success ends the run of failures: the limit counts consecutive ones.
-            item.attempts = 0
-            if item.error == failure_message:  # unless the executor set an error of its own
-                item.error = None
-        new = snapshot(item)
-        if not (context.quiet and new == old and not failures):
-            done.record = AuditRecord(
-                "action_completed",
-                actor,
-                item_id,
-                old_state=old,
-                new_state=new,
-                trigger={"source": "worker", "action": action},
-            )
-        if fence.stamp is not None:
-            self._fenced(session, done)
-        return done
-
-    def _count_run(self, type_name: str, action: str, outcome: str, started: float) -> None:
-        self.metrics.count_run(type_name, action, outcome, time.monotonic() - started)
-
-    def _record_failure(
-        self, item_id: uuid.UUID, token: str, action: str, err: Exception, actor: str
-    ) -> None:
-        now = self.clock()
-        with self.sessions.begin() as session:
-            if lock_lease(session, item_id, token) is None:
-                return
-            item = self.reads.reread(session, item_id)
-            record_failure(session, item, action, err, actor, self.settings, now)
