@@ -52,7 +52,8 @@ def set_dimension(
         item.statuses.append(row)  # a new item: its row is inserted first
     for key, value in values.items():
         setattr(row, key, value)
-    session.add(row)
+    if row not in session:  # (adding one already there walks its relationships again)
+        session.add(row)
     return row
 
 
