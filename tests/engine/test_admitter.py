@@ -120,3 +120,26 @@ def test_a_stopping_manager_starts_no_pass(store: Store, stopping: threading.Eve
     admitter.admit({"team/a"})
     assert admission_threads() == []
     assert admitted_ids(store) == []
+
+
+def test_a_failed_pass_hands_its_projects_back_and_the_next_pass_runs(
+    store: Store, stopping: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitter = make_admitter(store, stopping)
+    config = config_for(store, capacity=10)
+    item = enqueue(store, config, "team/a")
+    run = admitter_module.AdmissionPass.run
+    failures = [RuntimeError("the database went away")]
+
+    def failing_once(self: admitter_module.AdmissionPass, session: object) -> int:
+        if failures:
+            raise failures.pop()
+        return run(self, session)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(admitter_module.AdmissionPass, "run", failing_once)
+    admitter.admit({"team/a"})
+    wait_for(lambda: admitter.take_results().failed == {"team/a"}, message="handed back")
+    assert admitted_ids(store) == []
+    admitter.admit({"team/a"})  # the scheduler asks again: the same thread serves it
+    wait_for(lambda: admitted_ids(store) == [item], message="the next pass admitted")
+    admitter.join(5)
