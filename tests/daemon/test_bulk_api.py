@@ -69,7 +69,7 @@ def test_retry_acts_on_the_matching_items_oldest_first_up_to_the_limit(
 
 def test_a_dry_run_lists_and_changes_nothing(runtime: Runtime, client: TestClient) -> None:
     ids = failed_items(runtime, "team/a", "boom", 2)
-    response = client.post("/api/work-items/retry", json={"dry_run": True})
+    response = client.post("/api/work-items/retry", json={"phase": "failed", "dry_run": True})
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert [(r["id"], r["outcome"]) for r in results] == [(str(i), "selected") for i in ids]
@@ -88,6 +88,21 @@ def test_ids_narrow_the_selection_to_what_was_confirmed(
     results = client.post("/api/work-items/retry", json=body).json()["results"]
     assert [(r["id"], r["outcome"]) for r in results] == [(str(second), "retried")]
     assert phases(runtime, [first, second]) == ["failed", "active"]
+
+
+def test_a_selector_that_names_nothing_is_refused(runtime: Runtime, client: TestClient) -> None:
+    failed = failed_items(runtime, "team/x", "boom", 1)
+    active = submit(runtime.sessions, runtime.registry, runtime.config, "team/y").item
+    assert active is not None
+    for path in ("/api/work-items/retry", "/api/work-items/cancel"):
+        for body in ({}, {"dry_run": False}, {"limit": 5}, {"project": None, "type": None}):
+            response = client.post(path, json=body)
+            assert response.status_code == 422, (path, body, response.text)
+            assert "select the items" in response.text
+    assert phases(runtime, [*failed, active.id]) == ["failed", "active"]
+    # Named explicitly, the phase alone selects (every failed item, deliberately).
+    retried = client.post("/api/work-items/retry", json={"phase": "failed"}).json()
+    assert [r["id"] for r in retried["results"]] == [str(failed[0])]
 
 
 def test_cancel_takes_active_items_and_reports_each(runtime: Runtime, client: TestClient) -> None:

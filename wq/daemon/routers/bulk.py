@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -22,6 +22,10 @@ from wq.engine.models import utcnow
 router = APIRouter(prefix="/api/work-items", tags=["work items"])
 
 MAX_LIMIT = 1000
+# The fields that select items; `limit` and `dry_run` alone select nothing.
+SELECTORS = frozenset(
+    {"phase", "type", "project", "kind", "error_contains", "older_than_seconds", "ids"}
+)
 
 
 def whole_number(value: object) -> object:
@@ -56,6 +60,20 @@ class BulkRequest(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=MAX_LIMIT), BeforeValidator(whole_number)] = 100
     dry_run: bool = Field(False, description="list what would be done, change nothing")
+
+    @model_validator(mode="after")
+    def _selects(self) -> Self:
+        """Something selects: an empty body would act on every item of the phase."""
+        given = {
+            name for name in self.model_fields_set & SELECTORS if getattr(self, name) is not None
+        }
+        if not given:
+            raise ValueError(
+                "select the items: give ids, or at least one of "
+                + ", ".join(sorted(SELECTORS - {"ids"}))
+                + " (a selector that names nothing would act on every item in the phase)"
+            )
+        return self
 
 
 class RetryRequest(BulkRequest):
