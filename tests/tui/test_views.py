@@ -327,3 +327,18 @@ def test_cancel_asks_first_then_cancels(daemon: RunningDaemon) -> None:
         await until(pilot, lambda: phase(daemon, item["id"]) == "cancelled", message="cancel")
 
     run(daemon, scenario)
+
+
+def test_keys_typed_right_after_quit_end_nothing_but_the_app(daemon: RunningDaemon) -> None:
+    # Keys a person types (or pastes) right behind `q` reach the app while it closes:
+    # a view they open must not poll a screen that is being taken down.
+    for modes in (("items",), ("queue", "items"), ("items", "pools", "overview")):
+
+        async def scenario(app: WqApp, pilot: Pilot[None], modes: tuple[str, ...] = modes) -> None:
+            await until(pilot, lambda: isinstance(app.screen, PoolsScreen), message="pools")
+            app.exit()
+            for mode in modes:  # as the keys' bindings do, before the exit is handled
+                app.switch_mode(mode)
+            await pilot.pause(0.5)
+
+        run(daemon, scenario)

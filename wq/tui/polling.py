@@ -69,9 +69,15 @@ class PollingScreen(Screen[None]):
             self._timer.stop()
         self._timer = self.set_timer(max(delay, 0.001), self.poll)
 
+    @property
+    def closing(self) -> bool:
+        """Whether the app is exiting: its screens are being taken down (keys typed
+        right behind `q` may still open a view), so nothing is fetched or shown."""
+        return self.app.return_code is not None
+
     def poll(self) -> None:
         """Fetch now unless the view is hidden or a poll is still running."""
-        if self.busy:
+        if self.busy or self.closing:
             return
         try:
             top = self.app.screen
@@ -104,6 +110,8 @@ class PollingScreen(Screen[None]):
     def _loaded(self, message: Loaded) -> None:
         message.stop()
         self.busy = False
+        if self.closing:
+            return
         self.failures = 0
         self.last_good = self.wq.now()
         try:
@@ -116,6 +124,8 @@ class PollingScreen(Screen[None]):
     def _failed(self, message: Failed) -> None:
         message.stop()
         self.busy = False
+        if self.closing:
+            return
         self.failures += 1
         delay = min(MAX_BACKOFF, self.wq.refresh_seconds * 2 ** (self.failures - 1))
         self.status.error(message.error, retry_in=delay, since=self.last_good)
