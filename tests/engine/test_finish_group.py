@@ -88,7 +88,7 @@ def test_a_group_is_stored_and_released_in_one_transaction(store: Store) -> None
         assert (item.admission, item.lease_token, item.lease_owner) == ("idle", None, None)
         assert step3_done(store, item_id)
         assert audit_types(store.sessions, item_id)[-2:] == ["action_completed", "released"]
-    assert group.item_ids() == []
+    assert group.held() == []
 
 
 def test_items_changed_or_taken_meanwhile_go_on_alone_the_others_are_stored(
@@ -258,3 +258,20 @@ def test_shutdown_gives_back_at_once_the_items_no_worker_has_started(store: Stor
         item = load(store.sessions, item_id)
         assert (item.admission, item.lease_token) == ("admitted", None)  # slot kept
         assert behaviour.actions_of(item_id) == []
+
+
+def test_a_stale_worker_returning_does_not_let_go_of_the_claim_made_after_it(
+    store: Store,
+) -> None:
+    # A stalled process whose lease ran out may claim its own item again; the old
+    # worker, done at last, must not drop the new claim from what the heartbeat keeps.
+    registry = chain_registry(Behaviour())
+    manager = ProcessingManager(store.sessions, registry, make_config(store.url))
+    handoff = manager._handoff
+    item_id = uuid.uuid4()
+    with handoff.returned:
+        handoff.running[item_id] = "new-token"
+    handoff._returned([(item_id, "old-token")])
+    assert handoff.running == {item_id: "new-token"}
+    handoff._returned([(item_id, "new-token")])
+    assert handoff.running == {}

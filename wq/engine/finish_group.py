@@ -100,9 +100,9 @@ class FinishGroup(Generic[Step]):
         """Whether the group's first item has waited long enough."""
         return self._since is not None and time.monotonic() - self._since >= self._seconds
 
-    def item_ids(self) -> list[uuid.UUID]:
-        """The ids of the items held."""
-        return [step.item.id for step in self._steps]
+    def held(self) -> list[tuple[uuid.UUID, str]]:
+        """The items held: each one's id and lease token."""
+        return [(step.item_id, step.token) for step in self._steps]
 
     def take(self) -> list[Step]:
         """The items held, removed from the group."""

@@ -217,7 +217,7 @@ class WorkerHandoff:
         if claims:
             with self._sessions.begin() as session:
                 leases.give_back(session, [(claim.id, claim.token) for claim in claims])
-            self._returned([claim.id for claim in claims])
+            self._returned([(claim.id, claim.token) for claim in claims])
         return len(claims)
 
     def _start(self, claims: list[leases.Claim]) -> None:
@@ -247,7 +247,7 @@ class WorkerHandoff:
         finally:
             self.pace += PACE_WEIGHT * (time.monotonic() - started - self.pace)
             if not kept:
-                self._returned([claim.id])
+                self._returned([(claim.id, claim.token)])
             else:
                 with self.returned:
                     self._grouped += 1
@@ -258,8 +258,8 @@ class WorkerHandoff:
     def _finish(self, slot: int) -> None:
         """Store and release the items a worker's group holds (the worker's thread)."""
         group = self._groups[slot]
-        item_ids = group.item_ids()
-        if not item_ids:
+        held = group.held()
+        if not held:
             return
         try:
             self._runner.finish(group)
@@ -267,14 +267,22 @@ class WorkerHandoff:
             self._failures.failed("storing what work items' actions wrote", err)
         finally:
             with self.returned:
-                self._grouped -= len(item_ids)
-            self._returned(item_ids)
+                self._grouped -= len(held)
+            self._returned(held)
 
-    def _returned(self, item_ids: list[uuid.UUID]) -> None:
-        """Items the workers are done with: room for a claim, and the shutdown told."""
+    def _returned(self, held: list[tuple[uuid.UUID, str]]) -> None:
+        """Items the workers are done with (id, lease token): room for a claim, and the
+        shutdown told.
+
+        An item is let go only under the token it was held with: one whose lease ran
+        out while a worker still had it (a stalled process) may have been claimed
+        again meanwhile, by this replica too, and that claim's worker holds it now
+        (its lease extended by the heartbeat until its own worker is done).
+        """
         with self.returned:
-            for item_id in item_ids:
-                self.running.pop(item_id, None)
+            for item_id, token in held:
+                if self.running.get(item_id) == token:
+                    del self.running[item_id]
             self.returned.notify_all()
             free = self.capacity - len(self.running) + self._grouped
         self.surplus_waiting = False
