@@ -145,6 +145,36 @@ def test_what_a_failed_batch_leaves_is_taken_again_soon_not_at_the_poll(
     idle_soon(store, intake.item.id, "the item after its first batch failed")
 
 
+def test_after_a_failed_pass_the_next_comes_soon_not_at_the_poll(
+    store: Store, managers: list[Any]
+) -> None:
+    """A pass that fails (the database gone for a moment) is followed by another
+    within a second, not by a wait of the whole poll interval: work submitted as the
+    database comes back runs at once."""
+    config = make_config(store.url, processing=POLL)
+    registry = chain_registry(Behaviour())
+    manager = ProcessingManager(store.sessions, registry, config, owner="solo")
+    scheduler = manager._scheduler
+    real_pass = scheduler._pass
+    fail_next = threading.Event()
+
+    def failing_pass(*args: Any, **kwargs: Any) -> Any:
+        if fail_next.is_set():
+            fail_next.clear()
+            raise OperationalError("SELECT ...", {}, Exception("server closed the connection"))
+        return real_pass(*args, **kwargs)
+
+    scheduler._pass = failing_pass  # type: ignore[method-assign]
+    started(manager, managers)
+    time.sleep(0.5)  # the first pass is over
+    fail_next.set()
+    manager.wakeup.poke()  # a pass, which fails
+    wait_for(lambda: not fail_next.is_set(), timeout=5, message="the pass failed")
+    intake = submit(manager.sessions, registry, config, "g/p")
+    assert intake.item is not None
+    idle_soon(store, intake.item.id, "the item submitted after the failed pass")
+
+
 @pytest.mark.parametrize("cheap", [False, True], ids=["worker", "batch"])
 def test_a_requeued_item_is_admitted_again_when_its_wait_ends_not_at_the_poll(
     store: Store, managers: list[Any], cheap: bool

@@ -35,6 +35,9 @@ from wq.engine.wakeup import Pending, Wakeup
 # be admitted (another transaction held it), is tried again this much later: the
 # lock's end wakes nobody.
 LOCKED_RETRY_SECONDS = 0.5
+# After a failed pass the next comes this soon, each further one twice as late, up to
+# the poll interval.
+FAILED_PASS_RETRY_SECONDS = 0.5
 # Items whose stored events one transaction applies: their intake waits for it. A
 # transaction's own statements cost about as much as applying a dozen items' events:
 # 128 at once took about a third less CPU per event than 32 (benchmarks/events.py).
@@ -87,6 +90,7 @@ class Scheduler:
     def loop(self) -> None:
         """Pass after pass until the manager stops (the scheduler thread's target)."""
         last_resync = 0.0
+        failed_passes = 0
         pending = Pending(resync=True)  # the first pass looks at everything
         while not self._stopping.is_set():
             try:
@@ -106,9 +110,16 @@ class Scheduler:
                     claim=resync or pending.claim or not (pending.projects or pending.event_items),
                 )
                 self.failures.succeeded()
+                failed_passes = 0
             except Exception as err:
                 self.failures.failed("scheduler pass", err)
-                self._stopping.wait(self.settings.poll_interval_seconds)
+                # Tried again soon, then less often (not a whole poll interval: the
+                # database may be back in a second), looking at everything: what
+                # the failed pass was woken for is not known to be done.
+                failed_passes += 1
+                last_resync = 0.0
+                retry = FAILED_PASS_RETRY_SECONDS * 2 ** min(failed_passes - 1, 10)
+                self._stopping.wait(min(retry, self.settings.poll_interval_seconds))
             # A batch that ends while the wait is worked out must poke: it compares
             # when its work comes due with the end of the wait.
             self._batch_threads.waking_at = float("inf")
