@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from wq.client.errors import (
@@ -13,8 +14,10 @@ from wq.client.errors import (
     PermissionDenied,
     Refused,
     ServerError,
+    ServerUnreachable,
     error_for_status,
 )
+from wq.client.transport import ApiTransport
 
 
 @pytest.mark.parametrize(
@@ -55,3 +58,26 @@ def test_retry_after_becomes_a_hint() -> None:
 )
 def test_message_from_any_error_body(body: object, expected: str) -> None:
     assert expected in error_for_status(500, body, what="GET /x").message
+
+
+@pytest.mark.parametrize(
+    ("method", "timeout", "warned"),
+    [
+        ("POST", httpx.ReadTimeout, True),  # sent, not answered: maybe done
+        ("POST", httpx.ConnectTimeout, False),  # never reached the server
+        ("GET", httpx.ReadTimeout, False),  # a read changes nothing
+    ],
+)
+def test_a_change_not_answered_in_time_may_have_been_made(
+    method: str, timeout: type[httpx.TimeoutException], warned: bool
+) -> None:
+    def never_answers(request: httpx.Request) -> httpx.Response:
+        raise timeout("timed out", request=request)
+
+    api = ApiTransport(
+        "http://127.0.0.1:9", no_auth=True, timeout=1, transport=httpx.MockTransport(never_answers)
+    )
+    with pytest.raises(ServerUnreachable) as caught:
+        api.request(method, "/api/work-items/task", json={} if method == "POST" else None)
+    assert "did not answer" in caught.value.message
+    assert ("may have been done" in (caught.value.hint or "")) is warned

@@ -167,9 +167,16 @@ class ApiTransport:
                 f"cannot connect to {self.url}: {reason}",
                 hint="is `wq daemon` running? Pass --url or set WQ_URL for another server",
             ) from None
-        except httpx.TimeoutException:
+        except httpx.TimeoutException as err:
+            # A change sent and not answered may have been made all the same.
+            sent = not isinstance(err, httpx.ConnectTimeout | httpx.PoolTimeout)
             raise ServerUnreachable(
-                f"{self.url} did not answer {method} {path} within {self.timeout:g}s"
+                f"{self.url} did not answer {method} {path} within {self.timeout:g}s",
+                hint=(
+                    "it may have been done all the same: look (wq status) before trying again"
+                    if sent and method not in ("GET", "HEAD")
+                    else None
+                ),
             ) from None
         except httpx.TransportError as err:
             raise ServerUnreachable(f"cannot reach {self.url}: {err}") from None
