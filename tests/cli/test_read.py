@@ -229,3 +229,18 @@ def test_tables_in_a_pipe_are_plain_lines(
     assert all(line == line.rstrip() and line for line in result.stdout.splitlines())
     pools = invoke(["pools", "--project", project, *args], env(daemon, cache_home))
     assert [line.split()[0] for line in pools.stdout.splitlines()[1:]] == [project], pools
+
+
+def test_an_id_is_never_folded_on_a_narrow_terminal() -> None:
+    from rich.console import Console
+
+    from wq.cli.output import table
+
+    item_id = "008e33c6-e040-4e3c-a7f1-f5f1446f738d"
+    view = table("ID", "TYPE", "PROJECT", "PHASE", "ERROR")
+    view.add_row(item_id, "task", "group/sub/" + "project" * 6, "completed", "word " * 20)
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(view)
+    lines = console.export_text().splitlines()
+    assert any(item_id in line for line in lines), lines
+    assert max(len(line) for line in lines) <= 80

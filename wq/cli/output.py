@@ -130,7 +130,8 @@ def table(*columns: str, title: str | None = None) -> Any:
         show_edge=False,  # flush left, as its title and caption
     )
     for column in columns:
-        result.add_column(column, overflow="fold")
+        # An id is copied whole: never folded over two lines (the others give way).
+        result.add_column(column, overflow="fold", no_wrap=column == "ID")
     return result
 
 
