@@ -51,3 +51,20 @@ def test_a_call_and_an_error_as_processes(daemon: RunningDaemon, tmp_path: Path)
     assert error.stderr.startswith("wq: error: not found") and "Traceback" not in error.stderr
     pools = run(["pools", "--json"], env, tmp_path)
     assert pools.code == 0 and pools.json() is not None, pools
+
+
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "wq"
+    for args in (["--version"], ["config", "--help"]):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [str(script), *args],
+                env=base_env(tmp_path),
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr == "wq: error: No space left on device\n"

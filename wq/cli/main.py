@@ -8,6 +8,8 @@ them, so `wq --help` and `wq status --help` start fast.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any, NoReturn
@@ -86,6 +88,15 @@ class WqGroup(TyperGroup):
             sys.exit(err.exit_code)
         except typer.Abort:
             sys.stderr.write("wq: interrupted\n")
+            sys.exit(1)
+        except OSError as err:
+            # Most often the output cannot be written (a full disk, a closed pipe): one
+            # line, and nothing left in stdout's buffer to fail again at exit.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if isinstance(err, BrokenPipeError):
+                sys.exit(0)  # `wq ... | head`: the reader left
+            sys.stderr.write(f"wq: error: {err.strerror or err}\n")
             sys.exit(1)
         # Not standalone, click returns the command's value, or the exit code of an Exit.
         sys.exit(code if isinstance(code, int) else 0)
