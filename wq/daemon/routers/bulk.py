@@ -38,7 +38,17 @@ def whole_number(value: object) -> object:
 class BulkRequest(BaseModel):
     """A selector (every given field must hold), how many at most, and whether to act."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        # As `_selects` has it: at least one selector, not null.
+        json_schema_extra={
+            "anyOf": [
+                {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+                for name in sorted(SELECTORS)
+            ]
+        },
+    )
 
     type: Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL)] | None = None
     project: Annotated[str, Field(min_length=1, max_length=512, pattern=NO_NUL)] | None = None
