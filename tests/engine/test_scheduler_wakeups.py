@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -118,6 +118,20 @@ def started(manager: ProcessingManager, managers: list[Any]) -> ProcessingManage
     return manager
 
 
+def failing_when_set(real: Callable[..., Any]) -> tuple[Callable[..., Any], threading.Event]:
+    """`real`, and the event that makes its next call fail as a dropped connection
+    would (the event is cleared by that call)."""
+    fail_next = threading.Event()
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if fail_next.is_set():
+            fail_next.clear()
+            raise OperationalError("SELECT ...", {}, Exception("server closed the connection"))
+        return real(*args, **kwargs)
+
+    return call, fail_next
+
+
 def test_what_a_failed_batch_leaves_is_taken_again_soon_not_at_the_poll(
     store: Store, managers: list[Any]
 ) -> None:
@@ -127,16 +141,7 @@ def test_what_a_failed_batch_leaves_is_taken_again_soon_not_at_the_poll(
     config = make_config(store.url, processing=POLL)
     registry = chain_registry(Behaviour(), cheap=True)
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
-    real_take = manager._batch.take
-    fail_next = threading.Event()
-
-    def take(*args: Any, **kwargs: Any) -> Any:
-        if fail_next.is_set():
-            fail_next.clear()
-            raise OperationalError("SELECT ...", {}, Exception("server closed the connection"))
-        return real_take(*args, **kwargs)
-
-    manager._batch.take = take  # type: ignore[method-assign]
+    manager._batch.take, fail_next = failing_when_set(manager._batch.take)  # type: ignore[method-assign]
     started(manager, managers)
     time.sleep(0.5)  # the first pass is over
     fail_next.set()
@@ -155,16 +160,7 @@ def test_after_a_failed_pass_the_next_comes_soon_not_at_the_poll(
     registry = chain_registry(Behaviour())
     manager = ProcessingManager(store.sessions, registry, config, owner="solo")
     scheduler = manager._scheduler
-    real_pass = scheduler._pass
-    fail_next = threading.Event()
-
-    def failing_pass(*args: Any, **kwargs: Any) -> Any:
-        if fail_next.is_set():
-            fail_next.clear()
-            raise OperationalError("SELECT ...", {}, Exception("server closed the connection"))
-        return real_pass(*args, **kwargs)
-
-    scheduler._pass = failing_pass  # type: ignore[method-assign]
+    scheduler._pass, fail_next = failing_when_set(scheduler._pass)  # type: ignore[method-assign]
     started(manager, managers)
     time.sleep(0.5)  # the first pass is over
     fail_next.set()

@@ -20,7 +20,7 @@ from wq.engine.config import ProcessingConfig
 from wq.engine.failures import record_failure
 from wq.engine.fence import LeaseLost, fenced_executor, lock_lease
 from wq.engine.item_reads import ItemReads
-from wq.engine.metrics import Metrics
+from wq.engine.metrics import metrics_of
 from wq.engine.models import WorkItem
 from wq.engine.registry import ActionContext, Requeue, TypeRegistry
 from wq.engine.releases import snapshot
@@ -51,14 +51,13 @@ class ActionRunner:
         settings: ProcessingConfig,
         clock: Callable[[], datetime],
         reads: ItemReads,
-        metrics: Metrics,
     ) -> None:
         self.sessions = sessions
         self.registry = registry
         self.settings = settings
         self.clock = clock
         self.reads = reads
-        self.metrics = metrics
+        self.metrics = metrics_of(sessions)
 
     def run(
         self, session: Session, item: WorkItem, token: str, action: str, actor: str

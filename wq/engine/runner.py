@@ -29,7 +29,6 @@ from wq.engine.config import ProcessingConfig
 from wq.engine.fence import _IN_EXECUTOR
 from wq.engine.finish_group import FinishGroup, GroupRelease, store_together
 from wq.engine.item_reads import ItemReads
-from wq.engine.metrics import metrics_of
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import (
     Decision,
@@ -77,11 +76,10 @@ class ItemRunner:
         self.settings = settings
         self.clock = clock
         self._stopping = stopping
-        self.metrics = metrics_of(sessions)
         # The action each running item is executing, for the shutdown log.
         self.current: dict[uuid.UUID, str] = {}
         self.reads = ItemReads(registry)
-        self.actions = ActionRunner(sessions, registry, settings, clock, self.reads, self.metrics)
+        self.actions = ActionRunner(sessions, registry, settings, clock, self.reads)
         # Items whose group failed to store: the next run of each goes alone.
         self._alone: set[uuid.UUID] = set()
 
