@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from tests.conftest import Store, make_config
 from tests.engine.helpers import Listening, load
@@ -189,3 +191,41 @@ def test_a_failed_admission_pass_leaves_its_projects_for_the_next_pass(
             timeout=5,
             message="admitted by the pass after the failed one",
         )
+
+
+def test_a_replica_stopped_while_holding_the_admission_lock_loses_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica stopped inside its admission pass (SIGSTOP, a frozen VM) does not hold
+    up every other replica's admission: PostgreSQL ends its idle transaction."""
+    monkeypatch.setattr(admission_statements, "ADMISSION_IDLE_LIMIT_SECONDS", 0.5)
+    config = pools_of_two(store)
+    item = enqueue(store, config, "team/p")
+    stopped = store.sessions()
+    stopped.begin()
+    assert admission_statements.lock_admission(stopped, ["team/p"])
+
+    started = time.monotonic()
+    admitted = dispatch(store.sessions, config, clock=utcnow)
+
+    # Not after the statement timeout (10 s), when the pass would fail instead.
+    assert time.monotonic() - started < 5
+    assert [entry.id for entry in admitted] == [item]
+    # The stopped replica, when it runs again, finds its transaction gone.
+    with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
+        stopped.commit()
+    stopped.close()
+
+
+def test_the_admission_lock_bounds_only_its_own_transaction(store: Store) -> None:
+    """The idle bound ends with the transaction that took the lock: other work on the
+    same pooled connection may hold a transaction open longer (an executor's call)."""
+    setting = text("SELECT current_setting('idle_in_transaction_session_timeout')")
+    enqueue(store, pools_of_two(store), "team/p")
+    with store.engine.connect() as connection:
+        default = connection.execute(setting).scalar_one()
+        connection.commit()
+        with Session(bind=connection) as session, session.begin():
+            assert admission_statements.lock_admission(session, ["team/p"])
+            assert session.execute(setting).scalar_one() == "5s"
+        assert connection.execute(setting).scalar_one() == default

@@ -24,6 +24,12 @@ from wq.engine.pipelined import Ahead, send_ahead
 from wq.engine.store import inline, is_postgres
 
 _ADMISSION_LOCK_SPACE = 0x5753  # one key: the whole admission pass (see store's spaces)
+# How long a transaction holding the admission lock may sit idle before PostgreSQL ends
+# its session. A pass holds the lock for milliseconds and makes no outbound call under
+# it; a holder idle longer is a replica stopped (SIGSTOP, a frozen VM, a partition),
+# and every replica's admission would wait for it. Below the statement timeout (10 s),
+# so that the others' waits for the lock end before their statements are cancelled.
+ADMISSION_IDLE_LIMIT_SECONDS = 5.0
 
 
 def lock_admission(session: Session, projects: Sequence[str]) -> bool:
@@ -47,15 +53,22 @@ def admission_lock_if_queued(projects: Sequence[str]) -> Ahead:
     to carry ahead of it (`wq.engine.pipelined`); it took the lock if it returned a row."""
     return Ahead(
         _LOCK_ADMISSION_IF_QUEUED,
-        {"space": _ADMISSION_LOCK_SPACE, "key": 0, "projects": list(projects)},
+        {
+            "space": _ADMISSION_LOCK_SPACE,
+            "key": 0,
+            "projects": list(projects),
+            "idle_limit": f"{round(ADMISSION_IDLE_LIMIT_SECONDS * 1000)}ms",
+        },
     )
 
 
 # One probe of ix_work_items_queue per project; the lock only once one has found a row
-# (the EXISTS is the plan's one-time filter, evaluated before the lock function).
+# (the EXISTS is the plan's one-time filter, evaluated before the lock function). With
+# the lock, the transaction's idle bound (`set_config(..., true)`: until it ends).
 _LOCK_ADMISSION_IF_QUEUED = text(
     f"""
-SELECT pg_advisory_xact_lock(:space, :key)
+SELECT pg_advisory_xact_lock(:space, :key),
+    set_config('idle_in_transaction_session_timeout', :idle_limit, true)
 WHERE EXISTS (
     SELECT FROM unnest(CAST(:projects AS text[])) AS c(project)
     CROSS JOIN LATERAL (
