@@ -154,6 +154,24 @@ def test_a_missing_body_or_media_type_is_said_as_such(
     assert item_count(store) == 0
 
 
+def test_a_body_that_is_not_an_object_says_so(limited: tuple[Runtime, str], store: Store) -> None:
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        answers = {
+            body: client.post("/api/work-items/chain", content=body, headers=headers)
+            for body in (b"[]", b'"group/app"', b"7", b"null")
+        }
+    # "Input should be a valid dictionary or object to extract fields from" named no place.
+    assert {body: (a.status_code, a.json()["error"]) for body, a in answers.items()} == {
+        b"[]": (422, "the body must be a JSON object, not an array"),
+        b'"group/app"': (422, "the body must be a JSON object, not a string"),
+        b"7": (422, "the body must be a JSON object, not a number"),
+        b"null": (422, "the body must be a JSON object, not null"),
+    }
+    assert item_count(store) == 0
+
+
 def test_a_pool_is_asked_for_by_a_project_path(limited: tuple[Runtime, str]) -> None:
     runtime, token = limited
     headers = {"Authorization": f"Bearer {token}"}

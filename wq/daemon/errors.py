@@ -69,6 +69,23 @@ def _said(err: Mapping[str, Any]) -> str:
     return str(err.get("msg")).removeprefix("Value error, ")
 
 
+# Pydantic's error types for a body that is JSON but not an object.
+_NOT_AN_OBJECT = ("model_attributes_type", "model_type", "dict_type")
+
+
+def _json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in JSON's words ("an array", "a string", ...)."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null" if value is None else "an object"
+
+
 def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
     """Turn every error into `{"error": message}` with the right status code."""
 
@@ -110,6 +127,11 @@ def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
             # No body at all: nothing to decode (a 400 as for a body that is not JSON).
             return _error(400, "the request has no body: a JSON object is expected")
         for err in errors:
+            if err.get("loc") == ("body",) and err.get("type") in _NOT_AN_OBJECT:
+                problems.append(
+                    f"the body must be a JSON object, not {_json_kind(err.get('input'))}"
+                )
+                continue
             where = ".".join(str(part) for part in err.get("loc", ()) if part != "body")
             said = _said(err)
             problems.append(f"{where}: {said}" if where else said)
