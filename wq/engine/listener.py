@@ -9,6 +9,7 @@ import psycopg
 from sqlalchemy import Engine
 
 from wq.engine.db import DEFAULT_TIMEOUTS, Timeouts, connect_postgres
+from wq.engine.outage import Episode, describe
 from wq.engine.store import NOTIFY_CHANNEL
 from wq.engine.wakeup import Wakeup
 
@@ -33,6 +34,15 @@ class NotifyListener:
         self._stopping = threading.Event()
         self._listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wq-listen", daemon=True)
+        # One line when the connection is lost, one a minute while it stays lost (not
+        # one per attempt), one when LISTEN is back.
+        self._lost = Episode(
+            log,
+            began="LISTEN connection lost ({detail}); reconnecting",
+            lasting="LISTEN connection still lost after {seconds:.0f}s, {count} attempts"
+            " ({detail})",
+            ended="LISTEN connection back after {seconds:.0f}s",
+        )
 
     def start(self) -> None:
         """Start listening in the background."""
@@ -60,6 +70,7 @@ class NotifyListener:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     backoff = 0.5
                     self._listening.set()
+                    self._lost.ended()
                     # Anything may have happened while we were not listening.
                     self._wakeup.resync()
                     while not self._stopping.is_set():
@@ -69,7 +80,7 @@ class NotifyListener:
                                 self._wakeup.deliver_payload(payload)
             except psycopg.Error as err:
                 self._listening.clear()
-                log.warning("LISTEN connection lost (%s); reconnecting", err)
+                self._lost.occurred(describe(err))
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
         self._listening.clear()

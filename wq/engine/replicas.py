@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import wq
 from wq.engine.models import Replica, WorkItem, utcnow
-from wq.engine.outage import is_unavailable
+from wq.engine.outage import describe, is_unavailable
 
 log = logging.getLogger("wq.engine")
 
@@ -134,7 +134,7 @@ class ReplicaHeartbeat:
             with self.sessions.begin() as session:
                 session.execute(delete(Replica).where(Replica.id == self.replica_id))
         except Exception as err:  # the row will show as lost, then go
-            log.warning("could not remove this replica's row: %s", err)
+            log.warning("could not remove this replica's row: %s", describe(err))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -143,7 +143,7 @@ class ReplicaHeartbeat:
             except Exception as err:
                 if not self._failing:
                     how = "" if is_unavailable(err) else " (a bug?)"
-                    log.warning("replica heartbeat failed%s: %s", how, err)
+                    log.warning("replica heartbeat failed%s: %s", how, describe(err))
                 self._failing = True
             else:
                 if self._failing:
