@@ -242,3 +242,35 @@ def test_after_a_restart_no_request_fails_on_a_connection_the_server_ended(
         if method == "POST":
             daemon.accepted.append(uuid.UUID(response.json()["item"]["id"]))
     assert_each_ran_once_to_the_end(daemon)
+
+
+def test_readiness_is_said_within_the_probes_time_while_the_server_hangs(
+    cluster: PrivateCluster,
+) -> None:
+    # The API's own timeouts as configured by default (10 s a statement, 5 s to connect):
+    # a probe waiting for them took 17 s, past the kubelet's 5 s (deploy/).
+    name = f"wq_probe_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = cluster.url(name)
+    engine = make_engine(url, pool_size=1)
+    schema.upgrade(engine)
+    engine.dispose()
+    runtime = build_runtime(make_config(url), registry=chain_registry(Behaviour()))
+    try:
+        with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+            assert client.get("/readyz").status_code == 200
+            time.sleep(2.5)  # the pooled connections are pinged before use from now on
+            cluster.freeze()
+            try:
+                started = time.monotonic()
+                response = client.get("/readyz")
+                waited = time.monotonic() - started
+            finally:
+                cluster.thaw()
+            assert response.status_code == 503, response.text
+            assert response.json()["error"] == "database unreachable"
+            assert waited < 5, waited
+            wait_for(lambda: client.get("/readyz").status_code == 200, message="ready again")
+    finally:
+        runtime.engine.dispose()

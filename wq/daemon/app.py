@@ -60,7 +60,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.router.lifespan_context = _lifespan
     app.state.outage = OutageLog()
     install_error_handlers(app, app.state.outage)
-    note_checkouts(runtime.engine)
+    for engine in (runtime.engine, runtime.probe_engine):
+        if engine is not None:
+            note_checkouts(engine)
     # Runs before any route reads a body (inside the auth layer's header filter).
     server = runtime.config.server
     app.add_middleware(

@@ -15,6 +15,7 @@ from wq.engine.archive import AuditArchiver, S3Archive
 from wq.engine.config import Config, ConfigError, default_database_url
 from wq.engine.db import (
     DEFAULT_TIMEOUTS,
+    PROBE_TIMEOUTS,
     Timeouts,
     autocommit_reads,
     make_engine,
@@ -56,6 +57,9 @@ class Runtime:
     output_streams: StreamSlots = field(default_factory=lambda: StreamSlots(64))
     # When the GitLab webhook last received an event (the SQS consumer keeps its own).
     webhook_received_at: datetime | None = None
+    # `/readyz`'s (PostgreSQL): a connection per probe, bounded by `PROBE_TIMEOUTS`, so
+    # that a hung server is said within the probe's time (the API's waits are longer).
+    probe_engine: Engine | None = None
 
     def start_heartbeat(self) -> ReplicaHeartbeat:
         """Start writing this daemon's row in `replicas` (`wq replicas`)."""
@@ -207,6 +211,11 @@ def build_runtime(
     # Only the embedded default makes (and migrates) its database; a config file's
     # daemon needs `wq db migrate` first and must not leave an empty file behind.
     engine = make_engine(url, pool_size=workers + 5, timeouts=timeouts, create=config.embedded)
+    probe_engine = (
+        make_engine(url, timeouts=PROBE_TIMEOUTS, pooled=False)
+        if engine.dialect.name == "postgresql"
+        else None
+    )
     wakeup = Wakeup()
     metrics = Metrics(config.metrics.prefix, config.metrics.service_prefix)
     sessions = make_sessionmaker(engine)
@@ -237,4 +246,5 @@ def build_runtime(
         timeouts=timeouts,
         api_read_sessions=api_read_sessions,
         output_streams=StreamSlots(config.server.max_output_streams),
+        probe_engine=probe_engine,
     )

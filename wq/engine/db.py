@@ -28,6 +28,7 @@ from psycopg.abc import RV, PQGen
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from wq.engine import jsontext
 from wq.engine.private import create_private_file, make_private_dirs
@@ -75,6 +76,10 @@ class Timeouts:
 
 
 DEFAULT_TIMEOUTS = Timeouts()
+# A readiness probe's: it must answer before the orchestrator's probe gives up (5 s in
+# deploy/), whatever the server does: at most the connect timeout (libpq's least, 2 s)
+# or the answer's (1 s + the margin).
+PROBE_TIMEOUTS = Timeouts(connect_seconds=2.0, statement_seconds=1.0)
 # Migrations may run long statements: only the connection attempt is bounded.
 MIGRATION_TIMEOUTS = Timeouts(statement_seconds=None)
 
@@ -290,13 +295,15 @@ def make_engine(
     pool_size: int = 20,
     timeouts: Timeouts = DEFAULT_TIMEOUTS,
     create: bool = True,
+    pooled: bool = True,
 ) -> Engine:
     """Create an engine for a database URL.
 
     A SQLite file that is not there is created (0600, in a 0700 directory) only with
     `create` (`DatabaseUncreatable` when it cannot be); without it, connecting fails
     with `DatabaseMissing` and nothing is created. `timeouts` apply to PostgreSQL
-    (SQLite waits for its lock with a busy timeout).
+    (SQLite waits for its lock with a busy timeout). Without `pooled`, each use of a
+    PostgreSQL engine opens a connection of its own (no pooled one to ping first).
     """
     url = normalize_url(url)
     parsed = make_url(url)
@@ -316,6 +323,10 @@ def make_engine(
             _open_existing_only(engine)
         _configure_sqlite(engine)
         return engine
+    if not pooled:
+        engine = create_engine(url, json_serializer=jsontext.dumps, poolclass=NullPool)
+        _connect_with(engine, timeouts)
+        return engine
     engine = create_engine(
         url,
         json_serializer=jsontext.dumps,
@@ -329,13 +340,18 @@ def make_engine(
         pool_timeout=timeouts.answer_seconds or 30.0,
     )
 
+    _connect_with(engine, timeouts)
+    _ping_when_idle(engine)
+    return engine
+
+
+def _connect_with(engine: Engine, timeouts: Timeouts) -> None:
+    """PostgreSQL connections of `engine` are `connect_postgres`'s, bounded by `timeouts`."""
+
     @event.listens_for(engine, "do_connect")
     def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
         dsn = cargs[0] if cargs else ""
         return connect_postgres(dsn, timeouts, **cparams)
-
-    _ping_when_idle(engine)
-    return engine
 
 
 def _ping_when_idle(engine: Engine) -> None:

@@ -64,7 +64,7 @@ def read_readiness(runtime: RuntimeDep, request: Request) -> JSONResponse:
     outage: OutageLog = request.app.state.outage
     dialect = runtime.engine.dialect.name
     try:
-        current = schema.current_revision(runtime.engine)
+        current = schema.current_revision(runtime.probe_engine or runtime.engine)
     except Exception as err:
         if not is_unavailable(err):
             raise
