@@ -128,3 +128,16 @@ def test_a_malformed_id_is_a_usage_error_before_any_request(
     # A closed port: a request would exit 1 (it used to be "server error 307").
     url = f"http://127.0.0.1:{free_port()}"
     assert_usage(invoke([*args, "--url", url], cli_env(cache_home, WQ_TOKEN="t")), said)
+
+
+@pytest.mark.parametrize("command", ["retry", "cancel"])
+def test_naming_nothing_suggests_only_the_commands_own_selectors(
+    command: str, cache_home: Path
+) -> None:
+    # `wq cancel` alone used to suggest `--phase`, which only `wq retry` has.
+    result = invoke([command], cli_env(cache_home, WQ_TOKEN="t"))
+    assert_usage(result, f"name at least one item (wq {command} --id ID) or select them")
+    suggested = result.stderr.splitlines()[0].rsplit("(", 1)[1].rstrip(")").split(", ")
+    help_text = invoke([command, "--help"], cli_env(cache_home)).stdout
+    assert suggested and all(f"  {option} " in help_text for option in suggested), result
+    assert ("--phase" in suggested) is (command == "retry")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
+from typer._click.globals import get_current_context  # typer ships its own click
 
 from wq.cli.common import check_type, client, errors, fail, usage_error
 from wq.cli.completion import complete_kind, complete_project, complete_type
@@ -21,6 +22,9 @@ from wq.cli.output import Output, emit, table
 from wq.client.errors import EXIT_CONFLICT
 
 MAX_LIMIT = 1000
+# Every selector option of `wq retry` and `wq cancel`, in the order hints name them;
+# a command names only those it has (`wq cancel` selects active items: no `--phase`).
+SELECTOR_OPTIONS = ("--phase", "--type", "--project", "--kind", "--error-contains", "--older-than")
 
 TypeOption = Annotated[
     str | None,
@@ -176,6 +180,15 @@ def ids_or_selection(ids: list[str], selection: Selection, command: str) -> bool
     if not ids and not selection.given():
         usage_error(
             f"name at least one item (wq {command} --id ID) or select them"
-            " (--phase, --type, --project, --kind, --error-contains, --older-than)"
+            f" ({', '.join(_selector_options())})"
         )
     return not ids
+
+
+def _selector_options() -> list[str]:
+    """The selector options of the running command, as its --help lists them."""
+    context = get_current_context(silent=True)
+    if context is None:
+        return list(SELECTOR_OPTIONS)
+    present = {name for param in context.command.params for name in param.opts}
+    return [name for name in SELECTOR_OPTIONS if name in present]
