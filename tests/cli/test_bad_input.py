@@ -141,3 +141,21 @@ def test_naming_nothing_suggests_only_the_commands_own_selectors(
     help_text = invoke([command, "--help"], cli_env(cache_home)).stdout
     assert suggested and all(f"  {option} " in help_text for option in suggested), result
     assert ("--phase" in suggested) is (command == "retry")
+
+
+@pytest.mark.parametrize("command", ["retry", "cancel"])
+def test_an_older_than_the_api_refuses_is_said_in_the_options_terms(
+    command: str, cache_home: Path
+) -> None:
+    # The server's answer named its own field, in seconds (`older_than_seconds: ...`).
+    url = f"http://127.0.0.1:{free_port()}"  # a request would exit 1, not 2
+    args = [command, "--older-than", "99999d", "--yes", "--url", url]
+    assert_usage(invoke(args, cli_env(cache_home, WQ_TOKEN="t")), "--older-than: at most 3650d")
+
+
+def test_the_older_than_bound_is_the_apis() -> None:
+    from wq.cli.bulk import MAX_OLDER_THAN_DAYS
+    from wq.daemon.routers.bulk import RetryRequest
+
+    limit = RetryRequest.model_json_schema()["properties"]["older_than_seconds"]["anyOf"][0]
+    assert limit["maximum"] == MAX_OLDER_THAN_DAYS * 86400

@@ -22,6 +22,8 @@ from wq.cli.output import Output, emit, table
 from wq.client.errors import EXIT_CONFLICT
 
 MAX_LIMIT = 1000
+# The API's bound on `older_than_seconds` (ten years), said as the option is typed.
+MAX_OLDER_THAN_DAYS = 3650
 # Every selector option of `wq retry` and `wq cancel`, in the order hints name them;
 # a command names only those it has (`wq cancel` selects active items: no `--phase`).
 SELECTOR_OPTIONS = ("--phase", "--type", "--project", "--kind", "--error-contains", "--older-than")
@@ -86,16 +88,20 @@ class Selection:
         return self.phase is not None or any(value is not None for value in fields)
 
     def body(self) -> dict[str, Any]:
-        """The API's selector."""
+        """The API's selector; a usage error for an `--older-than` the API would refuse
+        (its message would name its own field, in seconds)."""
+        older_than = None
+        if self.older_than is not None:
+            older_than = parse_seconds("--older-than", self.older_than)
+            if older_than > MAX_OLDER_THAN_DAYS * 86400:
+                usage_error(f"--older-than: at most {MAX_OLDER_THAN_DAYS}d; got {self.older_than}")
         return {
             "phase": self.phase,
             "type": self.type,
             "project": self.project,
             "kind": self.kind,
             "error_contains": self.error_contains,
-            "older_than_seconds": (
-                None if self.older_than is None else parse_seconds("--older-than", self.older_than)
-            ),
+            "older_than_seconds": older_than,
             "limit": self.limit,
         }
 
