@@ -95,6 +95,18 @@ def test_an_unknown_type_is_refused_not_reported_as_no_match(
     assert (known.code, known.stderr) == (0, "no items match\n")
 
 
+def test_a_kind_on_a_server_that_runs_no_tasks_is_refused(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    # This daemon runs only `mr`: no kind names anything (the embedded one's kinds are
+    # in test_kinds.py).
+    result = invoke(["cancel", "--kind", "echo", "--yes"], env(daemon, cache_home))
+    assert result.code == 2 and result.stdout == "", result
+    assert result.stderr.splitlines()[0] == (
+        "wq: error: --kind: 'echo' is not a task kind this server knows (it runs no tasks)"
+    )
+
+
 def test_names_and_selectors_are_not_mixed(daemon: RunningDaemon, cache_home: Path) -> None:
     for args, message in (
         (["retry"], "name at least one item (wq retry --id ID) or select them"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer._click.globals import get_current_context  # typer ships its own click
@@ -20,6 +20,9 @@ from wq.cli.completion import complete_kind, complete_project, complete_type
 from wq.cli.durations import parse_seconds
 from wq.cli.output import Output, emit, table
 from wq.client.errors import EXIT_CONFLICT
+
+if TYPE_CHECKING:
+    from wq.client.api import ApiClient
 
 MAX_LIMIT = 1000
 # The API's bound on `older_than_seconds` (ten years), said as the option is typed.
@@ -139,6 +142,9 @@ def run(
             check_type(api, selection.type)
         listed = api.bulk(action, body, dry_run=True)
         results = listed["results"]
+        if not results and selection.kind is not None:
+            # Checked only now: a kind taken out of the config still names its old items.
+            check_kind(api, selection.kind)
         if dry_run or not results:
             if mode in (Output.json, Output.yaml):
                 emit(listed, mode, _view)
@@ -172,6 +178,15 @@ def run(
             + (f" ({missing} no longer matched)" if missing else ""),
             EXIT_CONFLICT,
         )
+
+
+def check_kind(api: ApiClient, kind: str) -> None:
+    """A usage error naming the server's task kinds unless it runs `kind` ("no items
+    match" would hide the typo, as for `--type`)."""
+    known = api.task_kinds()
+    if kind not in known:
+        runs = ", ".join(known) if known else "it runs no tasks"
+        usage_error(f"--kind: {kind!r} is not a task kind this server knows ({runs})")
 
 
 def _note_more(document: dict[str, Any]) -> None:

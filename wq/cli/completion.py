@@ -83,10 +83,7 @@ def _types(api: ApiClient) -> list[str]:
 
 
 def _kinds(api: ApiClient) -> list[str]:
-    document: Any = api.request("GET", "/openapi.json", auth=False)
-    task = document.get("components", {}).get("schemas", {}).get("TaskCreate", {})
-    kinds = task.get("properties", {}).get("kind", {}).get("enum", [])
-    return [str(kind) for kind in kinds]
+    return api.task_kinds()
 
 
 def _recent_ids(api: ApiClient) -> list[str]:

@@ -256,6 +256,17 @@ class ApiClient(ApiTransport):
                 )
         return found
 
+    def task_kinds(self) -> list[str]:
+        """The task kinds the server runs (the enum of its `TaskCreate` schema): empty
+        when it runs no tasks."""
+        from wq.client.schemas import OpenApiPaths
+
+        document = self.request("GET", "/openapi.json", auth=False, shape=OpenApiPaths)
+        schemas = (document.get("components") or {}).get("schemas") or {}
+        kind = ((schemas.get("TaskCreate") or {}).get("properties") or {}).get("kind") or {}
+        kinds = kind.get("enum") if isinstance(kind, dict) else None
+        return [str(name) for name in kinds] if isinstance(kinds, list) else []
+
     def queue_position(self, entry: Json) -> Json | None:
         """The queue entry of a queued item (position in its lane), or None."""
         if entry.get("admission") != "queued":
