@@ -142,3 +142,15 @@ def test_cancel_of_several_ids_reports_each_and_prints_the_rest(
     assert "1 of 2 cancels failed" in result.stderr
     (answer,) = json.loads(result.stdout)
     assert answer["item"]["id"] == item["id"] and answer["item"]["phase"] == "cancelled"
+
+
+def test_an_item_named_twice_is_acted_on_once(daemon: RunningDaemon, cache_home: Path) -> None:
+    # The second cancel (or retry) of one item used to fail as a conflict (exit 5).
+    item_id = daemon.submit(project=BLOCKED)["id"]  # queued: cancelled at once
+    cancelled = invoke(["cancel", "--id", item_id, "--id", item_id], env(daemon, cache_home))
+    assert (cancelled.code, cancelled.stderr) == (0, ""), cancelled
+    assert cancelled.stdout == f"cancelled {item_id}: cancelled\n"
+    # A short id and the whole one name the same item too.
+    retried = invoke(["retry", item_id[:8], "--id", item_id, "--json"], env(daemon, cache_home))
+    assert (retried.code, retried.stderr) == (0, ""), retried
+    assert [answer["id"] for answer in retried.json()] == [item_id]

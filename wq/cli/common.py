@@ -9,7 +9,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from typer._click.globals import get_current_context  # typer ships its own click
@@ -59,6 +59,7 @@ ItemIdOptions = Annotated[
         "--id", help="An item id (repeatable).", show_default=False, autocompletion=complete_id
     ),
 ]
+Answer = TypeVar("Answer")
 MIN_INTERVAL = 0.2
 MAX_INTERVAL = 86400.0
 
@@ -198,36 +199,39 @@ def act_on_items(
     line: Callable[[dict[str, Any]], str],
     plural: str,
 ) -> None:
-    """Call the API for each id (a short one resolved first), then print the answers:
-    documents, or one `line` each.
+    """Call the API for each item named (a short id resolved first), then print the
+    answers: documents, or one `line` each.
 
+    An item named twice (the same id, or a short id and its whole id) is acted on once:
+    a second retry or cancel of it would fail as a conflict.
     Exits with the first failure's code when any id failed (the others still ran).
     One id that fails is one error line, not that line and a count of one.
     """
     from wq.client.ids import resolve
 
+    named = list(dict.fromkeys(ids))
     with errors(), client(url, no_auth) as api:
         action = call(api)
-
-        def act(item_id: str) -> dict[str, Any]:
-            return action(resolve(api, item_id))
-
-        if len(ids) == 1:
-            done, first_error = [act(ids[0])], None
+        if len(named) == 1:
+            done, first_error, total = [action(resolve(api, named[0]))], None, 1
         else:
-            done, first_error = for_each_item(ids, act)
+            whole, unresolved = for_each_item(named, lambda value: resolve(api, value))
+            unique = list(dict.fromkeys(whole))
+            done, failed = for_each_item(unique, action)
+            first_error = unresolved or failed
+            total = len(unique) + len(named) - len(whole)
     if mode in (Output.json, Output.yaml):
         emit(done, mode, render)
     else:
         for answer in done:
             typer.echo(line(answer))
     if first_error is not None:
-        fail(f"{len(ids) - len(done)} of {len(ids)} {plural} failed", first_error.exit_code)
+        fail(f"{total - len(done)} of {total} {plural} failed", first_error.exit_code)
 
 
 def for_each_item(
-    item_ids: list[str], call: Callable[[str], dict[str, Any]]
-) -> tuple[list[dict[str, Any]], ClientError | None]:
+    item_ids: list[str], call: Callable[[str], Answer]
+) -> tuple[list[Answer], ClientError | None]:
     """Call the API for each id; a failing id is reported on stderr and the rest go on.
 
     Returns the answers and the first error. Missing credentials stop at once: every
@@ -235,7 +239,7 @@ def for_each_item(
     """
     from wq.client.errors import ClientError
 
-    answers: list[dict[str, Any]] = []
+    answers: list[Answer] = []
     first_error: ClientError | None = None
     for item_id in item_ids:
         try:
