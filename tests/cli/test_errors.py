@@ -49,8 +49,11 @@ def test_an_unreachable_server_without_a_token_is_exit_1_not_a_login(
 
 def test_unknown_item_is_exit_3(daemon: RunningDaemon, cache_home: Path) -> None:
     missing = str(uuid.uuid4())
-    assert_error(invoke(["status", "--id", missing], env(daemon, cache_home)), 3, missing)
-    assert_error(invoke(["retry", "--id", missing], env(daemon, cache_home)), 3, missing)
+    for command in ("status", "retry", "cancel"):
+        result = invoke([command, "--id", missing], env(daemon, cache_home))
+        assert_error(result, 3, missing)
+        # Said once: it used to be `not found: work item ... not found`.
+        assert result.stderr == f"wq: error: work item {missing} not found\n", result
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ def test_a_call_and_an_error_as_processes(daemon: RunningDaemon, tmp_path: Path)
     missing = str(uuid.uuid4())
     error = run(["status", "--id", missing, "--json"], env, tmp_path)
     assert error.code == 3 and error.stdout == "", error
-    assert error.stderr.startswith("wq: error: not found") and "Traceback" not in error.stderr
+    assert error.stderr == f"wq: error: work item {missing} not found\n", error
     pools = run(["pools", "--json"], env, tmp_path)
     assert pools.code == 0 and pools.json() is not None, pools
 

@@ -81,3 +81,20 @@ def test_a_change_not_answered_in_time_may_have_been_made(
         api.request(method, "/api/work-items/task", json={} if method == "POST" else None)
     assert "did not answer" in caught.value.message
     assert ("may have been done" in (caught.value.hint or "")) is warned
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        # The server's words already say what happened: not said twice.
+        (404, {"error": "work item 1f0c not found"}, "work item 1f0c not found"),
+        (403, {"error": "Permission denied: retry on mr"}, "Permission denied: retry on mr"),
+        # They say only that: the request says what was not found.
+        (404, {"detail": "Not Found"}, "not found: GET /api/pools/x"),
+        # They say something else: the label first.
+        (404, {"error": "no such project"}, "not found: no such project"),
+        (409, {"error": "item is active"}, "conflict: item is active"),
+    ],
+)
+def test_the_label_is_said_once(status: int, body: object, message: str) -> None:
+    assert error_for_status(status, body, what="GET /api/pools/x").message == message

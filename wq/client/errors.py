@@ -92,25 +92,41 @@ def server_message(body: Any, fallback: str) -> str:
     return fallback
 
 
+def labelled(label: str, reason: str, what: str) -> str:
+    """`label: reason`, unless the server's reason says it already: then the reason
+    alone (`work item X not found`, not `not found: work item X not found`), or, when
+    the label is all it says (`Not Found`), the label and the request (`what`)."""
+    said = reason.lower()
+    if label not in said:
+        return f"{label}: {reason}"
+    if said.strip(" .!") == label:
+        return f"{label}: {what}"
+    return reason
+
+
 def error_for_status(
     status: int, body: Any, *, what: str, retry_after: str | None = None
 ) -> ClientError:
     """The typed error for an HTTP error status; `what` names the request ("GET /api/...")."""
     reason = server_message(body, f"HTTP {status}")
+
+    def said(label: str) -> str:
+        return labelled(label, reason, what)
+
     if status == 401:
-        return AuthenticationRequired(f"not authenticated: {reason}", status=status)
+        return AuthenticationRequired(said("not authenticated"), status=status)
     if status == 403:
-        return PermissionDenied(f"permission denied: {reason}", status=status)
+        return PermissionDenied(said("permission denied"), status=status)
     if status == 404:
-        return NotFound(f"not found: {reason}", status=status)
+        return NotFound(said("not found"), status=status)
     if status == 409:
-        return Conflict(f"conflict: {reason}", status=status)
+        return Conflict(said("conflict"), status=status)
     if status == 429:
         hint = f"try again in {retry_after}s" if retry_after else None
-        return Refused(f"refused: {reason}", hint=hint, status=status)
+        return Refused(said("refused"), hint=hint, status=status)
     if status in (400, 405, 413, 415, 422):
-        return InvalidRequest(f"invalid request: {reason}", status=status)
+        return InvalidRequest(said("invalid request"), status=status)
     if status == 503:
         hint = f"try again in {retry_after}s" if retry_after else None
-        return ServerError(f"service unavailable: {reason}", hint=hint, status=status)
+        return ServerError(said("service unavailable"), hint=hint, status=status)
     return ServerError(f"server error {status} on {what}: {reason}", status=status)
