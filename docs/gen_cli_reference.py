@@ -45,7 +45,7 @@ def command_section(path: list[str], command: Any, context: Any) -> list[str]:
     if rows:
         lines += ["| argument or option | help |", "|---|---|"]
         for param, (names, help_of) in rows:
-            if param.param_type_name == "argument":
+            if param.param_type_name == "argument" and param.metavar is None:
                 names = param.name.upper() + names[len(param.name) :]
             lines.append(f"| `{_cell(names)}` | {_cell(help_of)} |")
         lines.append("")

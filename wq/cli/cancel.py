@@ -10,6 +10,7 @@ from wq.cli import bulk
 from wq.cli.common import (
     ItemIdOptions,
     ItemIdsArgument,
+    ItemIdsCommand,
     JsonOption,
     NoAuthOption,
     Output,
@@ -67,4 +68,4 @@ def cancel(
 
 def register(app: typer.Typer) -> None:
     """Add `wq cancel`."""
-    app.command("cancel")(cancel)
+    app.command("cancel", cls=ItemIdsCommand)(cancel)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from typer._click.globals import get_current_context  # typer ships its own click
+from typer.core import TyperArgument, TyperCommand
 
 from wq.cli.completion import complete_id
 from wq.cli.output import Output as Output
@@ -51,14 +52,41 @@ WatchOption = Annotated[
 ]
 ItemIdsArgument = Annotated[
     list[str] | None,
-    typer.Argument(help="Item ids.", show_default=False, autocompletion=complete_id),
+    typer.Argument(metavar="ID", help="Item ids.", show_default=False, autocompletion=complete_id),
 ]
 ItemIdOptions = Annotated[
     list[str] | None,
     typer.Option(
-        "--id", help="An item id (repeatable).", show_default=False, autocompletion=complete_id
+        "--id",
+        metavar="ID",
+        help="An item id (repeatable).",
+        show_default=False,
+        autocompletion=complete_id,
     ),
 ]
+
+
+class _NamedArgument(TyperArgument):
+    """An argument that `--help` shows by its metavar alone."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        """No type after the name: typer would show a list's as `<list[str]>`."""
+        return None
+
+
+class ItemIdsCommand(TyperCommand):
+    """A command taking item ids as arguments (`ItemIdsArgument`): its `--help` names
+    them `ID`, as its usage line does (`[ID]...`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is TyperArgument and param.metavar is not None:
+                # typer builds its arguments itself, with no class to choose: the
+                # subclass only changes how the argument is shown.
+                param.__class__ = _NamedArgument
+
+
 Answer = TypeVar("Answer")
 MIN_INTERVAL = 0.2
 MAX_INTERVAL = 86400.0

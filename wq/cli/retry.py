@@ -10,6 +10,7 @@ from wq.cli import bulk
 from wq.cli.common import (
     ItemIdOptions,
     ItemIdsArgument,
+    ItemIdsCommand,
     JsonOption,
     NoAuthOption,
     OutputOption,
@@ -78,4 +79,4 @@ def retry(
 
 def register(app: typer.Typer) -> None:
     """Add `wq retry`."""
-    app.command("retry")(retry)
+    app.command("retry", cls=ItemIdsCommand)(retry)

@@ -92,19 +92,36 @@ def submit_mr(
     commit_message: Annotated[str, typer.Option(help="Message of the commit with the files.")],
     files: Annotated[
         list[str] | None,
-        typer.Option("--file", help="Update LOCAL:REPO (repeatable).", show_default=False),
+        typer.Option(
+            "--file",
+            metavar="LOCAL:REPO",
+            help="Update LOCAL:REPO (repeatable).",
+            show_default=False,
+        ),
     ] = None,
     creates: Annotated[
         list[str] | None,
-        typer.Option("--create", help="Create LOCAL:REPO (repeatable).", show_default=False),
+        typer.Option(
+            "--create",
+            metavar="LOCAL:REPO",
+            help="Create LOCAL:REPO (repeatable).",
+            show_default=False,
+        ),
     ] = None,
     deletes: Annotated[
         list[str] | None,
-        typer.Option("--delete", help="Delete REPO (repeatable).", show_default=False),
+        typer.Option(
+            "--delete", metavar="REPO", help="Delete REPO (repeatable).", show_default=False
+        ),
     ] = None,
     moves: Annotated[
         list[str] | None,
-        typer.Option("--move", help="Move OLD:NEW in the repo (repeatable).", show_default=False),
+        typer.Option(
+            "--move",
+            metavar="OLD:NEW",
+            help="Move OLD:NEW in the repo (repeatable).",
+            show_default=False,
+        ),
     ] = None,
     target_branch: Annotated[
         str | None, typer.Option(help="Branch to merge into (server default: main).")
@@ -112,7 +129,7 @@ def submit_mr(
     description: Annotated[str | None, typer.Option(help="MR description.")] = None,
     labels: Annotated[
         list[str] | None,
-        typer.Option("--label", help="MR label (repeatable).", show_default=False),
+        typer.Option("--label", metavar="LABEL", help="MR label (repeatable).", show_default=False),
     ] = None,
     package: Annotated[str | None, typer.Option(help="Package the change is for.")] = None,
     change_kind: Annotated[str | None, typer.Option(help="Kind of change (e.g. sync).")] = None,
