@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, base_env, cli_env, invoke
+from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, base_env, cli_env, free_port, invoke
 from tests.support.signals import default_sigint
 from tests.support.waiting import wait_for
 from wq.cli.output import Output
@@ -209,3 +209,27 @@ def test_a_file_with_nul_bytes_goes_as_base64(tmp_path: Path) -> None:
         ("notes.txt", "text"),
     ]
     assert base64.b64decode(actions[0]["content"]) == b"\x00\x01binary"
+
+
+def test_options_before_the_type_are_the_types_own(daemon: RunningDaemon, cache_home: Path) -> None:
+    # `wq submit --no-auth` was "no such option", while `wq submit mr --no-auth` was not;
+    # `--url` and `--json` before the type were accepted and silently dropped.
+    change = ["--delete", "old.txt"]
+    listed = invoke(["submit", "--no-auth", "--json"], env(daemon, cache_home))
+    assert (listed.code, [entry["type"] for entry in listed.json()]) == (0, ["mr"]), listed
+    unsent = invoke(
+        ["submit", "--no-auth", *mr_args("wq/no-auth", *change)[1:]], env(daemon, cache_home)
+    )
+    assert unsent.code == 4 and "requires authentication" in unsent.stderr, unsent
+    elsewhere = f"http://127.0.0.1:{free_port()}"
+    unsent = invoke(
+        ["submit", "--url", elsewhere, *mr_args("wq/url", *change)[1:]], env(daemon, cache_home)
+    )
+    assert unsent.code == 1 and f"cannot connect to {elsewhere}" in unsent.stderr, unsent
+    branch = f"wq/json-{uuid.uuid4().hex[:8]}"
+    sent = invoke(["submit", "--json", *mr_args(branch, *change)[1:]], env(daemon, cache_home))
+    assert sent.code == 0 and sent.json()["item"]["details"]["source_branch"] == branch, sent
+    # The type's own option still wins.
+    mine = [*mr_args(branch, *change)[1:], "--url", daemon.url]
+    here = invoke(["submit", "--url", elsewhere, *mine], env(daemon, cache_home))
+    assert here.code == 0 and here.stdout.startswith("unchanged mr item"), here

@@ -62,12 +62,31 @@ def submit(
     output: OutputOption = Output.table,
     json_flag: JsonOption = False,
     url: UrlOption = None,
+    no_auth: NoAuthOption = False,
 ) -> None:
     """Submit a work item (without a type: list the types the server accepts)."""
     if ctx.invoked_subcommand is not None:
+        given = {"output": output, "json_flag": json_flag, "url": url, "no_auth": no_auth}
+        _pass_on(ctx, ctx.invoked_subcommand, given)
         return
+    # The list comes from the OpenAPI document, which needs no credentials whatever
+    # --no-auth says: none are sent, and none are looked for.
     with errors(), client(url, True) as api:
         emit(api.submission_types(), output_mode(output, json_flag), _types_view)
+
+
+def _pass_on(ctx: typer.Context, command: str, options: dict[str, Any]) -> None:
+    """The options given before the type (`wq submit --url X mr ...`) become the type
+    command's defaults: its own still win, and none is dropped (the item went to the
+    default server, or printed a table for `--json`)."""
+    from typer._click.core import ParameterSource  # typer ships its own click
+
+    given = {
+        name: value.value if isinstance(value, Output) else value
+        for name, value in options.items()
+        if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+    }
+    ctx.default_map = {command: given}
 
 
 def _item_line(action: str, item: dict[str, Any]) -> str:
