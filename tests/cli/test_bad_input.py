@@ -159,3 +159,14 @@ def test_the_older_than_bound_is_the_apis() -> None:
 
     limit = RetryRequest.model_json_schema()["properties"]["older_than_seconds"]["anyOf"][0]
     assert limit["maximum"] == MAX_OLDER_THAN_DAYS * 86400
+
+
+@pytest.mark.parametrize("url", ["", "  "])
+@pytest.mark.parametrize("command", [["status"], ["submit"], ["retry", "--id", "2f6c1a"]])
+def test_an_empty_url_is_refused_not_replaced(
+    url: str, command: list[str], cache_home: Path
+) -> None:
+    # `--url "$UNSET"` used to fall back to WQ_URL (or the default) without a word.
+    fallback = f"http://127.0.0.1:{free_port()}"  # used, it would exit 1
+    result = invoke([*command, "--url", url], cli_env(cache_home, WQ_URL=fallback, WQ_TOKEN="t"))
+    assert_usage(result, "--url: an empty URL")

@@ -30,9 +30,18 @@ def _first(variables: tuple[str, ...], environ: Mapping[str, str]) -> tuple[str,
 
 
 def resolve_url(flag: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The server URL: `--url`, then the environment, then the local daemon's default."""
+    """The server URL: `--url`, then the environment, then the local daemon's default.
+
+    An empty `--url` is a usage error; an empty variable counts as unset.
+    """
     environ = os.environ if environ is None else environ
-    if flag and flag.strip():
+    if flag is not None and not flag.strip():
+        # Given, but empty (`--url "$UNSET_VARIABLE"`): falling back to another server
+        # would act on whichever that is.
+        raise UsageError(
+            "--url: an empty URL", hint="give the server's URL, or leave --url out for $WQ_URL"
+        )
+    if flag is not None:
         url, source = flag.strip(), "--url"
     else:
         found = _first(URL_VARIABLES, environ)
