@@ -198,3 +198,18 @@ def test_logout_removes_only_that_servers_token(daemon: RunningDaemon, cache_hom
     assert again.code == 0 and "Not logged in" in again.stdout
     # And with nothing cached, the next call has no credentials.
     assert invoke(["pools"], cli_env(cache_home, WQ_URL=daemon.url)).code == 4
+
+
+def test_a_token_cache_others_can_write_is_refused(daemon: RunningDaemon, cache_home: Path) -> None:
+    directory = cache_home / "wq" / "tokens"
+    TokenCache(directory).store(daemon.url, daemon.reader)
+    directory.chmod(0o777)
+    result = invoke(["whoami"], cli_env(cache_home, WQ_URL=daemon.url))
+    assert (result.code, result.stdout) == (4, ""), result
+    assert result.stderr.splitlines() == [
+        f"wq: error: the token cache {directory} can be written by others (mode 0777):"
+        " no token in it is used",
+        f"hint: chmod 700 {directory} (or set WQ_TOKEN)",
+    ], result
+    directory.chmod(0o700)
+    assert who(daemon, cache_home, WQ_URL=daemon.url) == "rita"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -177,3 +178,53 @@ def test_a_token_goes_only_to_the_server_it_was_written_for(tmp_path: Path) -> N
     assert cache.path_for("https://wq.corp/8443") == cache.path_for("https://wq.corp:8443")
     assert cache.load("https://wq.corp/8443") is None
     assert cache.load("https://wq.corp:8443").token == "for-8443"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("unsafe_mode", [0o777, 0o770, 0o702])
+def test_a_directory_others_can_write_is_not_trusted(tmp_path: Path, unsafe_mode: int) -> None:
+    """Only the file's mode was checked: in a directory others may write, any of them
+    can replace or remove the token file, so none in it is used (and no login writes
+    there) until it is private again; a login makes it so."""
+    directory = tmp_path / "tokens"
+    cache = TokenCache(directory)
+    cache.store("https://wq", "secret")
+    directory.chmod(unsafe_mode)
+    assert cache.load("https://wq") is None
+    login_calls: list[str] = []
+
+    def login(server: str) -> str:
+        login_calls.append(server)
+        return "new"
+
+    credentials = Credentials("https://wq", cache=cache, login=login, environ={})
+    with pytest.raises(AuthenticationRequired) as refused:
+        credentials.current()
+    assert refused.value.message == (
+        f"the token cache {directory} can be written by others (mode {unsafe_mode:04o}):"
+        " no token in it is used"
+    )
+    assert refused.value.hint == f"chmod 700 {directory} (or set WQ_TOKEN)"
+    assert login_calls == []
+    # The environment's token needs no cache.
+    found = Credentials("https://wq", cache=cache, login=None, environ={"WQ_TOKEN": "t"}).current()
+    assert found == Token("t", "env", "WQ_TOKEN")
+    # `wq login` writes a new token and makes the directory private again.
+    assert Credentials("https://wq", cache=cache, login=lambda _: "fresh", environ={}).login()
+    assert mode(directory) == 0o700 and cache.load("https://wq").token == "fresh"  # type: ignore[union-attr]
+
+
+def test_another_users_directory_is_not_trusted_nor_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "tokens"
+    cache = TokenCache(directory)
+    cache.store("https://wq", "secret")
+    owner = directory.stat().st_uid
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)  # as if another user made it
+    assert cache.load("https://wq") is None
+    assert cache.unsafe() == (
+        f"the token cache {directory} belongs to uid {owner}, not to you",
+        "set XDG_CACHE_HOME to a directory of your own",
+    )
+    with pytest.raises(PermissionError, match="belongs to uid"):
+        cache.store("https://wq", "mine")

@@ -111,6 +111,13 @@ class Credentials:
                 hint=f"check {variable}: a token is printable ASCII, without spaces",
             )
             return Token(value, "env", variable)
+        unsafe = self.cache.unsafe()
+        if unsafe is not None:
+            # No login either: its token would be written where others can reach it.
+            untrusted, remedy = unsafe
+            raise AuthenticationRequired(
+                f"{untrusted}: no token in it is used", hint=f"{remedy} (or set WQ_TOKEN)"
+            )
         cached = self._cached()
         if cached is not None:
             return cached

@@ -1,6 +1,7 @@
 """The per-server Bearer token cache under `$XDG_CACHE_HOME/wq/tokens/`.
 
-One JSON file per server URL, mode 0600 in a 0700 directory, written atomically.
+One JSON file per server URL, mode 0600 in a 0700 directory, written atomically; a
+directory others can write, or another user's, is not trusted (`unsafe`).
 Entries carry an expiry (20 h for logins); the embedded daemon's local token has
 none and is removed when that daemon stops.
 """
@@ -8,6 +9,7 @@ none and is removed when that daemon stops.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -48,6 +50,14 @@ def loopback_alias(url: str) -> str | None:
     return f"{scheme}://{_LOOPBACK_NAMES[host]}{rest}"
 
 
+def _other_owner(status: os.stat_result) -> str | None:
+    """`uid N` when a file belongs to another user than the one running wq, else None."""
+    getuid = getattr(os, "getuid", None)  # not on Windows, which has no such owners
+    if getuid is None or status.st_uid == getuid():
+        return None
+    return f"uid {status.st_uid}"
+
+
 @dataclass(frozen=True)
 class CachedToken:
     """A cached credential for one server."""
@@ -78,13 +88,46 @@ class TokenCache:
         return self.directory / f"{name}.json"
 
     def prepare(self) -> None:
-        """Make the directory (0700) if it is missing; `OSError` if it cannot be."""
+        """Make the directory (0700) if it is missing, or make ours 0700 again;
+        `OSError` if it cannot be, or belongs to another user."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        owner = _other_owner(self.directory.stat())
+        if owner is not None:
+            raise PermissionError(errno.EPERM, f"{self.directory} belongs to {owner}")
         os.chmod(self.directory, 0o700)
+
+    def unsafe(self) -> tuple[str, str] | None:
+        """Why no token in the directory can be trusted, and what to do; None when it
+        can. It belongs to another user, or others may write it (and so replace or
+        remove a token file in it), as ssh refuses such a `~/.ssh`."""
+        try:
+            status = self.directory.stat()
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            return (
+                f"the token cache {self.directory} cannot be read: {err.strerror or err}",
+                "set XDG_CACHE_HOME to a directory of your own",
+            )
+        owner = _other_owner(status)
+        if owner is not None:
+            return (
+                f"the token cache {self.directory} belongs to {owner}, not to you",
+                "set XDG_CACHE_HOME to a directory of your own",
+            )
+        mode = status.st_mode & 0o777
+        if mode & 0o022:
+            return (
+                f"the token cache {self.directory} can be written by others (mode {mode:04o})",
+                f"chmod 700 {self.directory}",
+            )
+        return None
 
     def load(self, server: str) -> CachedToken | None:
         """The valid cached token of a server, or None (none, expired, or unusable:
-        `problem` says why)."""
+        `problem` says why, or `unsafe` of the whole directory)."""
+        if self.unsafe() is not None:
+            return None
         try:
             entry = self._read(self.path_for(server))
         except (OSError, ValueError):
