@@ -159,7 +159,10 @@ def test_status_lists_with_filters_and_follows_the_cursor(
     assert table.code == 0, table
     assert all(item_id in table.stdout for item_id in created)
     empty = invoke(["status", "--project", "group/none"], env(daemon, cache_home))
-    assert "no items" in empty.stdout
+    # Plain (not a terminal): the header alone on stdout, the note for people on stderr.
+    header = ["ID", "TYPE", "PROJECT", "PHASE", "ADMISSION", "ATTEMPTS", "UPDATED"]
+    assert empty.code == 0 and empty.stdout.split() == header, empty
+    assert empty.stderr == "no items\n", empty
 
 
 def test_the_client_follows_the_cursor_across_pages(daemon: RunningDaemon) -> None:
@@ -198,7 +201,8 @@ def test_pools_and_queue(daemon: RunningDaemon, cache_home: Path) -> None:
     table = invoke(["queue", "--project", BLOCKED], env(daemon, cache_home))
     assert queued["id"] in table.stdout and "normal" in table.stdout
     empty = invoke(["queue", "--project", PROJECT], env(daemon, cache_home))
-    assert "nothing queued" in empty.stdout
+    assert empty.code == 0 and empty.stdout.startswith("POSITION"), empty
+    assert "nothing queued" not in empty.stdout and empty.stderr == "nothing queued\n", empty
 
 
 def test_status_of_an_unknown_type_names_the_known_ones(

@@ -110,10 +110,25 @@ def emit(data: Any, mode: Output, renderer: Renderer) -> None:
         return
     view = renderer(data, mode is Output.wide)
     if is_plain(mode):
+        note = _take_caption(view)
         sys.stdout.write(plain_text(view))
         sys.stdout.flush()
+        if note:
+            # A note for people (`no items`) is not a row: stdout stays data for awk.
+            sys.stderr.write(f"{printable(note)}\n")
         return
     console().print(view)
+
+
+def _take_caption(view: RenderableType) -> str | None:
+    """The caption of a table view, taken off it; None for any other view (an item's
+    parts keep theirs: `none` under its dimensions says nothing alone)."""
+    from rich.table import Table
+
+    if not isinstance(view, Table) or not isinstance(view.caption, str):
+        return None
+    caption, view.caption = view.caption, None
+    return caption
 
 
 def table(*columns: str, title: str | None = None) -> Any:
