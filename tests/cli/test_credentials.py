@@ -213,3 +213,20 @@ def test_a_token_cache_others_can_write_is_refused(daemon: RunningDaemon, cache_
     ], result
     directory.chmod(0o700)
     assert who(daemon, cache_home, WQ_URL=daemon.url) == "rita"
+
+
+def test_logout_removes_the_token_a_killed_local_daemon_left(
+    cache_home: Path, daemon: RunningDaemon
+) -> None:
+    # A daemon killed with SIGKILL cannot remove its token: logout refused it for good.
+    cache = TokenCache(cache_home / "wq" / "tokens")
+    gone = f"http://127.0.0.1:{free_port()}"
+    cache.store(gone, "left-behind", ttl_seconds=None)
+    result = invoke(["logout", "--url", gone], cli_env(cache_home))
+    assert result.code == 0, result
+    assert result.stdout == f"Removed the token of the local daemon that ran at {gone}\n"
+    assert cache.load(gone) is None
+    # Another server at that address, which refuses the token, is not that daemon either.
+    cache.store(daemon.url, "left-behind", ttl_seconds=None)
+    assert invoke(["logout", "--url", daemon.url], cli_env(cache_home)).code == 0
+    assert cache.load(daemon.url) is None

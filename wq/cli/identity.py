@@ -20,6 +20,9 @@ from wq.cli.common import (
 )
 from wq.cli.output import emit, table, text
 
+# How long `wq logout` waits for the local daemon to say whether it still runs.
+LIVENESS_TIMEOUT = 3.0
+
 
 def identity_of(document: dict[str, Any]) -> str:
     """The caller's name in a whoami document."""
@@ -86,6 +89,11 @@ def logout(url: UrlOption = None) -> None:
         server = resolve_url(url)
     cache = TokenCache()
     entry = cache.load(server)
+    if entry is not None and entry.local and _local_daemon_gone(server, entry.token):
+        # Its daemon was killed (it removes its token when it stops): nothing uses it.
+        cache.forget(server)
+        typer.echo(f"Removed the token of the local daemon that ran at {server}")
+        return
     if entry is not None and entry.local:
         # Removing it would lock every command out of the running daemon until it
         # restarts: the daemon writes it at start and removes it when it stops.
@@ -100,6 +108,20 @@ def logout(url: UrlOption = None) -> None:
         return
     cache.forget(server)
     typer.echo(f"Logged out of {server}")
+
+
+def _local_daemon_gone(server: str, token: str) -> bool:
+    """Whether nothing at `server` takes the local daemon's token: nothing listens
+    there, or another server does. A server that does not answer in time may be the
+    daemon, busy: its token stays."""
+    from wq.client.api import ApiClient
+    from wq.client.errors import ServerUnreachable
+
+    try:
+        with ApiClient(server, no_auth=True, timeout=LIVENESS_TIMEOUT) as api:
+            return not api.accepts(token)
+    except ServerUnreachable as err:
+        return "connection refused" in str(err)
 
 
 def register(app: typer.Typer) -> None:

@@ -139,6 +139,12 @@ class ApiTransport:
             self._check(shape, body, f"{method} {path}")
         return body
 
+    def accepts(self, token: str) -> bool:
+        """Whether the server takes this cached token (`/api/whoami` not 401), asked once:
+        no login, no retry. `ServerUnreachable` if it cannot be asked."""
+        response = self._send("GET", "/api/whoami", {}, None, Token(token, "cache"))
+        return response.status_code != 401
+
     def reachable(self) -> None:
         """Raise `ServerUnreachable` unless the server answers at all (any status)."""
         self._send("GET", "/healthz", {}, None, None)
