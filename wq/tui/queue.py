@@ -27,8 +27,9 @@ PAGE = 100
 ADMITTED_PAGE = 500
 LANES = ("alert", "normal")
 LANE_COLUMNS = ("#", "id", "type", "auto", "waiting", "next try")
-# Admitted items are always active (a terminal phase frees the slot): no phase column, and
-# short ids so the pane fits beside the lanes (enter, y and c use the full id).
+# Short ids everywhere, as the other views show them, so both panes fit side by side
+# (enter, y and c use the full id). Admitted items are always active (a terminal phase
+# frees the slot): no phase column.
 ADMITTED_COLUMNS = ("id", "type", "lane", "holding", "attempts")
 
 
@@ -132,7 +133,7 @@ class QueueScreen(PollingScreen):
                         str(entry["id"]),
                         [
                             str(entry["position"]),
-                            entry["id"],
+                            short_id(entry["id"]),
                             entry["type"],
                             "✓" if entry.get("autonomous") else "",
                             age(entry.get("queued_at"), now=now),
