@@ -17,7 +17,8 @@ Views
   p   :pools            per-project pools, most pressed first
                         (enter: that project's items, u: its queue,
                         s: sort by name / by pressure)
-  u   :queue [PROJECT]  a project's FIFO per lane and its admitted items
+  u   :queue [PROJECT]  a project's FIFO per lane and its admitted items; the
+                        cursor starts in the first of them with rows
   i   :items            work items, newest first (enter: detail, esc: back)
       :items k=v ...    filter on the server: type, phase, project, admission
       :items all        drop the server filters
@@ -39,6 +40,8 @@ Actions on the item under the cursor (or on the marked items)
 Moving
   up/down  j/k          one row      pgup/pgdn     one page
   home/end  g/G         first/last row
+  tab  shift+tab        the next/previous table: in Queue, the alert lane, the
+                        normal lane and the admitted items
 
   ctrl+p  the command palette: type part of a project's name for its items
           or its queue

@@ -119,7 +119,8 @@ class QueueScreen(PollingScreen):
         return data
 
     def show(self, data: QueueData) -> None:
-        if data.project != self.project:
+        another_project = data.project != self.project
+        if another_project:
             self.want = dict.fromkeys(LANES, PAGE)
             self.project = data.project
         self.data = data
@@ -162,9 +163,22 @@ class QueueScreen(PollingScreen):
             ],
         )
         self.query_one("#admitted-title", Static).update(f"Admitted ({len(data.admitted)})")
+        if another_project:
+            # Only for a project just shown: on later refreshes the focus stays where
+            # the user put it (tab moves it between the tables).
+            self._focus_first_with_rows()
         self.status.note(
             f"queue of {data.project}" if data.project else "no project has queued work"
         )
+
+    def _focus_first_with_rows(self) -> None:
+        """Focus the first table with rows: the alert lane, the normal lane, the admitted
+        items; the normal lane when all are empty (focus on an empty alert lane, the
+        usual case, left the cursor where enter and c did nothing)."""
+        tables = [self.query_one(f"#queue-{lane}", DataTable) for lane in LANES]
+        tables.append(self.query_one("#admitted", DataTable))
+        with_rows = [table for table in tables if table.row_count]
+        (with_rows[0] if with_rows else tables[LANES.index("normal")]).focus()
 
     def _title(self, lane: str, data: QueueData) -> None:
         """`Normal lane: 12 queued, 3/10 in flight` from the pool document."""
