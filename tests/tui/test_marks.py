@@ -64,3 +64,19 @@ def test_marks_in_readonly_mode_say_why_nothing_happens() -> None:
             assert server.bulk == []
 
     asyncio.run(main())
+
+
+def test_space_marks_and_moves_to_the_next_row() -> None:
+    # As the help says: space space marks two rows in a row.
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(120, 36)) as pilot:
+            table = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == len(ITEMS), message="the items")
+            screen = app.screen
+            assert isinstance(screen, ItemsScreen)
+            await pilot.press("space", "space")
+            assert table.cursor_row == 2
+            assert screen.marked == {ITEMS[0]["id"], ITEMS[1]["id"]}
+
+    asyncio.run(main())

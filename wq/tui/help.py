@@ -29,7 +29,9 @@ Views
   s                     sort the loaded items: time in state, phase, project, newest
 
 Actions on the item under the cursor (or on the marked items)
-  space  mark it (or unmark it) in Items: r and c then act on all the marked ones
+  space  in Items: mark it (or unmark it) and go to the next row, so that
+         space space ... marks a run of rows; r and c then act on all the
+         marked ones
   r   retry it (asks first; not with --readonly or without the retry permission)
   c   cancel it (asks first; same rules as r)
   y   copy its id
