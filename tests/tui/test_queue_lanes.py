@@ -59,14 +59,13 @@ def test_focus_starts_on_the_first_lane_with_work() -> None:
             await until(pilot, lambda: loaded("team/web"), message="team/web's queue")
             await until(pilot, lambda: focused() == "queue-normal", message="the normal lane")
             app.show_queue("team/api")  # alert work waiting: the alert lane first
-            screen = app.screen
-            assert isinstance(screen, QueueScreen)
-            screen.schedule(0)  # already on the Queue view: it would wait for its refresh
             await until(pilot, lambda: loaded("team/api"), message="team/api's queue")
             await until(pilot, lambda: focused() == "queue-alert", message="the alert lane")
             # Tab still goes from lane to lane, and a refresh leaves the focus where it is.
             await pilot.press("tab")
             assert focused() == "queue-normal"
+            screen = app.screen
+            assert isinstance(screen, QueueScreen)
             polls = server.paths.count("/api/pools/team/api")
             screen.schedule(0)
             await until(

@@ -28,6 +28,7 @@ from wq.tui.help import HelpScreen
 from wq.tui.items import ItemsScreen
 from wq.tui.messages import Acted, Identified
 from wq.tui.overview import OverviewScreen
+from wq.tui.polling import PollingScreen
 from wq.tui.pools import PoolsScreen
 from wq.tui.queue import QueueScreen
 
@@ -131,13 +132,22 @@ class WqApp(App[None]):
         text of the list before (as a `:` command does in k9s)."""
         self.filters = {key: value for key, value in filters.items() if value}
         self.listings += 1
-        self.switch_mode("items")
+        self._show_now("items")
 
     def show_queue(self, project: str | None = None) -> None:
         """The Queue view of `project` (the one shown last, or the most pressed, if None)."""
         if project:
             self.queue_project = project
-        self.switch_mode("queue")
+        self._show_now("queue")
+
+    def _show_now(self, mode: str) -> None:
+        # Switching to a view polls it; a view already shown would keep what it shows
+        # until its next refresh, so it is asked now (for the list a command asked for).
+        if mode == self.current_mode:
+            for screen in self.screen_stack:
+                if isinstance(screen, PollingScreen):
+                    screen.schedule(0)
+        self.switch_mode(mode)
 
     def open_item(self, item_id: str) -> None:
         """Push the detail of one item."""
@@ -156,7 +166,7 @@ class WqApp(App[None]):
         self.prompt(":", "", self.run_command)
 
     def run_command(self, line: str | None) -> None:
-        """Run one `:` command (`pools`, `queue [PROJECT]`, `items [all | key=value ...]`, `q`)."""
+        """Run one `:` command (`pools`, `queue [PROJECT]`, `items [key=value ...]`, `q`)."""
         words = (line or "").split()
         if not words:
             return
@@ -172,9 +182,11 @@ class WqApp(App[None]):
                 self.queue_project = None  # `:queue` alone: the most pressed project
             self.show_queue(args[0] if args else None)
         elif verb in ("i", "items"):
-            filters = dict(self.filters)
+            # A new command, new filters: those of the list before are not kept (`f`
+            # puts them on the line to edit). `all` is what `:items` alone lists.
+            filters: dict[str, str] = {}
             if args[:1] == ["all"]:
-                filters, args = {}, args[1:]
+                args = args[1:]
             for arg in args:
                 key, sep, value = arg.partition("=")
                 if not sep or key not in FILTER_KEYS:

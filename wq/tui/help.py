@@ -21,7 +21,7 @@ Views
                         cursor starts in the first of them with rows
   i   :items            work items, newest first (enter: detail, esc: back)
       :items k=v ...    filter on the server: type, phase, project, admission
-      :items all        drop the server filters
+                        (in place of the filters before; :items alone lists all)
   f                     edit the server filters on the : line
   /                     find items by text: the loaded ones (id, type, project...)
                         and the server's (project, error, start of the id); it

@@ -315,7 +315,7 @@ class ItemsScreen(PollingScreen):
     def action_server_filters(self) -> None:
         """The `:` line, prefilled with this view's server filters, to edit them."""
         current = " ".join(f"{key}={value}" for key, value in sorted(self.wq.filters.items()))
-        self.wq.prompt(":", f"items all {current}".rstrip(), self.wq.run_command)
+        self.wq.prompt(":", f"items {current}".rstrip(), self.wq.run_command)
 
     def action_text_filter(self) -> None:
         """Ask for the `/` text."""

@@ -1,0 +1,40 @@
+"""The `:items` command against the canned API: each command sets the filters anew."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from textual.widgets import DataTable
+
+from tests.tui.canned import ITEMS, NOW, canned_api
+from tests.tui.conftest import table_on_screen, until
+from wq.tui.app import WqApp
+from wq.tui.items import ItemsScreen
+
+
+def ids(table: DataTable[Any]) -> set[str]:
+    return {str(key.value) for key in table.rows}
+
+
+def test_an_items_command_replaces_the_filters_before_it() -> None:
+    failed = {i["id"] for i in ITEMS if i["phase"] == "failed"}
+    team_api = {i["id"] for i in ITEMS if i["project"] == "team/api"}
+    assert failed and team_api and not failed & team_api
+
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.run_command("items project=team/api")
+            table = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: ids(table) == team_api, message="team/api's items")
+            app.run_command("items phase=failed")  # not "failed ones of team/api": none
+            assert app.filters == {"phase": "failed"}
+            await until(pilot, lambda: ids(table) == failed, message="the failed items")
+            app.run_command("items")
+            assert app.filters == {}
+            await until(pilot, lambda: len(ids(table)) == len(ITEMS), message="all items")
+            screen = app.screen
+            assert isinstance(screen, ItemsScreen)
+
+    asyncio.run(main())
