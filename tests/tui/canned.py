@@ -364,7 +364,10 @@ class CannedServer:
             done = "retried" if path.endswith("retry") else "cancelled"
             results = [{"id": i, "type": "mr", "outcome": done} for i in selector["ids"]]
             return httpx.Response(200, json={"results": results, "more": False})
-        if path == "/api/whoami":
+        if path == "/openapi.json":  # the part `submission_types` reads
+            submit = {"post": {"tags": ["submissions"], "summary": "Submit"}}
+            body = {"paths": {f"/api/work-items/{name}": submit for name in ("mr", "task")}}
+        elif path == "/api/whoami":
             body = dump(WhoamiPublic, WHOAMI)
         elif path == "/api/replicas":
             body = [dump(ReplicaPublic, replica) for replica in self.replicas]

@@ -1,4 +1,5 @@
-"""The `:items` command against the canned API: each command sets the filters anew."""
+"""The `:items` command against the canned API: each command sets the filters anew,
+and a type the server does not know is said to be one."""
 
 from __future__ import annotations
 
@@ -38,3 +39,24 @@ def test_an_items_command_replaces_the_filters_before_it() -> None:
             assert isinstance(screen, ItemsScreen)
 
     asyncio.run(main())
+
+
+def test_an_unknown_type_is_refused_with_the_known_ones() -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.run_command("items type=bogus")
+            await until(pilot, lambda: notices(app), message="a notice")
+            assert notices(app) == ["type='bogus': this server knows mr, task"]
+            assert app.filters == {} and app.current_mode == "overview"
+            app.run_command("items type=mr")
+            table = await table_on_screen(app, pilot, "#items")
+            assert app.filters == {"type": "mr"}
+            await until(pilot, lambda: len(ids(table)) == len(ITEMS), message="the mr items")
+
+    asyncio.run(main())
+
+
+def notices(app: WqApp) -> list[str]:
+    """The error notices shown now."""
+    return [str(n.message) for n in app._notifications if n.severity == "error"]

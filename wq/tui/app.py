@@ -7,6 +7,7 @@ dialogs that actions open.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -88,6 +89,7 @@ class WqApp(App[None]):
         self.whoami: dict[str, Any] | None = None
         self.filters: dict[str, str] = {}
         self.listings = 0
+        self.types: list[str] | None = None  # the server's item types, once asked
         self.sub_title = self._identity_line("…")
 
     # Identity ----------------------------------------------------------------------
@@ -182,35 +184,50 @@ class WqApp(App[None]):
                 self.queue_project = None  # `:queue` alone: the most pressed project
             self.show_queue(args[0] if args else None)
         elif verb in ("i", "items"):
-            # A new command, new filters: those of the list before are not kept (`f`
-            # puts them on the line to edit). `all` is what `:items` alone lists.
-            filters: dict[str, str] = {}
-            if args[:1] == ["all"]:
-                args = args[1:]
-            for arg in args:
-                key, sep, value = arg.partition("=")
-                if not sep or key not in FILTER_KEYS:
-                    self.notify(
-                        f"not a filter: {arg!r} (use {'|'.join(FILTER_KEYS)}=VALUE)",
-                        severity="error",
-                        markup=False,
-                    )
-                    return
-                choices = CHOICES.get(key)
-                if choices and value not in choices:
-                    # Refused here: the server would answer 422 at every refresh.
-                    self.notify(
-                        f"{key}={value!r}: use one of {', '.join(choices)}",
-                        severity="error",
-                        markup=False,
-                    )
-                    return
-                filters[key] = value
-            self.show_items(**filters)
+            self._items_command(args)
         elif verb in ("h", "help"):
             self.action_help()
         else:
             self.notify(f"unknown command :{verb} (? for help)", severity="error", markup=False)
+
+    def _items_command(self, args: list[str]) -> None:
+        """`:items [key=value ...]`: the Items view with these filters, checked first."""
+        # A new command, new filters: those of the list before are not kept (`f` puts
+        # them on the line to edit). `all` is what `:items` alone lists.
+        filters: dict[str, str] = {}
+        for arg in args[1:] if args[:1] == ["all"] else args:
+            key, sep, value = arg.partition("=")
+            if not sep or key not in FILTER_KEYS:
+                self._refuse(f"not a filter: {arg!r} (use {'|'.join(FILTER_KEYS)}=VALUE)")
+                return
+            choices = CHOICES.get(key)
+            if choices and value not in choices:
+                # Refused here: the server would answer 422 at every refresh.
+                self._refuse(f"{key}={value!r}: use one of {', '.join(choices)}")
+                return
+            filters[key] = value
+        if "type" in filters:
+            self._show_items_of_known_type(filters)
+        else:
+            self.show_items(**filters)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="types")
+    def _show_items_of_known_type(self, filters: dict[str, str]) -> None:
+        # The server answers an unknown type with an empty list, as if it had no such
+        # items: asked (once) for its types, as `wq status --type` does, to say so.
+        # When the server cannot say, the list is shown as it gives it.
+        if self.types is None:
+            with contextlib.suppress(ClientError):
+                self.types = [entry["type"] for entry in self.api.submission_types()]
+        known = self.types
+        if known is not None and filters["type"] not in known:
+            message = f"type={filters['type']!r}: this server knows {', '.join(known) or 'none'}"
+            self.call_from_thread(self._refuse, message)
+        else:
+            self.call_from_thread(self.show_items, **filters)
+
+    def _refuse(self, message: str) -> None:
+        self.notify(message, severity="error", markup=False)
 
     # Actions ----------------------------------------------------------------------
 
