@@ -64,6 +64,10 @@ class WqApp(App[None]):
         Binding("q", "quit", "Quit"),
         # Ctrl-C quits, as in any terminal program (Textual's own binding only says how).
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        # In read-only mode the views hide r and c (`PollingScreen.check_action`), and a
+        # key press reaches these: it says why nothing happens.
+        Binding("r", "refuse('retry')", show=False),
+        Binding("c", "refuse('cancel')", show=False),
     ]
 
     def __init__(
@@ -230,6 +234,16 @@ class WqApp(App[None]):
         self.notify(message, severity="error", markup=False)
 
     # Actions ----------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`refuse` only in read-only mode, and only on a view that has the action."""
+        if action == "refuse":
+            return self.readonly and hasattr(self.screen, f"action_{parameters[0]}")
+        return True
+
+    def action_refuse(self, action: str) -> None:
+        """Say why `action` (retry, cancel) does nothing: read-only mode."""
+        self.notify(f"{action} refused: read-only mode", severity="warning", markup=False)
 
     def copy_id(self, item_id: str) -> None:
         """Copy an item id to the clipboard (OSC 52)."""

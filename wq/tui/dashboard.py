@@ -19,6 +19,7 @@ class Dashboard(Protocol):
 
     api: ApiClient
     refresh_seconds: float
+    readonly: bool
     now: Callable[[], datetime]
     filters: dict[str, str]
     listings: int  # how many times `show_items` asked for a list of items anew

@@ -24,6 +24,8 @@ from wq.tui.messages import Failed, Loaded
 from wq.tui.status import StatusLine
 
 MAX_BACKOFF = 30.0
+# The views' actions that change items (the same names in every view that has them).
+READ_WRITE_ACTIONS = frozenset({"retry", "cancel"})
 
 
 class PollingScreen(Screen[None]):
@@ -53,6 +55,11 @@ class PollingScreen(Screen[None]):
 
     def prepare(self) -> None:
         """Before a fetch, on the UI thread: note what it needs from the screen."""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Retry and cancel are not offered in read-only mode: False hides their keys
+        from the footer (the app's hidden fallback then says why, if pressed)."""
+        return not (action in READ_WRITE_ACTIONS and self.wq.readonly)
 
     # Scheduling ------------------------------------------------------------------
 
