@@ -23,6 +23,7 @@ from wq.tui.format import (
     dimension_mark,
     moment,
     short,
+    short_id,
     state_change,
 )
 from wq.tui.polling import PollingScreen
@@ -240,7 +241,8 @@ class ItemDetailScreen(PollingScreen):
                 for entry in data.history
             ],
         )
-        self.status.note(f"item {self.item_id}: {len(data.history)} history entries")
+        # The short id: the summary above shows the whole one.
+        self.status.note(f"item {short_id(self.item_id)}: {len(data.history)} history entries")
 
     def _show_details(self, details: Details) -> None:
         """The details pane, and a task's output as text below the summary."""

@@ -32,7 +32,7 @@ from wq.tui.format import (
 )
 from wq.tui.itemlist import MAX_PAGE, PAGE, Answer, ItemList, Span, fetch_spans
 from wq.tui.polling import PollingScreen
-from wq.tui.status import StatusLine
+from wq.tui.status import Part, StatusLine
 from wq.tui.table import RowTable, fill, forget, selected_key, visible_keys
 
 FIXED = ("id", "type", "project", "phase", "admission", "since", "attempts")
@@ -254,13 +254,15 @@ class ItemsScreen(PollingScreen):
         described = " ".join(f"{key}={value}" for key, value in sorted(self.filters.items()))
         shown_count = f"{len(shown)}/{len(self.items)}" if self.text else str(len(self.items))
         counted = f"{shown_count} items" if shown else "no items"
-        sorted_by = "" if order is None else f"  sorted by {self.sort} (loaded rows)"
-        if self.marked:
-            sorted_by += f"  {len(self.marked)} marked (r, c: act on them; space: unmark)"
+        # On a narrow terminal the hints go first, then the order; the count, the marks
+        # and what filters the list never do (the filters are cut if need be).
         self.status.note(
-            f"{counted}{' (more below)' if self.more else ''}{sorted_by}"
-            f"{'  filters: ' + described if described else ''}"
-            f"{'  /' + self.text if self.text else ''}"
+            f"{counted}{' (more below)' if self.more else ''}",
+            Part(f"sorted by {self.sort} (loaded rows)" if order is not None else "", drop=1),
+            f"{len(self.marked)} marked" if self.marked else "",
+            Part("(r, c: act on them; space: unmark)" if self.marked else "", drop=2),
+            Part(f"filters: {described}" if described else "", cut=True),
+            Part(f"/{self.text}" if self.text else "", cut=True),
         )
 
     def _row(self, item: dict[str, Any], now: Any) -> _Row:

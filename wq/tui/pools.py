@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Footer, Header
 from wq.client.pressure import pressure
 from wq.tui.format import age, bar
 from wq.tui.polling import PollingScreen
-from wq.tui.status import StatusLine
+from wq.tui.status import Part, StatusLine
 from wq.tui.table import RowTable, fill, selected_key
 
 COLUMNS = (
@@ -75,7 +75,7 @@ class PoolsScreen(PollingScreen):
             rows.append((str(pool["project"]), cells))
         fill(table, rows)
         count = f"{len(data)} project{'' if len(data) == 1 else 's'} with work"
-        self.status.note(f"{count}, sorted by {self.sort}")
+        self.status.note(count, Part(f"sorted by {self.sort}", drop=1))
 
     def action_sort(self) -> None:
         """The other order: by pressure or by name."""
