@@ -1,17 +1,19 @@
-"""The Pools view's order (`s`: pressure or name) and its backing-off and failed columns."""
+"""The Pools view's order (`s`: pressure or name), its backing-off and failed columns,
+and how it fits a narrow terminal."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from textual.widgets import DataTable
 
 from tests.tui.canned import NOW, POOLS, CannedServer, canned_api
-from tests.tui.conftest import until
+from tests.tui.conftest import measured, until
 from wq.tui.app import WqApp
 from wq.tui.pools import PoolsScreen
 from wq.tui.status import StatusLine
-from wq.tui.table import key_at
+from wq.tui.table import key_at, selected_key
 
 
 def test_s_sorts_by_name_and_back_to_pressure() -> None:
@@ -40,5 +42,50 @@ def test_s_sorts_by_name_and_back_to_pressure() -> None:
             row = table.get_row(pools[2]["project"])
             assert row[-2:] == ["2", "4"]  # backing off, failed
             assert table.get_row(pools[0]["project"])[-2:] == ["", ""]  # none: blank
+
+    asyncio.run(main())
+
+
+LONG = "some-group/a-rather-long-subgroup/the-project-name"
+
+
+def fits(table: DataTable[Any]) -> bool:
+    """Every column within the table's width: nothing is scrolled off to the right."""
+    used = sum(column.get_render_width(table) for column in table.ordered_columns)
+    return used <= table.scrollable_content_region.width
+
+
+def test_at_80_columns_the_project_gives_way_and_every_number_shows() -> None:
+    pools = [{**pool, "project": f"{LONG}-{n}", "failed": 12} for n, pool in enumerate(POOLS)]
+
+    async def main() -> None:
+        app = WqApp(
+            canned_api(CannedServer(pools=pools)), refresh=3600, clock=lambda: NOW, view="pools"
+        )
+        async with app.run_test(size=(160, 36)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, PoolsScreen), message="pools")
+            table = app.screen.query_one("#pools", DataTable)
+            await until(pilot, lambda: table.row_count == len(pools), message="the pools")
+            await measured(pilot, table)
+            assert table.get_row(pools[0]["project"])[0] == pools[0]["project"]  # whole
+            table.move_cursor(row=1)
+            chosen = selected_key(table)
+            await pilot.resize_terminal(80, 24)
+            await until(pilot, lambda: "…" in table.get_row(LONG + "-0")[0], message="cut")
+            await measured(pilot, table)
+            assert fits(table), [c.get_render_width(table) for c in table.ordered_columns]
+            assert selected_key(table) == chosen  # the new columns kept the cursor's row
+            project = str(table.get_row(LONG + "-0")[0])
+            assert project.startswith("some") and project.endswith("name-0"), project
+            assert table.get_row(LONG + "-0")[1:] == [
+                "4/4",
+                "1/1",
+                "6",
+                "1",
+                "3/6",
+                "12m",
+                "",
+                "12",
+            ]
 
     asyncio.run(main())

@@ -13,7 +13,10 @@ BAR_WIDTH = 10
 
 
 def bar(used: int, capacity: int, width: int = BAR_WIDTH) -> str:
-    """`█████░░░░░ 5/10`: usage against capacity (a full bar when capacity is 0 and used)."""
+    """`█████░░░░░ 5/10`: usage against capacity (a full bar when capacity is 0 and used);
+    `5/10` alone for a width of 0."""
+    if width <= 0:
+        return f"{used}/{capacity}"
     if capacity <= 0:
         filled = width if used > 0 else 0
     else:

@@ -4,29 +4,71 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from wq.client.pressure import pressure
-from wq.tui.format import age, bar
+from wq.tui.format import BAR_WIDTH, age, bar, short_middle
 from wq.tui.polling import PollingScreen
 from wq.tui.status import Part, StatusLine
-from wq.tui.table import RowTable, fill, selected_key
+from wq.tui.table import RowTable, fill, forget, keep_cursor, selected_key
+from wq.tui.widths import PADDING, room, widest
 
+# Two-line headers (the qualifier above), so that no column of small numbers is wider
+# than its number for a long name: at 80 columns every number stays on screen.
 COLUMNS = (
-    "project",
-    "normal",
-    "alert",
-    "queued normal",
-    "queued alert",
-    "autonomous",
-    "oldest",
-    "backing off",
-    "failed",
+    "\nproject",
+    "\nnormal",
+    "\nalert",
+    "normal\nqueued",
+    "alert\nqueued",
+    "auto\nqueued",
+    "\noldest",
+    "backing\noff",
+    "\nfailed",
 )
+PROJECT = 0
+# On a narrow terminal the bars shrink to this width, then go (the numbers stay); only
+# then does the project name give way.
+NARROWEST_BAR = 4
 # The orders `s` steps through: most pressed first (as `wq pools`), or by name.
 SORTS = {"pressure": pressure, "name": lambda pool: pool["project"]}
+
+
+def cells(pool: dict[str, Any], bar_width: int) -> list[str]:
+    """A pool's row, its project whole, its lanes' bars `bar_width` wide."""
+    normal, alert = pool["normal"], pool["alert"]
+    return [
+        str(pool["project"]),
+        bar(normal["in_flight"], normal["capacity"], bar_width),
+        bar(alert["in_flight"], alert["capacity"], bar_width),
+        str(normal["queued"]),
+        str(alert["queued"]),
+        f"{pool['queued_autonomous']}/{pool['queued_autonomous_cap']}",
+        age(pool.get("oldest_queued_age_seconds")),
+        str(pool.get("backing_off", 0) or ""),
+        str(pool.get("failed", 0) or ""),
+    ]
+
+
+def layout(pools: list[dict[str, Any]], width: int) -> tuple[int, int]:
+    """(project width, bar width) for `pools` in `width` cells: the widest bars that
+    leave the projects whole, else no bars and the projects cut to what is left."""
+
+    def needs(bar_width: int) -> tuple[int, int]:
+        rows = [cells(pool, bar_width) for pool in pools]
+        columns = [widest((row[n] for row in rows), COLUMNS[n]) for n in range(len(COLUMNS))]
+        others = sum(columns) - columns[PROJECT] + PADDING * len(COLUMNS)
+        return columns[PROJECT], others
+
+    for bar_width in range(BAR_WIDTH, NARROWEST_BAR - 1, -1):
+        project, others = needs(bar_width)
+        if project + others <= width:
+            return project, bar_width
+    project, others = needs(0)
+    return max(widest([], COLUMNS[PROJECT]), min(project, width - others)), 0
 
 
 class PoolsScreen(PollingScreen):
@@ -42,13 +84,11 @@ class PoolsScreen(PollingScreen):
         super().__init__()
         self.sort = "pressure"
         self.data: list[dict[str, Any]] = []
+        self.fitted: tuple[int, int] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
-        table: DataTable[str] = RowTable(id="pools", cursor_type="row", zebra_stripes=True)
-        for column in COLUMNS:
-            table.add_column(column, key=column)
-        yield table
+        yield RowTable(id="pools", cursor_type="row", zebra_stripes=True, header_height=2)
         yield StatusLine()
         yield Footer()
 
@@ -58,24 +98,35 @@ class PoolsScreen(PollingScreen):
     def show(self, data: list[dict[str, Any]]) -> None:
         self.data = data
         table = self.query_one("#pools", DataTable)
+        fitted = layout(data, room(table, len(data)))
+        project_width, bar_width = fitted
         rows = []
         for pool in sorted(data, key=SORTS[self.sort]):
-            normal, alert = pool["normal"], pool["alert"]
-            cells = [
-                pool["project"],
-                bar(normal["in_flight"], normal["capacity"]),
-                bar(alert["in_flight"], alert["capacity"]),
-                str(normal["queued"]),
-                str(alert["queued"]),
-                f"{pool['queued_autonomous']}/{pool['queued_autonomous_cap']}",
-                age(pool.get("oldest_queued_age_seconds")),
-                str(pool.get("backing_off", 0) or ""),
-                str(pool.get("failed", 0) or ""),
-            ]
-            rows.append((str(pool["project"]), cells))
-        fill(table, rows)
+            row = cells(pool, bar_width)
+            row[PROJECT] = short_middle(row[PROJECT], project_width)
+            rows.append((str(pool["project"]), row))
+        if fitted == self.fitted:
+            fill(table, rows)
+        else:
+            # Columns only ever widen as cells change: narrower ones are new columns,
+            # and the cursor is put back on its project after the rebuild.
+            self.fitted = fitted
+            with keep_cursor(table):
+                table.clear(columns=True)
+                forget(table)
+                for column in COLUMNS:
+                    table.add_column(column, key=column)
+                fill(table, rows)
         count = f"{len(data)} project{'' if len(data) == 1 else 's'} with work"
         self.status.note(count, Part(f"sorted by {self.sort}", drop=1))
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Fitted anew once the table has its new size (to the data shown by then).
+        self.call_after_refresh(self._refit)
+
+    def _refit(self) -> None:
+        if self.last_good is not None:
+            self.show(self.data)
 
     def action_sort(self) -> None:
         """The other order: by pressure or by name."""
