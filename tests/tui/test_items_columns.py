@@ -50,3 +50,33 @@ def test_a_failed_task_shows_the_runs_it_took() -> None:
             assert table.get_row(task["id"])[6] == "2"  # attempts: its two runs
 
     asyncio.run(main())
+
+
+def test_at_80_columns_every_header_shows_and_the_text_columns_give_way() -> None:
+    # Tasks have no dimensions: with a long project and a long error, every column fits
+    # an 80-column terminal; the project and the error are cut, nothing else.
+    error = "RuntimeError: the agent's run ended without a merge request to show for it"
+    tasks = [
+        {**item(n, project=PROJECT, phase="failed", admission="done", error=error), "type": "task"}
+        | {"dimensions": []}
+        for n in range(1, 4)
+    ]
+
+    async def main() -> None:
+        app = WqApp(canned_api(CannedServer(items=tasks)), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.show_items()
+            table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == len(tasks), message="the items")
+            await measured(pilot, table)
+            used = sum(column.get_render_width(table) for column in table.ordered_columns)
+            assert used <= table.scrollable_content_region.width
+            header = table.render_line(0).text
+            headers = ("id", "type", "project", "phase", "admission", "since", "attempts")
+            for name in (*headers, "last error"):
+                assert f" {name} " in f"{header} ", (name, header)
+            row = table.get_row(tasks[0]["id"])
+            assert "…" in row[2] and row[2].endswith("name")  # the project, cut in the middle
+            assert row[6] == "1" and row[-1].startswith("RuntimeErr") and row[-1].endswith("…")
+
+    asyncio.run(main())

@@ -9,37 +9,27 @@ refresh costs about as much as with one page, and the cursor stays on its item.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from wq.client.cursors import item_key
-from wq.client.shown import attempts as attempts_shown
-from wq.tui.format import (
-    age,
-    dimension_header,
-    dimension_label,
-    dimension_mark,
-    last_line,
-    short,
-    short_id,
-    short_middle,
-)
+from wq.tui.format import dimension_header
 from wq.tui.itemlist import MAX_PAGE, PAGE, Answer, ItemList, Span, fetch_spans
+from wq.tui.itemrows import ERROR, FIXED, Row, cells, fit, item_row
 from wq.tui.polling import PollingScreen
 from wq.tui.status import Part, StatusLine
-from wq.tui.table import RowTable, fill, forget, selected_key, visible_keys
+from wq.tui.table import RowTable, fill, forget, keep_cursor, selected_key, visible_keys
+from wq.tui.widths import room
 
-FIXED = ("id", "type", "project", "phase", "admission", "since", "attempts")
-# Wide enough for most paths, narrow enough that an 80-column terminal still shows the
-# phase, admission, time in state and attempts beside it.
-PROJECT_WIDTH = 24
-ERROR_WIDTH = 40
 # From this many loaded items on, the heap is settled when the list doubles.
 FREEZE_FROM = 1000
 # The orders `s` steps through; None keeps the API's (newest first), which paging needs
@@ -64,16 +54,6 @@ class ItemsData:
     found: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class _Row:
-    """An item's cells, computed when the item last came from the server."""
-
-    fixed: list[str]
-    marks: dict[str, str]
-    error: str
-    cells: list[str] | None = None  # for the current dimension columns
-
-
 class ItemsScreen(PollingScreen):
     """Work items, newest first."""
 
@@ -92,7 +72,7 @@ class ItemsScreen(PollingScreen):
         super().__init__()
         self.want = PAGE
         self.list = ItemList()
-        self.rows: dict[str, _Row] = {}
+        self.rows: dict[str, Row] = {}
         self.filters: dict[str, str] = {}
         self.text = ""
         self.sort = SORTS[0][0]
@@ -104,6 +84,7 @@ class ItemsScreen(PollingScreen):
         self._listings = 0  # the app's `listings` when this list was asked for
         self.found: list[dict[str, Any]] = []
         self._frozen_at = 0
+        self.fitted: tuple[int, int] = (0, 0)  # the project's and the error's width
 
     @property
     def items(self) -> list[dict[str, Any]]:
@@ -239,18 +220,27 @@ class ItemsScreen(PollingScreen):
             dimensions = self.dimensions
         else:
             dimensions = sorted({label for key in keys for label in self.rows[key].marks})
-        if dimensions != self.dimensions or not table.columns:
-            table.clear(columns=True)
-            forget(table)
-            for column in FIXED:
-                table.add_column(column, key=column)
-            for name in dimensions:
-                table.add_column(dimension_header(name), key=name)
-            table.add_column("last error", key="last error")
-            self.dimensions = dimensions
-            for row in self.rows.values():
-                row.cells = None
-        fill(table, [(key, self._cells(self.rows[key])) for key in keys])
+        fitted = fit([self.rows[key] for key in keys], dimensions, room(table, len(keys)))
+        wider = all(new >= old for new, old in zip(fitted, self.fitted, strict=True))
+        rebuild = dimensions != self.dimensions or not wider or not table.columns
+        # A rebuild clears the table: the cursor is put back on its item afterwards.
+        with keep_cursor(table) if rebuild else contextlib.nullcontext():
+            if rebuild:
+                # Columns only ever widen as cells change: narrower ones are new columns.
+                table.clear(columns=True)
+                forget(table)
+                for column in FIXED:
+                    table.add_column(column, key=column)
+                for name in dimensions:
+                    table.add_column(dimension_header(name), key=name)
+                table.add_column(ERROR, key=ERROR)
+                self.dimensions = dimensions
+            if rebuild or fitted != self.fitted:
+                # Cut anew to the new widths (when wider, changed cells update in place).
+                self.fitted = fitted
+                for row in self.rows.values():
+                    row.cells = None
+            fill(table, [(key, cells(self.rows[key], dimensions, fitted)) for key in keys])
         described = " ".join(f"{key}={value}" for key, value in sorted(self.filters.items()))
         shown_count = f"{len(shown)}/{len(self.items)}" if self.text else str(len(self.items))
         counted = f"{shown_count} items" if shown else "no items"
@@ -265,32 +255,16 @@ class ItemsScreen(PollingScreen):
             Part(f"/{self.text}" if self.text else "", cut=True),
         )
 
-    def _row(self, item: dict[str, Any], now: Any) -> _Row:
-        marked = str(item["id"]) in self.marked
-        return _Row(
-            fixed=[
-                ("▶" if marked else "") + short_id(item["id"]),
-                item["type"],
-                short_middle(item["project"], PROJECT_WIDTH),
-                item["phase"],
-                item["admission"],
-                age(item.get("updated_at"), now=now),
-                attempts_shown(item),
-            ],
-            marks={dimension_label(d): dimension_mark(d, now) for d in item["dimensions"]},
-            error=short(last_line(item.get("error")), ERROR_WIDTH),
-        )
+    def _row(self, item: dict[str, Any], now: datetime) -> Row:
+        return item_row(item, now, marked=str(item["id"]) in self.marked)
 
-    def _cells(self, row: _Row) -> list[str]:
-        # Built once per item and dimension columns: `fill` skips a row whose cells are
-        # the very list it was given last time.
-        if row.cells is None:
-            row.cells = [
-                *row.fixed,
-                *(row.marks.get(name, "") for name in self.dimensions),
-                row.error,
-            ]
-        return row.cells
+    def on_resize(self, event: events.Resize) -> None:
+        # Fitted anew once the table has its new size.
+        self.call_after_refresh(self._refit)
+
+    def _refit(self) -> None:
+        if self.last_good is not None:
+            self.render_rows()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # Near the end of what is loaded: ask for the next page of the API's cursor.
