@@ -128,15 +128,21 @@ def wait_until_serving(client: TestClient, timeout: float = 30) -> None:
     )
 
 
-@pytest.fixture
-def daemon(cluster: PrivateCluster) -> Iterator[Daemon]:
-    name = f"wq_faults_{uuid.uuid4().hex[:8]}"
+def migrated_database(cluster: PrivateCluster, prefix: str) -> str:
+    """The URL of a new database on `cluster` with wq's schema."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(cluster.url(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = cluster.url(name)
     engine = make_engine(url, pool_size=1)
     schema.upgrade(engine)
     engine.dispose()
+    return url
+
+
+@pytest.fixture
+def daemon(cluster: PrivateCluster) -> Iterator[Daemon]:
+    url = migrated_database(cluster, "wq_faults")
     config = make_config(
         url,
         database={
@@ -249,13 +255,7 @@ def test_readiness_is_said_within_the_probes_time_while_the_server_hangs(
 ) -> None:
     # The API's own timeouts as configured by default (10 s a statement, 5 s to connect):
     # a probe waiting for them took 17 s, past the kubelet's 5 s (deploy/).
-    name = f"wq_probe_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(cluster.url(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = cluster.url(name)
-    engine = make_engine(url, pool_size=1)
-    schema.upgrade(engine)
-    engine.dispose()
+    url = migrated_database(cluster, "wq_probe")
     runtime = build_runtime(make_config(url), registry=chain_registry(Behaviour()))
     try:
         with TestClient(create_app(runtime), raise_server_exceptions=False) as client:

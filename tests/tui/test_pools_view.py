@@ -4,8 +4,11 @@ and how it fits a narrow terminal."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
+from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from tests.tui.canned import NOW, POOLS, CannedServer, canned_api
@@ -16,17 +19,26 @@ from wq.tui.status import StatusLine
 from wq.tui.table import key_at, selected_key
 
 
+@contextlib.asynccontextmanager
+async def pools_shown(
+    pools: list[dict[str, Any]],
+) -> AsyncIterator[tuple[WqApp, Pilot[None], DataTable[Any]]]:
+    """The Pools view of `pools` at 160x36, once it shows them all."""
+    app = WqApp(
+        canned_api(CannedServer(pools=pools)), refresh=3600, clock=lambda: NOW, view="pools"
+    )
+    async with app.run_test(size=(160, 36)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PoolsScreen), message="pools")
+        table = app.screen.query_one("#pools", DataTable)
+        await until(pilot, lambda: table.row_count == len(pools), message="the pools")
+        yield app, pilot, table
+
+
 def test_s_sorts_by_name_and_back_to_pressure() -> None:
     pools = [{**pool, "backing_off": n, "failed": 2 * n} for n, pool in enumerate(POOLS)]
 
     async def main() -> None:
-        app = WqApp(
-            canned_api(CannedServer(pools=pools)), refresh=3600, clock=lambda: NOW, view="pools"
-        )
-        async with app.run_test(size=(160, 36)) as pilot:
-            await until(pilot, lambda: isinstance(app.screen, PoolsScreen), message="pools")
-            table = app.screen.query_one("#pools", DataTable)
-            await until(pilot, lambda: table.row_count == len(pools), message="the pools")
+        async with pools_shown(pools) as (app, pilot, table):
 
             def order() -> list[str]:
                 return [str(key_at(table, row)) for row in range(table.row_count)]
@@ -59,13 +71,7 @@ def test_at_80_columns_the_project_gives_way_and_every_number_shows() -> None:
     pools = [{**pool, "project": f"{LONG}-{n}", "failed": 12} for n, pool in enumerate(POOLS)]
 
     async def main() -> None:
-        app = WqApp(
-            canned_api(CannedServer(pools=pools)), refresh=3600, clock=lambda: NOW, view="pools"
-        )
-        async with app.run_test(size=(160, 36)) as pilot:
-            await until(pilot, lambda: isinstance(app.screen, PoolsScreen), message="pools")
-            table = app.screen.query_one("#pools", DataTable)
-            await until(pilot, lambda: table.row_count == len(pools), message="the pools")
+        async with pools_shown(pools) as (_app, pilot, table):
             await measured(pilot, table)
             assert table.get_row(pools[0]["project"])[0] == pools[0]["project"]  # whole
             table.move_cursor(row=1)
