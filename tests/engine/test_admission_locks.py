@@ -16,7 +16,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.pq import PipelineStatus
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -29,6 +31,7 @@ from wq.engine import admission, admission_statements
 from wq.engine.admission import dispatch
 from wq.engine.config import Config
 from wq.engine.models import utcnow
+from wq.engine.pipelined import pipelined_sessions
 from wq.engine.processing import ProcessingManager
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -229,3 +232,31 @@ def test_the_admission_lock_bounds_only_its_own_transaction(store: Store) -> Non
             assert admission_statements.lock_admission(session, ["team/p"])
             assert session.execute(setting).scalar_one() == "5s"
         assert connection.execute(setting).scalar_one() == default
+
+
+def test_the_admission_lock_is_never_taken_in_a_pipeline(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL starts a transaction's idle bound only once a sync has come: a replica
+    stopped after the lock's statement and before the rest of a pipeline held the lock
+    with no bound (seen from outside: admission stopped on every replica)."""
+    statuses: list[PipelineStatus] = []
+    real_execute = psycopg.Cursor.execute
+
+    def execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if "pg_advisory_xact_lock" in str(query):
+            statuses.append(self.connection.pgconn.pipeline_status)
+        return real_execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    config = pools_of_two(store)
+    first, second = enqueue(store, config, "team/p"), enqueue(store, config, "team/p")
+    sessions = pipelined_sessions(store.sessions)
+    # The admitter's pass (the lock its transaction's first statement), then the
+    # scheduler's claim with a pass in its transaction (`run_once`).
+    with sessions.begin() as session:
+        admission.AdmissionPass(config, ["team/p"], clock=utcnow, held=set()).run(session)
+    manager = ProcessingManager(store.sessions, REGISTRY, config)
+    manager.run_once(projects={"team/p"})
+    assert statuses and set(statuses) == {PipelineStatus.OFF}
+    assert {load(store.sessions, item).admission for item in (first, second)} != {"queued"}

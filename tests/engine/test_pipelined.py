@@ -13,14 +13,7 @@ from sqlalchemy.orm import sessionmaker
 
 from tests.conftest import Store
 from wq.engine.models import WorkItem
-from wq.engine.pipelined import (
-    AHEAD,
-    PIPELINED_BEGIN,
-    Ahead,
-    pipelined_begin,
-    pipelined_sessions,
-    send_ahead,
-)
+from wq.engine.pipelined import PIPELINED_BEGIN, pipelined_begin, pipelined_sessions
 
 
 def driver_of(connection: Any) -> Any:
@@ -81,32 +74,25 @@ def test_sessions_keep_their_info_and_their_transactions(store: Store) -> None:
         )
 
 
-def test_a_statement_carries_another_ahead_of_it_in_its_transaction(store: Store) -> None:
-    """The statement ahead runs first, in the same transaction; its rows are kept."""
-    sessions = pipelined_sessions(sessionmaker(bind=store.engine))
-    with sessions.begin() as session:
-        if store.dialect == "postgresql":
-            ahead = Ahead(text("SELECT set_config('wq.ahead', :value, true)"), {"value": "set"})
-            seen = session.execute(
-                text("SELECT current_setting('wq.ahead')"), execution_options={AHEAD: ahead}
-            ).scalar_one()
-            assert (seen, ahead.rows) == ("set", [("set",)])
-            assert send_ahead(session, ahead) == [("set",)]  # not sent again
-        # Where nothing carried it (SQLite has no pipeline), it is sent on its own.
-        alone = Ahead(text("SELECT :x AS x"), {"x": 3})
-        assert send_ahead(session, alone) == [(3,)]
-        assert send_ahead(session, alone) == [(3,)]
-
-
-def test_a_failing_statement_ahead_fails_the_one_carrying_it(store: Store) -> None:
+def test_a_statement_can_refuse_the_pipeline(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PIPELINED_BEGIN: False` in a statement's own options: `BEGIN` goes first, alone."""
     if store.dialect != "postgresql":
-        pytest.skip("SQLite: nothing is carried ahead")
+        pytest.skip("SQLite: nothing is pipelined")
+    seen: list[PipelineStatus] = []
+    real_execute = psycopg.Cursor.execute
+
+    def execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(query) == "SELECT 7":
+            seen.append(self.connection.pgconn.pipeline_status)
+        return real_execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
     sessions = pipelined_sessions(sessionmaker(bind=store.engine))
-    with sessions() as session:
-        ahead = Ahead(text("SELECT x FROM no_such_table"), {})
-        with pytest.raises(exc.DBAPIError) as raised:
-            session.execute(text("SELECT 1"), execution_options={AHEAD: ahead})
-        assert isinstance(raised.value.orig, psycopg.errors.UndefinedTable)
-        assert ahead.rows is None
-        session.rollback()
-        assert session.execute(text("SELECT 2")).scalar_one() == 2
+    for options, status in (
+        ({}, PipelineStatus.ON),
+        ({PIPELINED_BEGIN: False}, PipelineStatus.OFF),
+    ):
+        seen.clear()
+        with sessions.begin() as session:
+            assert session.execute(text("SELECT 7"), execution_options=options).scalar_one() == 7
+        assert seen == [status]

@@ -28,7 +28,6 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import Config
 from wq.engine.metrics import Metrics, after_commit
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, WorkItem
-from wq.engine.pipelined import Ahead, send_ahead
 from wq.engine.releases import AUDIT_WRITTEN
 from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, quiet, signal
@@ -125,7 +124,6 @@ def admit(
     clock: Callable[[], datetime],
     *,
     held: set[str] | None = None,
-    locked: bool | None = None,
     more: set[str] | None = None,
 ) -> list[Admitted]:
     """Admit the heads of the given projects' lanes into their free slots (caller commits).
@@ -137,15 +135,12 @@ def admit(
     that replica's. A lane whose head another transaction has locked admits nothing
     this time; its project is added to `held`, to be looked at again. On PostgreSQL each
     lane admits at most its share of the pass (`lane_share`); a project with a lane that
-    took its whole share is added to `more`: more may be queued there. `locked`: the
-    caller sent the lock's statement (`AdmissionPass`), and it did or did not lock.
+    took its whole share is added to `more`: more may be queued there.
     """
     lanes = _capacities(config, projects)
     if not lanes:
         return []
-    if locked is None:
-        locked = admission_statements.lock_admission(session, _lane_projects(lanes))
-    if not locked:
+    if not admission_statements.lock_admission(session, _lane_projects(lanes)):
         return []
     now = clock()
     # SQLite: one pass for every free slot. Its one writer lets nothing overlap a pass,
@@ -281,12 +276,10 @@ def dispatch(
 
 
 class AdmissionPass:
-    """An admission pass in the transaction of the scheduler's claim (the caller commits).
+    """An admission pass in the caller's transaction (the caller commits): the admitter's
+    own, or the scheduler's claim's, which then claims what it admitted.
 
-    On PostgreSQL, for given projects, the pass's first statement (the lock, taken only
-    if one of them has queued work) travels ahead of the claim's statement, in its round
-    trip (`ahead`); `run` admits afterwards if it holds the lock, and the caller claims
-    again for what it admitted. `wake_self=False` (the scheduler's): what it admits does
+    `wake_self=False` (the scheduler's): what it admits does
     not wake this replica's own scheduler, which claims it at once (other replicas are
     told). `more`: the projects where it admitted a lane's whole share, for the next
     pass to look at again.
@@ -308,32 +301,18 @@ class AdmissionPass:
         self.held = held
         self.admitted: list[Admitted] = []
         self.more: set[str] = set()
-        self._lock: Ahead | None = None
-
-    def ahead(self, session: Session) -> Ahead | None:
-        """The statement for the claim to carry ahead of its own (None: `run` sends
-        its statements itself)."""
-        if self.projects is None or not store.is_postgres(session):
-            return None
-        lanes = _capacities(self.config, self.projects)
-        if not lanes:
-            return None
-        self._lock = admission_statements.admission_lock_if_queued(_lane_projects(lanes))
-        return self._lock
 
     def run(self, session: Session) -> list[Admitted]:
-        """Admit (once the lock's statement has gone, ahead of a claim or now)."""
+        """Admit: lock, then the heads of the lanes."""
         if not self.wake_self:
             quiet(session, ITEMS_ADMITTED)
         projects = projects_with_queued(session) if self.projects is None else self.projects
-        locked = None if self._lock is None else bool(send_ahead(session, self._lock))
         self.admitted = admit(
             session,
             self.config,
             projects,
             self.clock,
             held=self.held,
-            locked=locked,
             more=self.more,
         )
         return self.admitted

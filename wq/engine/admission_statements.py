@@ -3,9 +3,9 @@
 An admission pass (`wq.engine.admission`) takes one lock for all replicas, then admits
 the heads of each project's lanes into their free slots, FIFO by `seq`. On PostgreSQL
 the lock is taken only if one of the pass's projects has queued work (one statement,
-which can travel ahead of the next, `wq.engine.pipelined`), and one statement admits
-every lane's heads and writes their audit rows; on SQLite the write lock serialises
-passes, and each lane is two index probes, then one UPDATE for all.
+never in a pipeline), and one statement admits every lane's heads and writes their
+audit rows; on SQLite the write lock serialises passes, and each lane is two index
+probes, then one UPDATE for all.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from wq.engine import jsontext
 from wq.engine.models import ADMITTED, ALERT_LANE, NORMAL_LANE, QUEUED, UtcDateTime, WorkItem
-from wq.engine.pipelined import Ahead, send_ahead
+from wq.engine.pipelined import PIPELINED_BEGIN
 from wq.engine.store import inline, is_postgres
 
 _ADMISSION_LOCK_SPACE = 0x5753  # one key: the whole admission pass (see store's spaces)
@@ -45,21 +45,19 @@ def lock_admission(session: Session, projects: Sequence[str]) -> bool:
     """
     if not is_postgres(session):
         return True
-    return bool(send_ahead(session, admission_lock_if_queued(projects)))
-
-
-def admission_lock_if_queued(projects: Sequence[str]) -> Ahead:
-    """PostgreSQL: `lock_admission`'s statement for `projects`, for another statement
-    to carry ahead of it (`wq.engine.pipelined`); it took the lock if it returned a row."""
-    return Ahead(
-        _LOCK_ADMISSION_IF_QUEUED,
-        {
-            "space": _ADMISSION_LOCK_SPACE,
-            "key": 0,
-            "projects": list(projects),
-            "idle_limit": f"{round(ADMISSION_IDLE_LIMIT_SECONDS * 1000)}ms",
-        },
+    # Never in a pipeline (`wq.engine.pipelined`): PostgreSQL counts a transaction idle
+    # only once a statement's sync has arrived, and a replica stopped between the
+    # lock's statement and the sync after it would hold the lock with no bound.
+    parameters = {
+        "space": _ADMISSION_LOCK_SPACE,
+        "key": 0,
+        "projects": list(projects),
+        "idle_limit": f"{round(ADMISSION_IDLE_LIMIT_SECONDS * 1000)}ms",
+    }
+    taken = session.execute(
+        _LOCK_ADMISSION_IF_QUEUED, parameters, execution_options={PIPELINED_BEGIN: False}
     )
+    return taken.first() is not None
 
 
 # One probe of ix_work_items_queue per project; the lock only once one has found a row

@@ -25,7 +25,6 @@ from sqlalchemy.orm.attributes import set_committed_value
 from wq.engine import leases, store
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import WorkItem
-from wq.engine.pipelined import AHEAD, Ahead
 from wq.engine.registry import TypeRegistry
 
 log = logging.getLogger("wq.engine.processing")
@@ -98,15 +97,12 @@ def claim_for_workers(
     now: datetime,
     lease_until: datetime,
     load: ItemLoads | None = None,
-    ahead: Ahead | None = None,
 ) -> WorkerClaims:
     """Lease up to `free` items of `types`, one token each (caller commits).
 
     With `load` (`item_loads`) the claimed items are loaded in this transaction, as
     leased, and detached from the session (each claim's `item`), so that the commit
-    does not expire them. The claim locks their rows until it commits. `ahead` goes
-    in the claim's round trip, before it, where the claim is one statement (else the
-    caller's `send_ahead` sends it).
+    does not expire them. The claim locks their rows until it commits.
     """
     if load is not None and free > 0 and types and store.is_postgres(session):
         claims = _claim_and_load(
@@ -117,7 +113,6 @@ def claim_for_workers(
             free=free,
             now=now,
             lease_until=lease_until,
-            ahead=ahead,
         )
     else:
         claims = leases.claim(
@@ -138,7 +133,6 @@ def _claim_and_load(
     free: int,
     now: datetime,
     lease_until: datetime,
-    ahead: Ahead | None = None,
 ) -> list[leases.Claim]:
     """PostgreSQL: claim and load in one statement; the items detached, as leased."""
     token = leases.new_token()
@@ -155,7 +149,6 @@ def _claim_and_load(
             "token": token,
             "lease_until": lease_until,
         },
-        execution_options={} if ahead is None else {AHEAD: ahead},
     ).unique()
     claims: list[leases.Claim] = []
     for item, previous_owner, previous_until in rows:

@@ -37,7 +37,6 @@ from wq.engine.config import ProcessingConfig
 from wq.engine.metrics import Metrics
 from wq.engine.models import WorkItem
 from wq.engine.outage import EngineFailures
-from wq.engine.pipelined import Ahead
 from wq.engine.registry import TypeRegistry
 from wq.engine.runner import ItemRunner
 from wq.engine.wakeup import Wakeup
@@ -141,9 +140,9 @@ class WorkerHandoff:
     def claim(self, types: Sequence[str], *, admission: AdmissionPass | None = None) -> int:
         """Claim items of `types` for the free workers and start them; return how many.
 
-        `admission` runs in the claim's transaction, whose commit is its commit too: its
-        lock goes ahead of the claim's statement, and what it admits is claimed then
-        by a second statement. If no claim is due, it runs in a transaction of its own.
+        `admission` runs in the claim's transaction, whose commit is its commit too, after
+        the claim's statement: what it admits is claimed then by a second statement. If
+        no claim is due, it runs in a transaction of its own.
         """
         with self.claim_lock:
             free = self.free
@@ -155,11 +154,10 @@ class WorkerHandoff:
                         admission.run(session)
                 return 0
             with self._sessions.begin() as session:
-                ahead = None if admission is None else admission.ahead(session)
                 now = self._clock()
-                taken = self._claim_in(session, types, free, now, ahead)
+                taken = self._claim_in(session, types, free, now)
                 if admission is not None and admission.run(session) and not taken.full:
-                    more = self._claim_in(session, types, free - len(taken.claims), now, None)
+                    more = self._claim_in(session, types, free - len(taken.claims), now)
                     taken = WorkerClaims(taken.claims + more.claims, more.full)
                 due = None if taken.full else leases.next_due(session, types, now)
             self.due = monotonic_due(due, now)
@@ -173,7 +171,7 @@ class WorkerHandoff:
             return len(taken.claims)
 
     def _claim_in(
-        self, session: Session, types: Sequence[str], free: int, now: datetime, ahead: Ahead | None
+        self, session: Session, types: Sequence[str], free: int, now: datetime
     ) -> WorkerClaims:
         return claim_for_workers(
             session,
@@ -185,7 +183,6 @@ class WorkerHandoff:
             # SQLite: workers read their items themselves, outside the write lock
             # (loading here would hold it longer; no round trips to save).
             load=self._item_loads if store.is_postgres(session) else None,
-            ahead=ahead,
         )
 
     def hand_over(self, claims: list[leases.Claim], free: int) -> None:

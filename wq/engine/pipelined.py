@@ -8,42 +8,20 @@ statement and a sync go out together and their answers come back together, one
 round trip. The statement behaves as it would otherwise: its rows, rowcount and
 description are there when it returns, and its error is raised (and wrapped) by
 SQLAlchemy as usual, leaving the transaction failed. Other statements, server-side
-cursors, `COPY` and SQLite are left as they are.
-
-A statement may also carry another one ahead of it (the execution option `AHEAD`,
-an `Ahead`): both go out in one pipeline, the one ahead first, and its rows are kept
-on the `Ahead` for the caller.
+cursors, `COPY` and SQLite are left as they are, and so is a statement whose own
+execution options set `PIPELINED_BEGIN` to False.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
-from sqlalchemy import Engine, TextClause, event
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 PIPELINED_BEGIN = "wq_pipelined_begin"
-AHEAD = "wq_ahead"
-
-
-@dataclass
-class Ahead:
-    """A statement sent in the same round trip as another, before it (`send_ahead`)."""
-
-    statement: TextClause
-    parameters: dict[str, Any]
-    rows: list[tuple[Any, ...]] | None = field(default=None, init=False)  # once sent
-
-
-def send_ahead(session: Session, ahead: Ahead) -> list[tuple[Any, ...]]:
-    """The rows of `ahead`: sent now, on its own, unless a statement carried it
-    (`execution_options={AHEAD: ahead}`) on a pipelined engine already."""
-    if ahead.rows is None:
-        ahead.rows = [tuple(row) for row in session.execute(ahead.statement, ahead.parameters)]
-    return ahead.rows
 
 
 def pipelined_begin(engine: Engine) -> Engine:
@@ -57,11 +35,9 @@ def pipelined_begin(engine: Engine) -> Engine:
 
 
 def _execute(cursor: Any, statement: str, parameters: Any, context: Any) -> bool:
-    """Send a transaction's first statement with its `BEGIN`, and a statement with the
-    one it carries ahead of it; False leaves it to the dialect."""
-    options = context.execution_options
-    ahead: Ahead | None = options.get(AHEAD)
-    if ahead is None and not options.get(PIPELINED_BEGIN):
+    """Send a transaction's first statement with its `BEGIN`; False leaves it to the
+    dialect."""
+    if not context.execution_options.get(PIPELINED_BEGIN):
         return False
     if not isinstance(cursor, psycopg.Cursor) or isinstance(cursor, psycopg.ServerCursor):
         return False
@@ -70,19 +46,11 @@ def _execute(cursor: Any, statement: str, parameters: Any, context: Any) -> bool
     if (
         driver.autocommit
         or pgconn.pipeline_status != PipelineStatus.OFF
-        or (ahead is None and pgconn.transaction_status != TransactionStatus.IDLE)
+        or pgconn.transaction_status != TransactionStatus.IDLE
     ):
         return False
-    if ahead is None:
-        with driver.pipeline():
-            cursor.execute(statement, parameters or None)
-        return True
-    compiled = ahead.statement.compile(dialect=context.dialect)
-    with driver.cursor() as before:
-        with driver.pipeline():
-            before.execute(compiled.string, compiled.construct_params(ahead.parameters))
-            cursor.execute(statement, parameters or None)
-        ahead.rows = [tuple(row) for row in before.fetchall()] if before.description else []
+    with driver.pipeline():
+        cursor.execute(statement, parameters or None)
     return True
 
 

@@ -186,8 +186,7 @@ class Scheduler:
         try:
             if admitting and (claim or self._handoff.surplus_waiting):
                 # A claim follows whatever the pass admits: both in one transaction, one
-                # commit, the lock in the claim's round trip (fewer round trips, and
-                # fewer waits for the interpreter after them).
+                # commit (fewer round trips, and fewer waits for the interpreter after them).
                 claimed = self._claim_for_workers(admission=admission)
             elif admitting:
                 with self._worker_sessions.begin() as session:
