@@ -342,3 +342,20 @@ def test_keys_typed_right_after_quit_end_nothing_but_the_app(daemon: RunningDaem
             await pilot.pause(0.5)
 
         run(daemon, scenario)
+
+
+def test_keys_pressed_right_after_q_run_no_action(daemon: RunningDaemon) -> None:
+    # `q i p u` typed at once: `u` reached a Pools view made for the closing app, whose
+    # table was gone (a traceback, exit 1). Once the app exits, no key acts.
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: isinstance(app.screen, PoolsScreen), message="pools")
+        screen = app.screen
+        app.exit()
+        # The actions of `i`, then of the Pools view's `u` and `enter`, as those keys
+        # would run them.
+        assert not await app.run_action("switch_mode('items')")
+        assert not await app.run_action("queue", screen)
+        assert not await app.run_action("open", screen)
+        assert app.current_mode == "pools"
+
+    run(daemon, scenario)

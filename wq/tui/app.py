@@ -236,7 +236,10 @@ class WqApp(App[None]):
     # Actions ----------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """`refuse` only in read-only mode, and only on a view that has the action."""
+        """Nothing once the app exits (keys typed right behind `q` would open views it
+        is taking down); `refuse` only in read-only mode, on a view that has the action."""
+        if self.return_code is not None:
+            return False
         if action == "refuse":
             return self.readonly and hasattr(self.screen, f"action_{parameters[0]}")
         return True

@@ -57,8 +57,11 @@ class PollingScreen(Screen[None]):
         """Before a fetch, on the UI thread: note what it needs from the screen."""
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Retry and cancel are not offered in read-only mode: False hides their keys
-        from the footer (the app's hidden fallback then says why, if pressed)."""
+        """No action once the app exits (its screens are being taken down). Retry and
+        cancel are not offered in read-only mode: False hides their keys from the
+        footer (the app's hidden fallback then says why, if pressed)."""
+        if self.closing:
+            return False
         return not (action in READ_WRITE_ACTIONS and self.wq.readonly)
 
     # Scheduling ------------------------------------------------------------------
