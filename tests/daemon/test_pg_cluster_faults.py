@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 import pytest
@@ -250,27 +251,40 @@ def test_after_a_restart_no_request_fails_on_a_connection_the_server_ended(
     assert_each_ran_once_to_the_end(daemon)
 
 
-def test_readiness_is_said_within_the_probes_time_while_the_server_hangs(
+def test_probes_and_scrapes_answer_in_their_time_while_the_server_hangs(
     cluster: PrivateCluster,
 ) -> None:
     # The API's own timeouts as configured by default (10 s a statement, 5 s to connect):
-    # a probe waiting for them took 17 s, past the kubelet's 5 s (deploy/).
+    # `/readyz` waiting for them took 17 s, past the kubelet's 5 s (deploy/), and so did
+    # each `/metrics` scrape, past Prometheus's 10 s.
     url = migrated_database(cluster, "wq_probe")
-    runtime = build_runtime(make_config(url), registry=chain_registry(Behaviour()))
+    config = make_config(url, metrics={"cache_seconds": 1})
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+
+    def timed(path: str) -> tuple[float, Any]:
+        started = time.monotonic()
+        response = client.get(path)
+        return time.monotonic() - started, response
+
     try:
         with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
             assert client.get("/readyz").status_code == 200
-            time.sleep(2.5)  # the pooled connections are pinged before use from now on
+            assert "db_metrics_errors_total 0.0" in client.get("/metrics").text
+            time.sleep(2.5)  # pooled connections are pinged before use from now on
             cluster.freeze()
             try:
-                started = time.monotonic()
-                response = client.get("/readyz")
-                waited = time.monotonic() - started
+                ready = timed("/readyz")
+                scrapes = [timed("/metrics"), timed("/metrics")]
             finally:
                 cluster.thaw()
-            assert response.status_code == 503, response.text
-            assert response.json()["error"] == "database unreachable"
-            assert waited < 5, waited
+            assert ready[1].status_code == 503, ready[1].text
+            assert ready[1].json()["error"] == "database unreachable"
+            assert ready[0] < 5, ready[0]
+            # The last reading, after the connect timeout (5 s) at most; the next scrape
+            # at once (the reading that failed counts from its end).
+            assert [response.status_code for _, response in scrapes] == [200, 200]
+            assert scrapes[0][0] < 8 and scrapes[1][0] < 1, scrapes
+            assert "db_metrics_errors_total 1.0" in scrapes[1][1].text
             wait_for(lambda: client.get("/readyz").status_code == 200, message="ready again")
     finally:
         runtime.engine.dispose()

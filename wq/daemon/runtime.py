@@ -211,11 +211,17 @@ def build_runtime(
     # Only the embedded default makes (and migrates) its database; a config file's
     # daemon needs `wq db migrate` first and must not leave an empty file behind.
     engine = make_engine(url, pool_size=workers + 5, timeouts=timeouts, create=config.embedded)
-    probe_engine = (
-        make_engine(url, timeouts=PROBE_TIMEOUTS, pooled=False)
-        if engine.dialect.name == "postgresql"
-        else None
-    )
+    probe_engine = gauge_engine = None
+    if engine.dialect.name == "postgresql":
+        probe_engine = make_engine(url, timeouts=PROBE_TIMEOUTS, pooled=False)
+        # A connection per reading (every `metrics.cache_seconds`), its statements within
+        # the budget: a scrape against a hung database waits for the connect timeout at
+        # most, not for a pooled connection's ping as well (17 s by default).
+        gauge_timeouts = Timeouts(
+            connect_seconds=config.database.connect_timeout_seconds,
+            statement_seconds=config.metrics.budget_seconds,
+        )
+        gauge_engine = make_engine(url, timeouts=gauge_timeouts, pooled=False)
     wakeup = Wakeup()
     metrics = Metrics(config.metrics.prefix, config.metrics.service_prefix)
     sessions = make_sessionmaker(engine)
@@ -226,7 +232,7 @@ def build_runtime(
     api_read_sessions.configure(info={METRICS_KEY: metrics})
     metrics.registry.register(
         DatabaseCollector(
-            read_sessions,
+            read_sessions if gauge_engine is None else make_sessionmaker(read_only(gauge_engine)),
             config,
             lambda: registry.names,
             prefix=config.metrics.service_prefix,

@@ -214,7 +214,6 @@ class DatabaseCollector(Collector):
             now = time.monotonic()
             if self._tried_at is not None and now - self._tried_at < self.cache_seconds:
                 return self._snapshot
-            self._tried_at = now
             try:
                 with self.sessions() as session:
                     self._limit(session)
@@ -231,6 +230,10 @@ class DatabaseCollector(Collector):
                     log.error("cannot read the database gauges", exc_info=err)
             else:
                 self._outage.succeeded()
+            finally:
+                # From the attempt's end: a reading that waited for a hung database
+                # until its timeouts is not followed at once by another.
+                self._tried_at = time.monotonic()
             return self._snapshot
         finally:
             self._lock.release()
