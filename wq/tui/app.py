@@ -59,7 +59,9 @@ class WqApp(App[None]):
         Binding("p", "switch_mode('pools')", "Pools"),
         Binding("u", "switch_mode('queue')", "Queue"),
         Binding("i", "switch_mode('items')", "Items"),
-        Binding("colon", "command", "Command", key_display=":"),
+        # Before the view's own keys: the keys typed behind `:` in one burst (a paste,
+        # a fast typist) then reach the command line, not the view's table.
+        Binding("colon", "command", "Command", key_display=":", priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         # Ctrl-C quits, as in any terminal program (Textual's own binding only says how).
@@ -240,6 +242,8 @@ class WqApp(App[None]):
         is taking down); `refuse` only in read-only mode, on a view that has the action."""
         if self.return_code is not None:
             return False
+        if action == "command" and isinstance(self.screen, PromptScreen):
+            return False  # a `:` typed into a prompt's line is text
         if action == "refuse":
             return self.readonly and hasattr(self.screen, f"action_{parameters[0]}")
         return True

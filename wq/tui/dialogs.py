@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal
@@ -53,6 +54,19 @@ class PromptScreen(ModalScreen[str | None]):
         with Horizontal(id="prompt"):
             yield Label(self.prefix, id="prompt-prefix", markup=False)
             yield Input(self.value, id="prompt-input")
+
+    def on_key(self, event: events.Key) -> None:
+        """A key typed in one burst with the one that opened the prompt (a paste, a
+        fast typist) comes before its line has the focus: it goes into the line all the
+        same, and `enter` submits it."""
+        line = next(self.query("#prompt-input").results(Input), None)
+        if line is None or line.has_focus:
+            return
+        event.stop()
+        if event.key == "enter":
+            self.dismiss(line.value)
+        elif event.is_printable and event.character:
+            line.insert_text_at_cursor(event.character)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value)
