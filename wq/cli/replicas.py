@@ -20,6 +20,7 @@ from wq.cli.common import (
 )
 from wq.cli.live import follow
 from wq.cli.output import age, emit, table, text
+from wq.client.shown import workers_and_leases
 
 
 def _events(replica: dict[str, Any]) -> str:
@@ -47,8 +48,7 @@ def replicas_view(replicas: list[dict[str, Any]], wide: bool) -> Any:
             replica["id"],
             _state(replica),
             f"{age(replica['heartbeat_age_seconds'])} ago",
-            f"{replica['workers_busy']}/{replica['workers_total']}",
-            str(replica["leases_held"]),
+            *workers_and_leases(replica),
             _events(replica),
             "-" if rtt is None else f"{rtt:.1f} ms",
             age(replica.get("started_at")),

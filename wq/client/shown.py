@@ -1,4 +1,4 @@
-"""How an item's fields read to a person: the same in `wq status` and in the TUI."""
+"""How an item's or a replica's fields read to a person: the same in the CLI and the TUI."""
 
 from __future__ import annotations
 
@@ -17,3 +17,14 @@ def attempts(item: dict[str, Any]) -> str:
     if isinstance(runs, int) and not isinstance(runs, bool):
         count = max(count, runs)
     return str(count)
+
+
+def workers_and_leases(replica: dict[str, Any]) -> tuple[str, str]:
+    """A replica's busy/total workers and the leases it holds.
+
+    A lost replica's own last report is stale (its workers are gone, the others took
+    over most of its items): no workers, and the leases the database still gives it.
+    """
+    if replica.get("state") == "lost":
+        return "-", str(replica.get("being_rescued", 0))
+    return f"{replica['workers_busy']}/{replica['workers_total']}", str(replica["leases_held"])

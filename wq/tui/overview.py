@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 
 from wq.client.errors import NotFound
 from wq.client.pressure import pressure
+from wq.client.shown import workers_and_leases
 from wq.tui.format import age
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
@@ -118,8 +119,7 @@ def replica_rows(replicas: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
                 replica["id"],
                 replica["state"],
                 f"{age(replica['heartbeat_age_seconds'])} ago",
-                f"{replica['workers_busy']}/{replica['workers_total']}",
-                str(replica["leases_held"]),
+                *workers_and_leases(replica),
             ],
         )
         for replica in replicas
