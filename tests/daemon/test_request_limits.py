@@ -183,6 +183,7 @@ def test_a_pool_is_asked_for_by_a_project_path(limited: tuple[Runtime, str]) -> 
             ("..%2f..%2f", "no backslash, no leading or trailing /"),
             ("a%2f%2fb", "empty, '.' or '..' segments"),
             ("a" * 600, "at most 512 characters"),
+            ("team/%ff", "nor bytes that are not UTF-8"),  # was the pool of "team/\ufffd"
         ]:
             refused = client.get(f"/api/pools/{path}", headers=headers)
             assert refused.status_code == 422, (path, refused.text)
