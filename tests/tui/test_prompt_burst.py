@@ -1,4 +1,4 @@
-"""Keys typed in one burst with `:` (a paste, a fast typist) all reach the command line.
+"""Keys typed in one burst with `:` or `/` (a paste, a fast typist) all reach the prompt.
 
 The view's table has the focus when they arrive: it takes them all, `:` opens the
 prompt on its way up to the app's bindings, and the keys behind it reached the app
@@ -16,6 +16,7 @@ from tests.tui.canned import NOW, canned_api
 from tests.tui.conftest import until
 from wq.tui.app import WqApp
 from wq.tui.dialogs import PromptScreen
+from wq.tui.items import ItemsScreen
 from wq.tui.queue import QueueScreen
 
 # The names the terminal driver gives these keys (the others are named by themselves).
@@ -47,5 +48,20 @@ def test_a_colon_typed_into_the_command_line_is_text() -> None:
             line = app.screen.query_one("#prompt-input", Input)
             assert line.value == "a:b"
             assert len(app.screen_stack) == 2  # one prompt, not a second one on top
+
+    asyncio.run(main())
+
+
+def test_a_search_typed_in_one_burst_with_slash_is_the_filter() -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(120, 36)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, ItemsScreen), message="items")
+            await pilot.pause(0.3)
+            screen = app.screen
+            for character in "/team\r":
+                app.post_message(events.Key(NAMES.get(character, character), character))
+            await until(pilot, lambda: getattr(screen, "text", None) == "team", message="find")
+            await pilot.pause(0.3)
 
     asyncio.run(main())

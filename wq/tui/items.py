@@ -60,7 +60,8 @@ class ItemsScreen(PollingScreen):
     BINDINGS = [  # noqa: RUF012
         Binding("enter", "open", "Detail"),
         Binding("f", "server_filters", "Filters"),
-        Binding("slash", "text_filter", "Find", key_display="/"),
+        # Before the table's keys, as `:` (`WqApp`): what is typed behind it goes to the line.
+        Binding("slash", "text_filter", "Find", key_display="/", priority=True),
         Binding("s", "sort", "Sort"),
         Binding("space", "mark", "Mark"),
         Binding("r", "retry", "Retry"),
