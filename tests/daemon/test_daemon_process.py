@@ -334,6 +334,30 @@ def test_huge_authorization_header_gets_an_answer(tmp_path: Path, daemons: list[
 
 
 @pytest.mark.usefixtures("no_system_config")
+def test_probes_and_scrape_answer_head_without_a_body(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    # `curl -I` and load balancers' HEAD checks got 405 Method Not Allowed.
+    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    daemon.wait_healthy()
+    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+    for path in ("/healthz", "/readyz", "/metrics"):
+        with httpx.Client(base_url=daemon.url, timeout=HTTP_TIMEOUT) as client:
+            got = client.get(path)
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        status, *lines = head.decode("latin-1").split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in lines)
+        assert status == "HTTP/1.1 200 OK", (path, status)
+        assert body == b"", (path, body[:200])
+        assert headers["content-type"] == got.headers["content-type"].lower(), path
+
+
+@pytest.mark.usefixtures("no_system_config")
 def test_endless_headers_are_cut_off_with_431(tmp_path: Path, daemons: list[Daemon]) -> None:
     # uvicorn's httptools protocol buffers a request head without limit: a client that
     # never ends its headers would grow the daemon's memory until it died.

@@ -3,7 +3,8 @@
 `/healthz` says the process answers (a liveness probe: restarting the daemon would
 not bring a database back); `/readyz` says it can serve the API (a readiness probe:
 database reachable, schema not behind the revision this version needs); `/metrics` is
-Prometheus' text format at exactly that path.
+Prometheus' text format at exactly that path. Each also answers HEAD, as GET without
+the body (uvicorn leaves it out): `curl -I` and the load balancers' checks that use it.
 """
 
 from __future__ import annotations
@@ -107,3 +108,12 @@ def read_metrics(runtime: RuntimeDep) -> Response:
     Database gauges are read here, at scrape time (cached; see `wq.engine.metrics_db`).
     """
     return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+# Not in the API document: the same operations, which the document names by their GET.
+for _path, _endpoint in (
+    ("/healthz", read_health),
+    ("/readyz", read_readiness),
+    ("/metrics", read_metrics),
+):
+    router.add_api_route(_path, _endpoint, methods=["HEAD"], include_in_schema=False)
