@@ -157,3 +157,8 @@ def test_an_item_named_twice_is_acted_on_once(daemon: RunningDaemon, cache_home:
     retried = invoke(["retry", item_id[:8], "--id", item_id, "--json"], env(daemon, cache_home))
     assert (retried.code, retried.stderr) == (0, ""), retried
     assert [answer["id"] for answer in retried.json()] == [item_id]
+    # Its failure reads as the failure of one id: one line, no count of one.
+    refused = invoke(["retry", item_id[:8], "--id", item_id], env(daemon, cache_home))
+    assert refused.code == 5, refused
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("wq: error: conflict: ") and item_id in line, line

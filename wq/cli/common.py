@@ -241,10 +241,14 @@ def act_on_items(
     with errors(), client(url, no_auth) as api:
         action = call(api)
         if len(named) == 1:
-            done, first_error, total = [action(resolve(api, named[0]))], None, 1
+            whole, unresolved = [resolve(api, named[0])], None
         else:
             whole, unresolved = for_each_item(named, lambda value: resolve(api, value))
-            unique = list(dict.fromkeys(whole))
+        unique = list(dict.fromkeys(whole))
+        if len(unique) == 1 and unresolved is None:
+            # One item, however many ways it was named: its error alone, as for one id.
+            done, first_error, total = [action(unique[0])], None, 1
+        else:
             done, failed = for_each_item(unique, action)
             first_error = unresolved or failed
             total = len(unique) + len(named) - len(whole)
