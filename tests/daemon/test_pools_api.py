@@ -19,9 +19,13 @@ from wq.engine.admission import dispatch
 from wq.engine.items import set_phase
 from wq.engine.models import WorkItem, utcnow
 
+# Spelled as some keyboards and file systems give it: "e" and a combining acute accent.
+DECOMPOSED = "e\u0301quipe"
+COMPOSED = "\u00e9quipe"
 POOLS = {
     "default": {"capacity": 2, "alert_capacity": 1, "queued_autonomous_cap": 3},
     "infra": {"capacity": 1, "alert_capacity": 2},
+    DECOMPOSED: {"capacity": 1},
 }
 
 
@@ -76,6 +80,24 @@ def test_one_pool_even_without_work(pooled: tuple[Runtime, TestClient]) -> None:
     assert pool["project"] == "infra/new-service"
     assert pool["normal"] == {"capacity": 1, "in_flight": 0, "queued": 0}
     assert pool["oldest_queued_at"] is None
+
+
+def test_a_project_spelled_two_ways_is_one_project(pooled: tuple[Runtime, TestClient]) -> None:
+    # Two pools, two queues and two capacities that looked alike in every table.
+    runtime, client = pooled
+    for spelling in (DECOMPOSED, COMPOSED, DECOMPOSED):
+        created = client.post("/api/work-items/chain", json={"project": f"{spelling}/app"})
+        assert created.status_code == 201, created.text
+        assert created.json()["item"]["project"] == f"{COMPOSED}/app"
+    dispatch(runtime.sessions, runtime.config, clock=utcnow)
+    for spelling in (DECOMPOSED, COMPOSED):
+        pool = client.get(f"/api/pools/{quote(spelling)}/app").json()
+        assert pool["project"] == f"{COMPOSED}/app"
+        # The pool key's capacity of one, whichever way the key was spelled.
+        assert pool["normal"] == {"capacity": 1, "in_flight": 1, "queued": 2}
+        listed = client.get("/api/work-items", params={"project": f"{spelling}/app"}).json()
+        assert len(listed["items"]) == 3
+    assert [pool["project"] for pool in client.get("/api/pools").json()] == [f"{COMPOSED}/app"]
 
 
 @pytest.mark.parametrize("project", ["a\nb", "\na", "a\n"])

@@ -49,6 +49,15 @@ def test_pool_lookup_exact_then_longest_prefix(project: str, expected: int) -> N
     assert config.pool_for(project).capacity == expected
 
 
+def test_pool_keys_match_projects_however_their_accents_are_spelled() -> None:
+    composed, decomposed = "\u00e9quipe", "e\u0301quipe"
+    config = parse_config({"pools": {decomposed: {"capacity": 4}}}, "x")
+    assert config.pool_for(f"{composed}/app").capacity == 4
+    assert config.pool_for(f"{decomposed}/app").capacity == 4
+    with pytest.raises(ConfigError, match="name the same project"):
+        parse_config({"pools": {decomposed: {"capacity": 4}, composed: {"capacity": 1}}}, "x")
+
+
 @pytest.mark.parametrize(
     ("data", "key"),
     [

@@ -20,6 +20,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -34,11 +35,14 @@ from wq.daemon.auth import (
 from wq.daemon.auth.audit import SAFE_METHODS
 from wq.daemon.runtime import Runtime
 from wq.engine.audit import AuditRecord
+from wq.engine.project_names import canonical_project
 
 _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
 
 # PostgreSQL text cannot hold NUL: refuse it as bad input rather than fail in the driver.
 NO_NUL = r"^[^\x00]*$"
+# A project a filter names, matched as projects are stored (`canonical_project`).
+ProjectName = Annotated[str, AfterValidator(canonical_project)]
 
 
 async def get_runtime(request: Request) -> Runtime:

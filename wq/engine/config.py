@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from wq.engine.project_names import canonical_project
+
 SYSTEM_CONFIG_PATH = Path("/etc/wq/config.yml")
 # The reference service's default location, looked at after wq's own.
 SEED_CONFIG_PATH = Path("/etc/workqueue/config.yml")
@@ -239,10 +241,16 @@ class Config(_Section):
     @field_validator("pools")
     @classmethod
     def _pool_keys_are_paths(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
-        for key in pools:
+        keyed: dict[str, PoolConfig] = {}
+        for key, pool in pools.items():
             if key != "default" and (not key or key.startswith("/") or key.endswith("/")):
                 raise ValueError(f"pool key {key!r} must be 'default' or a project path")
-        return pools
+            # Matched against the projects as they are stored (`canonical_project`).
+            canonical = canonical_project(key)
+            if canonical in keyed:
+                raise ValueError(f"pool keys {canonical!r} and {key!r} name the same project")
+            keyed[canonical] = pool
+        return keyed
 
     @property
     def source(self) -> str:
@@ -256,6 +264,7 @@ class Config(_Section):
 
     def pool_for(self, project: str) -> PoolConfig:
         """The pool settings of a project: exact key, then longest `/` prefix, then default."""
+        project = canonical_project(project)
         if project in self.pools:
             return self.pools[project]
         prefixes = [key for key in self.pools if project.startswith(key + "/")]

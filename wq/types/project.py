@@ -14,6 +14,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from wq.engine.project_names import canonical_project
+
 # C0 and C1 controls, DEL, the space separators, every format character (Unicode's
 # category Cf: soft hyphen, zero-width, bidirectional marks, embeddings, overrides and
 # isolates, BOM, tags...) and the other characters Unicode says are ignored when shown
@@ -60,7 +62,7 @@ def _check_project(path: str) -> str:
     reason = project_problem(path)
     if reason:
         raise ValueError(reason)
-    return path
+    return canonical_project(path)
 
 
 # The pattern is documented, not matched by pydantic: the validator's reasons read better.

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import Principal, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
-from wq.daemon.deps import NO_NUL, PrincipalDep, RuntimeDep
+from wq.daemon.deps import NO_NUL, PrincipalDep, ProjectName, RuntimeDep
 from wq.daemon.routers.submissions import only_post
 from wq.daemon.runtime import Runtime
 from wq.engine import bulk
@@ -51,7 +51,9 @@ class BulkRequest(BaseModel):
     )
 
     type: Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL)] | None = None
-    project: Annotated[str, Field(min_length=1, max_length=512, pattern=NO_NUL)] | None = None
+    project: Annotated[ProjectName, Field(min_length=1, max_length=512, pattern=NO_NUL)] | None = (
+        None
+    )
     kind: Annotated[str, Field(min_length=1, max_length=128, pattern=NO_NUL)] | None = Field(
         None, description="a task kind (types without kinds are left out)"
     )

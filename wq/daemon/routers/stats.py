@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from wq.daemon.auth import Principal
 from wq.daemon.contract import api_responses
-from wq.daemon.deps import NO_NUL, ReadSessionDep, RuntimeDep, require_to_read
+from wq.daemon.deps import NO_NUL, ProjectName, ReadSessionDep, RuntimeDep, require_to_read
 from wq.daemon.errors import say_pattern
 from wq.daemon.schemas import Lane
 from wq.engine import stats
@@ -123,7 +123,7 @@ def read_stats(
         str | None, Query(max_length=64, pattern=NO_NUL, description="only items of this type")
     ] = None,
     project: Annotated[
-        str | None,
+        ProjectName | None,
         Query(min_length=1, max_length=512, pattern=NO_NUL, description="only this project"),
     ] = None,
 ) -> StatsPublic:

@@ -23,7 +23,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship, validates
 
 from wq.engine.models.base import (
     ACTIVE,
@@ -35,6 +35,7 @@ from wq.engine.models.base import (
     new_stamp,
     utcnow,
 )
+from wq.engine.project_names import canonical_project
 
 
 class WorkItem(Base):
@@ -149,6 +150,11 @@ class WorkItem(Base):
             postgresql_where=text("leased_until IS NOT NULL"),
         ),
     )
+
+    @validates("project")
+    def _one_spelling(self, _key: str, project: str) -> str:
+        # Every intake (the API, GitLab's events, schedules) sets the name this way.
+        return canonical_project(project)
 
     def status(self, dimension: str, variant: str = "") -> WorkItemStatus | None:
         """The row of one readiness dimension, or None when it is absent."""
