@@ -80,3 +80,23 @@ def test_at_80_columns_every_header_shows_and_the_text_columns_give_way() -> Non
             assert row[6] == "1" and row[-1].startswith("RuntimeErr") and row[-1].endswith("…")
 
     asyncio.run(main())
+
+
+def test_the_dimension_columns_are_measured_by_the_headers_they_show() -> None:
+    # `ci_retry`, not `needs_ci_retry`: measured by their labels, the three dimension
+    # columns took 18 cells too many from the project and the error at 120 columns.
+    error = "RuntimeError: the agent's run ended without a merge request to show for it"
+    items = [item(n, project="team/backend-api", error=error) for n in range(1, 4)]
+
+    async def main() -> None:
+        app = WqApp(canned_api(CannedServer(items=items)), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(120, 24)) as pilot:
+            app.show_items()
+            table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == len(items), message="the items")
+            await measured(pilot, table)
+            used = sum(column.get_render_width(table) for column in table.ordered_columns)
+            assert used == table.scrollable_content_region.width  # the whole width, no more
+            assert table.get_row(items[0]["id"])[2] == "team/backend-api"
+
+    asyncio.run(main())

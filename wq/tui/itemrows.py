@@ -17,6 +17,7 @@ from wq.cli.common import printable
 from wq.client.shown import attempts as attempts_shown
 from wq.tui.format import (
     age,
+    dimension_header,
     dimension_label,
     dimension_mark,
     last_line,
@@ -88,7 +89,11 @@ def fit(rows: list[Row], dimensions: list[str], room: int) -> tuple[int, int]:
     for row in rows:
         fixed = [max(pair) for pair in zip(fixed, row.widths, strict=True)]
     del fixed[PROJECT]
-    marks = [widest((row.marks.get(name, "") for row in rows), name) for name in dimensions]
+    # Measured by their headers, as the table shows them (not `needs_...`).
+    marks = [
+        widest((row.marks.get(name, "") for row in rows), dimension_header(name))
+        for name in dimensions
+    ]
     projects = widest((row.fixed[PROJECT] for row in rows), "project")
     errors = min(ERROR_WIDTH, widest((row.error for row in rows), ERROR))
     project, error = give_way(
