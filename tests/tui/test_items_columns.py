@@ -73,11 +73,35 @@ def test_at_80_columns_every_header_shows_and_the_text_columns_give_way() -> Non
             assert used <= table.scrollable_content_region.width
             header = table.render_line(0).text
             headers = ("id", "type", "project", "phase", "admission", "since", "attempts")
-            for name in (*headers, "last error"):
+            for name in (*headers, "error"):
                 assert f" {name} " in f"{header} ", (name, header)
             row = table.get_row(tasks[0]["id"])
             assert "…" in row[2] and row[2].endswith("name")  # the project, cut in the middle
             assert row[6] == "1" and row[-1].startswith("RuntimeErr") and row[-1].endswith("…")
+
+    asyncio.run(main())
+
+
+def test_at_80_columns_an_error_column_of_dashes_leaves_its_room_to_the_project() -> None:
+    # A screenful of tasks with no errors, and a vertical scrollbar: the error column
+    # takes no more than its header, and the project has the rest.
+    tasks = [
+        {**item(n, project=PROJECT, phase="cancelled", admission="done"), "type": "task"}
+        | {"dimensions": []}
+        for n in range(1, 40)
+    ]
+
+    async def main() -> None:
+        app = WqApp(canned_api(CannedServer(items=tasks)), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.show_items()
+            table: DataTable[Any] = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == len(tasks), message="the items")
+            await measured(pilot, table)
+            row = table.get_row(tasks[0]["id"])
+            assert row[-1] == "-"
+            assert table.ordered_columns[-1].content_width == len("error")
+            assert row[2] == "some…ject-name", row[2]  # was `so…t-name`, error `last error`
 
     asyncio.run(main())
 

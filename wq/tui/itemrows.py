@@ -29,7 +29,9 @@ from wq.tui.widths import give_way, widest
 
 FIXED = ("id", "type", "project", "phase", "admission", "since", "attempts")
 PROJECT = FIXED.index("project")
-ERROR = "last error"
+# Not `last error`: a column's header is the least it takes, and a list whose errors are
+# all `-` would hold ten cells the project needs.
+ERROR = "error"
 # The two columns that give way on a narrow terminal (`wq.tui.widths`): the project is
 # cut in the middle, the error at its end; the error's last line shows up to this width.
 ERROR_WIDTH = 40
