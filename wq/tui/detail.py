@@ -125,8 +125,17 @@ class ItemDetailScreen(PollingScreen):
         Binding("r", "retry", "Retry"),
         Binding("c", "cancel", "Cancel"),
         Binding("y", "copy", "Copy id"),
-        Binding("o", "page", "Open details"),
+        Binding("o", "page", "Details"),
         Binding("l", "log", "Live output"),
+        # After the detail's own keys, the app's were cut mid-word at 80 columns: bound
+        # here to the same actions, unlisted, they still work (`?` lists them all).
+        Binding("p", "app.switch_mode('pools')", show=False),
+        Binding("u", "app.switch_mode('queue')", show=False),
+        Binding("i", "app.switch_mode('items')", show=False),
+        # The app's `:` is a priority binding: only another one hides it from the footer.
+        Binding("colon", "app.command", show=False, priority=True),
+        Binding("question_mark", "app.help", show=False),
+        Binding("q", "app.quit", show=False),
     ]
 
     def __init__(self, item_id: str) -> None:
