@@ -11,9 +11,9 @@ import asyncio
 from textual.widgets import DataTable
 
 from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api
-from tests.tui.conftest import table_on_screen, until
+from tests.tui.conftest import measured, table_on_screen, until
 from wq.tui.app import WqApp
-from wq.tui.queue import QueueScreen
+from wq.tui.queue import ADMITTED_COLUMNS, LANE_COLUMNS, QueueScreen
 
 
 def queued_in(project: str, lane: str) -> list[str]:
@@ -75,5 +75,25 @@ def test_focus_starts_on_the_first_lane_with_work() -> None:
             )
             await pilot.pause()
             assert focused() == "queue-normal"
+
+    asyncio.run(main())
+
+
+def test_at_80_columns_every_column_of_the_lanes_and_the_admitted_items_shows_whole() -> None:
+    # Side by side, the admitted pane read `holdin` and lost `attempts` past its edge.
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.show_queue("team/api")
+            admitted = await table_on_screen(app, pilot, "#admitted")
+            await until(pilot, lambda: admitted.row_count == 2, message="the admitted items")
+            tables = {"#admitted": ADMITTED_COLUMNS, "#queue-normal": LANE_COLUMNS}
+            for selector, columns in tables.items():
+                table = app.screen.query_one(selector, DataTable)
+                await measured(pilot, table)
+                used = sum(column.get_render_width(table) for column in table.ordered_columns)
+                assert used <= table.scrollable_content_region.width, selector
+                header = table.render_line(0).text
+                assert header.split() == [word for name in columns for word in name.split()]
 
     asyncio.run(main())

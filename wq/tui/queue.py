@@ -56,6 +56,10 @@ class QueueData:
 class QueueScreen(PollingScreen):
     """A project's queue: alert lane, normal lane, and the admitted items."""
 
+    # Below 120 columns the admitted items go under the lanes, with the whole width:
+    # beside them, at 80 columns, both panes cut their columns (`holdin`).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Detail"),
         Binding("c", "cancel", "Cancel"),
