@@ -144,3 +144,29 @@ def test_the_summary_counts_a_tasks_attempts_as_the_items_view_does() -> None:
             assert line.split() == ["attempts", "1"]
 
     asyncio.run(main())
+
+
+def test_a_long_value_wraps_in_its_own_column_not_under_the_labels() -> None:
+    project = "some-group/a-rather-long-subgroup/another-subgroup-of-it/the-project-name"
+    error = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad'
+    failed = item(1, project=project, phase="failed", admission="done", error=error)
+
+    async def main() -> None:
+        app = WqApp(canned_api(CannedServer(items=[failed])), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.open_item(failed["id"])
+            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
+            screen = app.screen
+            await until(pilot, lambda: screen.item is not None, message="the item")
+            await pilot.pause()
+            lines = on_screen(screen.query_one("#summary", Static)).splitlines()
+            value = len("          id  ")  # where every value starts
+            start = next(n for n, line in enumerate(lines) if line.split()[:1] == ["project"])
+            rows = lines[start : start + 2]
+            assert all(row[:value].strip() in ("project", "") for row in rows), rows
+            assert "".join(row[value:].rstrip() for row in rows) == project
+            start = next(n for n, line in enumerate(lines) if line.split()[:1] == ["error"])
+            rows = lines[start : start + 3]
+            assert [row[value:].rstrip() for row in rows] == error.splitlines(), rows
+
+    asyncio.run(main())

@@ -196,7 +196,10 @@ def test_item_detail_shows_dimensions_and_history(daemon: RunningDaemon) -> None
         with daemon.api() as http:
             expected = http.get(f"/api/work-items/{item['id']}/history").json()["entries"]
         assert [str(e["id"]) for e in expected] == rows(history)
-        assert item["id"] in str(app.screen.query_one("#summary").render())
+        summary = app.screen.query_one("#summary")
+        assert item["id"] in "".join(
+            summary.render_line(y).text for y in range(summary.size.height)
+        )
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, ItemsScreen), message="back")
 

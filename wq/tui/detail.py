@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -51,6 +53,7 @@ SUMMARY = (
     "run_after",
     "lease_owner",
 )
+LABEL_WIDTH = 12
 
 
 # A details document is shown up to this much; `o` opens the whole of it in $PAGER.
@@ -66,6 +69,17 @@ def _summary_value(item: dict[str, Any], key: str) -> str:
         return attempts_shown(item)
     value = item.get(key)
     return "-" if value is None else str(value)
+
+
+def _summary(item: dict[str, Any]) -> Table:
+    """The summary: the labels, and beside them the values, each wrapped within its own
+    column (a long project or a traceback would otherwise go on under the labels)."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(width=LABEL_WIDTH, justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key in SUMMARY:
+        grid.add_row(key, Text(printable(_summary_value(item, key))))
+    return grid
 
 
 @dataclass
@@ -206,9 +220,7 @@ class ItemDetailScreen(PollingScreen):
     def show(self, data: DetailData) -> None:
         item = self.item = data.item
         now = self.wq.now()
-        self.query_one("#summary", Static).update(
-            printable("\n".join(f"{key:>12}  {_summary_value(item, key)}" for key in SUMMARY))
-        )
+        self.query_one("#summary", Static).update(_summary(item))
         self._show_details(data.details or Details.of(item.get("details") or {}))
         self._show_log(data.log)
         dimensions = self.query_one("#dimensions", DataTable)
