@@ -119,10 +119,19 @@ class WqApp(App[None]):
         self.whoami = message.whoami
         name = message.whoami.get("authentication", {}).get("identity") or "?"
         self.sub_title = self._identity_line(str(name))
-        self.refresh_bindings()
+        self.refresh_bindings()  # r and c, offered or not by the permissions
 
     def _identity_line(self, who: str) -> str:
         return f"{who} @ {self.api.url}{'  [readonly]' if self.readonly else ''}"
+
+    def refusal(self, item_type: str | None = None) -> str | None:
+        """Why retry and cancel are refused (on this type, if given; else on every
+        type), or None when whoami grants them."""
+        if self.readonly:
+            return "read-only mode"
+        if self.may_retry(item_type):
+            return None
+        return f"no retry permission on {item_type}" if item_type else "no retry permission"
 
     def may_retry(self, item_type: str | None = None) -> bool:
         """Retry is offered: not read-only, and whoami grants it (on this type, if given)."""
@@ -239,18 +248,28 @@ class WqApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Nothing once the app exits (keys typed right behind `q` would open views it
-        is taking down); `refuse` only in read-only mode, on a view that has the action."""
+        is taking down); `refuse` only where the view has the action and it is refused
+        (the view then hides its own key, `PollingScreen.check_action`)."""
         if self.return_code is not None:
             return False
         if action == "command" and isinstance(self.screen, PromptScreen):
             return False  # a `:` typed into a prompt's line is text
         if action == "refuse":
-            return self.readonly and hasattr(self.screen, f"action_{parameters[0]}")
+            screen = self.screen
+            return (
+                isinstance(screen, PollingScreen)
+                and hasattr(screen, f"action_{parameters[0]}")
+                and self.refusal(screen.offered_type) is not None
+            )
         return True
 
     def action_refuse(self, action: str) -> None:
-        """Say why `action` (retry, cancel) does nothing: read-only mode."""
-        self.notify(f"{action} refused: read-only mode", severity="warning", markup=False)
+        """Say why `action` (retry, cancel) does nothing: read-only mode, or no permission
+        (on the type of the item under the cursor)."""
+        screen = self.screen
+        item = screen.current() if isinstance(screen, PollingScreen) else None
+        reason = self.refusal(item.get("type") if item else None) or "no retry permission"
+        self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
 
     def copy_id(self, item_id: str) -> None:
         """Copy an item id to the clipboard (OSC 52)."""
@@ -271,7 +290,7 @@ class WqApp(App[None]):
         """Ask once, then retry or cancel every item in one request per phase."""
         refused = sorted({item["type"] for item in items if not self.may_retry(item["type"])})
         if refused:
-            reason = "read-only mode" if self.readonly else f"no retry permission on {refused[0]}"
+            reason = self.refusal(refused[0]) or "no retry permission"
             self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
             return
 
@@ -308,9 +327,8 @@ class WqApp(App[None]):
         self.call_from_thread(done)
 
     def _confirm(self, action: str, item: dict[str, Any], done: Callable[[], None]) -> None:
-        # The keys stay live without the permission, so that pressing one says why.
-        if not self.may_retry(item["type"]):
-            reason = "read-only mode" if self.readonly else f"no retry permission on {item['type']}"
+        reason = self.refusal(item["type"])
+        if reason is not None:
             self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
             return
         # Said at once, not after a question the server would answer 409 to.

@@ -25,6 +25,9 @@ class Dashboard(Protocol):
     listings: int  # how many times `show_items` asked for a list of items anew
     queue_project: str | None
 
+    def refusal(self, item_type: str | None = None) -> str | None:
+        """Why retry and cancel are refused (on this type, or on every type), or None."""
+
     def show_items(self, **filters: str) -> None:
         """The Items view with these server-side filters, without the `/` text."""
 

@@ -217,8 +217,20 @@ class ItemDetailScreen(PollingScreen):
             return f"({err.message})"
         return printable(text) if text else "(no output yet)"
 
+    @property
+    def offered_type(self) -> str | None:
+        """This item's type, once loaded: whoami grants retry per type."""
+        return self.item["type"] if self.item is not None else None
+
+    def current(self) -> dict[str, Any] | None:
+        """This item, once loaded."""
+        return self.item
+
     def show(self, data: DetailData) -> None:
+        another_type = self.item is None or self.item["type"] != data.item["type"]
         item = self.item = data.item
+        if another_type:
+            self.refresh_bindings()  # r and c, offered or not for this type
         now = self.wq.now()
         self.query_one("#summary", Static).update(_summary(item))
         self._show_details(data.details or Details.of(item.get("details") or {}))

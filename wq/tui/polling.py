@@ -56,13 +56,24 @@ class PollingScreen(Screen[None]):
     def prepare(self) -> None:
         """Before a fetch, on the UI thread: note what it needs from the screen."""
 
+    @property
+    def offered_type(self) -> str | None:
+        """The item type whose permission decides whether r and c are offered: None
+        on a list (offered when whoami grants retry on any type)."""
+        return None
+
+    def current(self) -> dict[str, Any] | None:
+        """The item r, c and y act on (the one under the cursor), if any."""
+        return None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """No action once the app exits (its screens are being taken down). Retry and
-        cancel are not offered in read-only mode: False hides their keys from the
-        footer (the app's hidden fallback then says why, if pressed)."""
+        cancel are not offered in read-only mode nor without the retry permission:
+        False hides their keys from the footer (the app's hidden fallback then says
+        why, if pressed)."""
         if self.closing:
             return False
-        return not (action in READ_WRITE_ACTIONS and self.wq.readonly)
+        return not (action in READ_WRITE_ACTIONS and self.wq.refusal(self.offered_type))
 
     # Scheduling ------------------------------------------------------------------
 
