@@ -84,33 +84,27 @@ class Steps:
 Drain = Callable[[sessionmaker[Session], TypeRegistry, Config], Steps]
 
 
-def prepared(admin_url: str, items: int, cheap: bool) -> Callable[[Drain], Steps]:
-    """Run a drain against a fresh database holding `items` admitted no-op items."""
-
-    def run(drain: Drain) -> Steps:
-        with bench_database(None, admin_url, False, prefix="wq_wpath") as url:
-            engine = make_engine(url, pool_size=3)
-            try:
-                schema.upgrade(engine)
-                config = bench_config(url, workers=10, poll=1.0)
-                registry = noop_registry(cheap)
-                sessions = make_sessionmaker(engine)
-                submit_items(
-                    sessions, registry, config, items=items, projects=PROJECTS, batch=500, rate=None
-                )
-                while True:  # admit everything before the drain: admission is not measured
-                    with sessions.begin() as session:
-                        admitted = AdmissionPass(config, None, clock=utcnow, held=set()).run(
-                            session
-                        )
-                    if not admitted:
+def drained(admin_url: str, items: int, *, cheap: bool, drain: Drain) -> Steps:
+    """`drain` run against a fresh database holding `items` admitted no-op items."""
+    with bench_database(None, admin_url, False, prefix="wq_wpath") as url:
+        engine = make_engine(url, pool_size=3)
+        try:
+            schema.upgrade(engine)
+            config = bench_config(url, workers=10, poll=1.0)
+            registry = noop_registry(cheap)
+            sessions = make_sessionmaker(engine)
+            submit_items(
+                sessions, registry, config, items=items, projects=PROJECTS, batch=500, rate=None
+            )
+            while True:  # admit everything before the drain: admission is not measured
+                with sessions.begin() as session:
+                    admission = AdmissionPass(config, None, clock=utcnow, held=set())
+                    if not admission.run(session):
                         break
-                freeze_startup_heap()
-                return drain(sessions, registry, config)
-            finally:
-                engine.dispose()
-
-    return run
+            freeze_startup_heap()
+            return drain(sessions, registry, config)
+        finally:
+            engine.dispose()
 
 
 def drain_workers(
@@ -183,12 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     rounds: dict[str, list[dict[str, float]]] = {"worker": [], "cheap": []}
     for number in range(1, args.rounds + 1):
         print(f"... round {number} of {args.rounds}", file=sys.stderr, flush=True)
-        worker = prepared(args.admin_url, args.items, cheap=False)(
-            lambda sessions, registry, config: drain_workers(
+        worker = drained(
+            args.admin_url,
+            args.items,
+            cheap=False,
+            drain=lambda sessions, registry, config: drain_workers(
                 sessions, registry, config, claim_size=args.claim, group_size=args.group
-            )
+            ),
         )
-        cheap = prepared(args.admin_url, args.items, cheap=True)(drain_batches)
+        cheap = drained(args.admin_url, args.items, cheap=True, drain=drain_batches)
         for name, steps in (("worker", worker), ("cheap", cheap)):
             if steps.items != args.items:
                 print(f"ANOMALY: {name} drained {steps.items} of {args.items}", file=sys.stderr)
