@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+from textual.widgets._footer import FooterKey, FooterLabel
 
 from tests.tui.canned import ITEMS, NOW, canned_api
 from tests.tui.conftest import until
@@ -17,12 +17,24 @@ from wq.tui.help import HelpScreen
 
 
 def cut_keys(app: WqApp) -> list[str]:
-    """The descriptions of the footer's keys that do not show whole."""
+    """The descriptions of the footer's shown keys and labels that do not show whole."""
     footer = app.screen.query_one(Footer)
-    keys = list(footer.query(FooterKey))
-    palette = [key for key in keys if key.has_class("-command-palette")]
+    entries = [*footer.query(FooterKey), *footer.query(FooterLabel)]
+    palette = [e for e in entries if e.has_class("-command-palette") and e.display]
     right = min([footer.region.right, *(key.region.x for key in palette)])
-    return [key.description for key in keys if key not in palette and key.region.right > right]
+    return [
+        str(getattr(entry, "description", entry.render()))
+        for entry in entries
+        if entry not in palette and entry.display and entry.region.right > right
+    ]
+
+
+def shown_keys(app: WqApp) -> list[str]:
+    """The keys the footer shows (left out ones are not displayed)."""
+    footers = app.screen.query(Footer)
+    if not footers:
+        return []  # the view is not composed yet
+    return [key.key for key in footers.first().query(FooterKey) if key.display and key.region.width]
 
 
 def test_the_item_details_footer_fits_80_columns_and_the_apps_keys_still_work() -> None:
@@ -50,5 +62,38 @@ def test_the_item_details_footer_fits_80_columns_and_the_apps_keys_still_work() 
             await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="back")
             await pilot.press("p")
             await until(pilot, lambda: app.current_mode == "pools", message="the Pools view")
+
+    asyncio.run(main())
+
+
+def test_every_views_footer_shows_whole_keys_and_always_help_and_quit() -> None:
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.whoami is not None, message="whoami")
+            for mode in ("overview", "pools", "queue", "items"):
+                app.switch_mode(mode)
+                await until(
+                    pilot,
+                    lambda: {"question_mark", "q"} <= set(shown_keys(app)),
+                    message=f"{mode}: ? and q",
+                )
+                await until(pilot, lambda: not cut_keys(app), message=f"{mode}: {cut_keys(app)}")
+            # The Items view has the most keys: at 80 columns its own come first.
+            own = {"f", "slash", "s", "space", "r", "c", "question_mark", "q"}
+            await until(pilot, lambda: own <= set(shown_keys(app)), message="the Items keys")
+            await until(pilot, lambda: not cut_keys(app), message=f"items: {cut_keys(app)}")
+            assert "y" not in shown_keys(app)
+            # Wider, the keys left out come back.
+            await pilot.resize_terminal(160, 24)
+            await until(pilot, lambda: "y" in shown_keys(app), message="copy at 160 columns")
+            await until(pilot, lambda: "o" in shown_keys(app), message="the views at 160")
+            assert cut_keys(app) == []
+            await pilot.resize_terminal(60, 24)
+            await until(pilot, lambda: not cut_keys(app), message=f"60: {cut_keys(app)}")
+            assert {"question_mark", "q"} <= set(shown_keys(app)), shown_keys(app)
+            # Left out of the footer, a key still works.
+            await pilot.press("o")
+            await until(pilot, lambda: app.current_mode == "overview", message="o at 60")
 
     asyncio.run(main())

@@ -41,6 +41,9 @@ ACTIONABLE_PHASES = {"retry": ("failed", "cancelled"), "cancel": ("active",)}
 DONE = {"retry": "retried", "cancel": "cancelled"}
 
 
+VIEWS = Binding.Group("Views", compact=True)
+
+
 class WqApp(App[None]):
     """A live dashboard of one wq daemon."""
 
@@ -55,10 +58,12 @@ class WqApp(App[None]):
     DEFAULT_MODE = "overview"
     COMMANDS = App.COMMANDS | {ProjectCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("o", "switch_mode('overview')", "Overview"),
-        Binding("p", "switch_mode('pools')", "Pools"),
-        Binding("u", "switch_mode('queue')", "Queue"),
-        Binding("i", "switch_mode('items')", "Items"),
+        # One footer entry for the four ("o p u i Views"): at 80 columns a view's own
+        # keys need the room; `?` names each.
+        Binding("o", "switch_mode('overview')", "Overview", group=VIEWS),
+        Binding("p", "switch_mode('pools')", "Pools", group=VIEWS),
+        Binding("u", "switch_mode('queue')", "Queue", group=VIEWS),
+        Binding("i", "switch_mode('items')", "Items", group=VIEWS),
         # Before the view's own keys: the keys typed behind `:` in one burst (a paste,
         # a fast typist) then reach the command line, not the view's table.
         Binding("colon", "command", "Command", key_display=":", priority=True),

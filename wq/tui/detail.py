@@ -13,11 +13,12 @@ from rich.text import Text
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import DataTable, Footer, Header, Log, Static
+from textual.widgets import DataTable, Header, Log, Static
 
 from wq.cli.common import printable
 from wq.client.errors import ClientError
 from wq.client.shown import attempts as attempts_shown
+from wq.tui.footer import FittingFooter
 from wq.tui.format import (
     age,
     compact,
@@ -187,7 +188,7 @@ class ItemDetailScreen(PollingScreen):
                 history.add_column(column, key=column)
             yield history
         yield StatusLine()
-        yield Footer()
+        yield FittingFooter()
 
     def prepare(self) -> None:
         self._following_now = self.following

@@ -19,9 +19,10 @@ from typing import Any
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import DataTable, Header
 
 from wq.client.cursors import item_key
+from wq.tui.footer import FittingFooter
 from wq.tui.format import dimension_header
 from wq.tui.itemlist import MAX_PAGE, PAGE, Answer, ItemList, Span, fetch_spans
 from wq.tui.itemrows import ERROR, FIXED, Row, cells, fit, item_row
@@ -101,7 +102,7 @@ class ItemsScreen(PollingScreen):
         yield Header()
         yield RowTable(id="items", cursor_type="row", zebra_stripes=True)
         yield StatusLine()
-        yield Footer()
+        yield FittingFooter()
 
     def prepare(self) -> None:
         # On the UI thread: which rows the user can see decides what the worker fetches.

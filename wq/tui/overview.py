@@ -13,11 +13,12 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
+from textual.widgets import DataTable, Header, Label, Sparkline, Static
 
 from wq.client.errors import NotFound
 from wq.client.pressure import pressure
 from wq.client.shown import workers_and_leases
+from wq.tui.footer import FittingFooter
 from wq.tui.format import age
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
@@ -155,7 +156,7 @@ class OverviewScreen(PollingScreen):
             replicas.add_column(column, key=column)
         yield replicas
         yield StatusLine()
-        yield Footer()
+        yield FittingFooter()
 
     def fetch(self) -> dict[str, Any]:
         api = self.wq.api

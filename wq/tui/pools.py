@@ -7,9 +7,10 @@ from typing import Any
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import DataTable, Header
 
 from wq.client.pressure import pressure
+from wq.tui.footer import FittingFooter
 from wq.tui.format import BAR_WIDTH, age, bar, short_middle
 from wq.tui.polling import PollingScreen
 from wq.tui.status import Part, StatusLine
@@ -90,7 +91,7 @@ class PoolsScreen(PollingScreen):
         yield Header()
         yield RowTable(id="pools", cursor_type="row", zebra_stripes=True, header_height=2)
         yield StatusLine()
-        yield Footer()
+        yield FittingFooter()
 
     def fetch(self) -> list[dict[str, Any]]:
         return self.wq.api.pools()

@@ -15,9 +15,10 @@ from typing import Any, ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from wq.client.pressure import most_pressed
+from wq.tui.footer import FittingFooter
 from wq.tui.format import age, short_id
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
@@ -93,7 +94,7 @@ class QueueScreen(PollingScreen):
                     admitted.add_column(column, key=column)
                 yield admitted
         yield StatusLine()
-        yield Footer()
+        yield FittingFooter()
 
     def fetch(self) -> QueueData:
         api = self.wq.api
