@@ -80,7 +80,7 @@ def test_focus_starts_on_the_first_lane_with_work() -> None:
 
 
 def test_at_80_columns_every_column_of_the_lanes_and_the_admitted_items_shows_whole() -> None:
-    # Side by side, the admitted pane read `holdin` and lost `attempts` past its edge.
+    # Side by side, the admitted pane read `holdin` and lost its last column past its edge.
     async def main() -> None:
         app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(80, 24)) as pilot:
@@ -95,5 +95,9 @@ def test_at_80_columns_every_column_of_the_lanes_and_the_admitted_items_shows_wh
                 assert used <= table.scrollable_content_region.width, selector
                 header = table.render_line(0).text
                 assert header.split() == [word for name in columns for word in name.split()]
+            # What the queue's entries carry is failures in a row, not the Items view's
+            # attempts (which count a task's runs too): the header says so.
+            header = app.screen.query_one("#admitted", DataTable).render_line(0).text
+            assert header.split()[-1] == "failed"
 
     asyncio.run(main())

@@ -31,7 +31,9 @@ LANE_COLUMNS = ("#", "id", "type", "auto", "waiting", "next try")
 # Short ids everywhere, as the other views show them, so both panes fit side by side
 # (enter, y and c use the full id). Admitted items are always active (a terminal phase
 # frees the slot): no phase column.
-ADMITTED_COLUMNS = ("id", "type", "lane", "holding", "attempts")
+# `failed`: the item's failures in a row, which is all the queue's entries carry (the
+# Items view's `attempts` also counts a task's runs, from its details).
+ADMITTED_COLUMNS = ("id", "type", "lane", "holding", "failed")
 
 
 def next_try(entry: dict[str, Any], now: datetime) -> str:
