@@ -134,6 +134,49 @@ def test_failed_items_already_there_are_counted_by_the_upgrade(private_engine: E
         assert failed_per_type(session, ["mr", "task"]) == {"mr": 1, "task": 3}
 
 
+def test_project_names_stored_decomposed_are_composed_by_the_upgrade(
+    private_engine: Engine,
+) -> None:
+    """0015 stores the names items were stored with before in NFC: an item whose project
+    was typed with a combining accent joins the project typed precomposed (one queue,
+    one pool), in its place in line; other names are left as they are."""
+    config = schema.alembic_config(private_engine)
+    with private_engine.connect() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0014")
+        conn.commit()
+    decomposed, composed = "e\u0301quipe/api", "\u00e9quipe/api"
+    columns = (
+        "id, type, project, phase, attempts, admission, lane, autonomous, created_at,"
+        " updated_at, stamp, seq"
+    )
+    sqlite = private_engine.dialect.name == "sqlite"
+    rows = [(decomposed, 1), (composed, 2), (decomposed, 3), ("g/p", 4)]
+    with private_engine.begin() as conn:
+        for project, seq in rows:
+            conn.execute(
+                text(
+                    f"INSERT INTO work_items ({columns}) VALUES (:id, 'task', :project,"
+                    " 'active', 0, 'queued', 'normal', false, CURRENT_TIMESTAMP,"
+                    " CURRENT_TIMESTAMP, 0, :seq)"
+                ),
+                {
+                    "id": uuid.uuid4().hex if sqlite else uuid.uuid4(),
+                    "project": project,
+                    "seq": seq,
+                },
+            )
+    schema.upgrade(private_engine)
+    with private_engine.connect() as conn:
+        stored = conn.execute(text("SELECT project, seq FROM work_items ORDER BY seq")).all()
+    assert [tuple(row) for row in stored] == [
+        (composed, 1),
+        (composed, 2),
+        (composed, 3),
+        ("g/p", 4),
+    ]
+
+
 def test_migrations_run_at_once_from_three_places_apply_each_step_once() -> None:
     """Two shells (or deploy jobs) running `wq db migrate` at once each applied the same
     migration: one failed half-way on an index or a column the other had just made."""
