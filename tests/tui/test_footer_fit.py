@@ -4,6 +4,7 @@ the command palette's key on the right."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey, FooterLabel
@@ -26,6 +27,17 @@ def cut_keys(app: WqApp) -> list[str]:
         str(getattr(entry, "description", entry.render()))
         for entry in entries
         if entry not in palette and entry.display and entry.region.right > right
+    ]
+
+
+def orphan_labels(app: WqApp) -> list[str]:
+    """The labels of groups of keys shown without their keys."""
+    footer = app.screen.query_one(Footer)
+    children = list(footer.children)
+    return [
+        str(label.render())
+        for before, label in itertools.pairwise(children)
+        if isinstance(label, FooterLabel) and label.display and not before.display
     ]
 
 
@@ -79,11 +91,13 @@ def test_every_views_footer_shows_whole_keys_and_always_help_and_quit() -> None:
                     message=f"{mode}: ? and q",
                 )
                 await until(pilot, lambda: not cut_keys(app), message=f"{mode}: {cut_keys(app)}")
+                assert orphan_labels(app) == [], mode
             # The Items view has the most keys: at 80 columns its own come first.
             own = {"f", "slash", "s", "space", "r", "c", "question_mark", "q"}
             await until(pilot, lambda: own <= set(shown_keys(app)), message="the Items keys")
             await until(pilot, lambda: not cut_keys(app), message=f"items: {cut_keys(app)}")
             assert "y" not in shown_keys(app)
+            assert orphan_labels(app) == []
             # Wider, the keys left out come back.
             await pilot.resize_terminal(160, 24)
             await until(pilot, lambda: "y" in shown_keys(app), message="copy at 160 columns")
@@ -91,6 +105,7 @@ def test_every_views_footer_shows_whole_keys_and_always_help_and_quit() -> None:
             assert cut_keys(app) == []
             await pilot.resize_terminal(60, 24)
             await until(pilot, lambda: not cut_keys(app), message=f"60: {cut_keys(app)}")
+            assert orphan_labels(app) == []
             assert {"question_mark", "q"} <= set(shown_keys(app)), shown_keys(app)
             # Left out of the footer, a key still works.
             await pilot.press("o")

@@ -41,7 +41,7 @@ ACTIONABLE_PHASES = {"retry": ("failed", "cancelled"), "cancel": ("active",)}
 DONE = {"retry": "retried", "cancel": "cancelled"}
 
 
-VIEWS = Binding.Group("Views", compact=True)
+VIEWS = Binding.Group("Views")
 
 
 class WqApp(App[None]):

@@ -2,12 +2,14 @@
 
 Textual's footer cuts whatever passes the right edge, which is `? Help` and `q Quit`
 first, the keys a new user looks for. This one leaves keys out in a fixed order instead
-(the command palette's, `:`, copy, the view keys, sort, mark) until the rest fit whole;
-`?` still lists every key of the view, and every key still works.
+(the command palette's, `:`, copy, the view keys, sort, mark, then the view's own from
+the right) until the rest fit whole; `? Help` and `q Quit` always stay, `?` lists every
+key of the view, and every key still works.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar
 
 from textual import events
@@ -15,10 +17,19 @@ from textual.widget import Widget
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey, FooterLabel, KeyGroup
 
+# Looks for a laid-out footer at most this many refreshes in a row.
+MAX_WAITS = 5
+
 
 def _action_name(action: str) -> str:
     """`switch_mode('pools')` -> `switch_mode`; `app.command` -> `command`."""
     return action.split("(", 1)[0].rsplit(".", 1)[-1]
+
+
+def _actions(entry: Widget) -> set[str]:
+    """The actions a footer entry shows: a key's, or those of a group's keys."""
+    keys = [entry] if isinstance(entry, FooterKey) else list(entry.query(FooterKey))
+    return {_action_name(key.action) for key in keys if isinstance(key, FooterKey)}
 
 
 class FittingFooter(Footer):
@@ -33,61 +44,75 @@ class FittingFooter(Footer):
         "sort",
         "mark",
     )
+    # Actions whose keys always stay.
+    KEEP: ClassVar[frozenset[str]] = frozenset({"help", "quit"})
+
+    _fitting: object | None = None  # the fit under way; a newer one replaces it
 
     async def recompose(self) -> None:
         """Make the keys anew (the bindings changed), then fit them."""
         await super().recompose()
-        self.call_after_refresh(self._fit)
+        self._refit()
 
     def on_resize(self, event: events.Resize) -> None:
-        """A new width: start again from every key."""
-        for child in self.query("FooterKey, FooterLabel, KeyGroup"):
+        """A new width: fit again from every key."""
+        self._refit()
+
+    def _refit(self) -> None:
+        """Show every entry, then, once they are laid out, leave out what does not fit."""
+        for child in self.children:
             child.display = True
-        self.call_after_refresh(self._fit)
+        self._fitting = fitting = object()
+        self.call_after_refresh(self._fit, fitting)
 
-    def _fit(self) -> None:
-        """Leave out the next key in `LEAVE_OUT` order while any shown one is cut."""
-        if not self.is_attached or not self._overflows():
+    def _fit(self, fitting: object, waited: int = 0) -> None:
+        """Leave out entries, in `LEAVE_OUT` order then from the right, until the shown
+        ones end before the palette's key (or the edge, once it is left out)."""
+        if fitting is not self._fitting or not self.is_attached:
+            return  # a newer fit replaced this one (its entries' places are stale)
+        entries = list(self.children)
+        if any(not entry.region.width for entry in entries):
+            if waited < MAX_WAITS:  # not laid out yet
+                self.call_after_refresh(self._fit, fitting, waited + 1)
             return
-        for name in self.LEAVE_OUT:
-            shown = [widget for widget in self._entries(name) if widget.display]
-            if shown:
-                for widget in shown:
-                    widget.display = False
-                self.call_after_refresh(self._fit)
+        self._fitting = None
+        palette = next((e for e in entries if e.has_class("-command-palette")), None)
+        row = [entry for entry in entries if entry is not palette]
+        if not row:
+            return
+        limit = palette.region.x if palette is not None else self.region.right
+        end = row[-1].region.right
+        # What leaving an entry out gains: from its start to the next one's.
+        spans = {
+            entry: following.region.x - entry.region.x
+            for entry, following in itertools.pairwise(row)
+        }
+        spans[row[-1]] = row[-1].region.width
+        for unit in self._leaving_order(entries):
+            if end <= limit:
                 return
+            for entry in unit:
+                entry.display = False
+                if entry is palette:
+                    limit = self.region.right
+                else:
+                    end -= spans[entry]
 
-    def _entries(self, name: str) -> list[Widget]:
-        """The widgets that show the keys of action `name`: a key, or a group of keys
-        with its label."""
-        found: list[Widget] = []
-        for key in self.query(FooterKey):
-            if _action_name(key.action) != name:
-                continue
-            group = key.parent
-            if isinstance(group, KeyGroup):
-                found.append(group)
-                children = list(self.children)
-                after = children[children.index(group) + 1 :]  # Textual yields its label next
-                if after and isinstance(after[0], FooterLabel):
-                    found.append(after[0])
-            else:
-                found.append(key)
-        return list(dict.fromkeys(found))
-
-    def _overflows(self) -> bool:
-        """Whether a shown key or label passes the right edge or the palette's key."""
-        entries = [*self.query(FooterKey), *self.query(FooterLabel)]
-        palette = [e for e in entries if e.has_class("-command-palette") and e.display]
-        right = min([self.region.right, *(key.region.x for key in palette)])
-        return any(
-            entry.display and entry.region.right > right
-            for entry in entries
-            if entry not in palette and not _hidden_in_group(entry)
-        )
-
-
-def _hidden_in_group(widget: Widget) -> bool:
-    """A key whose group is left out (its own `display` stays true)."""
-    parent = widget.parent
-    return isinstance(parent, KeyGroup) and not parent.display
+    def _leaving_order(self, entries: list[Widget]) -> list[list[Widget]]:
+        """The shown entries in the order they are left out (`KEEP`'s never); a group
+        of keys goes with its label, which Textual yields right after it."""
+        keys = [entry for entry in entries if isinstance(entry, FooterKey | KeyGroup)]
+        named = [e for name in self.LEAVE_OUT for e in keys if name in _actions(e)]
+        rest = [e for e in reversed(keys) if e not in named and not _actions(e) & self.KEEP]
+        units: list[list[Widget]] = []
+        for entry in dict.fromkeys(named + rest):
+            unit: list[Widget] = [entry]
+            after = entries.index(entry) + 1
+            if (
+                isinstance(entry, KeyGroup)
+                and after < len(entries)
+                and isinstance(entries[after], FooterLabel)
+            ):
+                unit.append(entries[after])
+            units.append(unit)
+        return units
