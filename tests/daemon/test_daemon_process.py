@@ -732,16 +732,22 @@ def test_daemon_refuses_unmigrated_postgres_until_wq_db_migrate(
     assert code == 0, f"exit code {code} after SIGTERM:\n{daemon.log()}"
 
 
-def sqlite_daemon(tmp_path: Path, daemons: list[Daemon], server: str) -> Daemon:
+def sqlite_daemon(
+    tmp_path: Path, daemons: list[Daemon], server: str, *, webhook_secret: str | None = None
+) -> Daemon:
     """A migrated, healthy daemon on SQLite with the local token, handling tasks, and
-    these `server` settings (a YAML mapping)."""
+    these `server` settings (a YAML mapping); with `webhook_secret`, the GitLab webhook."""
     env = clean_env(tmp_path)
+    events = ""
+    if webhook_secret is not None:
+        env["WQ_TEST_WEBHOOK_SECRET"] = webhook_secret
+        events = "events: {webhook_secret_env: WQ_TEST_WEBHOOK_SECRET}\n"
     config = write(
         tmp_path / "wq.yml",
         f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
         f"server: {server}\n"
         "auth: {local_token: true}\n"
-        "handled_types: {task: {}}\n",
+        "handled_types: {task: {}}\n" + events,
     )
     assert run_wq("db", "migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
     daemon = start_daemon(daemons, tmp_path, env, "-c", str(config))
@@ -790,6 +796,49 @@ def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
         f"{daemon.url}/api/pools", headers={"Authorization": f"Bearer {token}"}, timeout=10
     )
     assert pools.status_code == 200, pools.text
+
+
+@pytest.mark.usefixtures("no_system_config")
+def test_a_webhook_without_the_secret_is_refused_before_its_body_arrives(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """The GitLab webhook read a whole body (up to `server.max_body_bytes`, from anyone
+    who could reach it) before it compared the secret: a caller without it sending a
+    large body slowly got its 401 (or a 408) only once the body was in, holding the
+    daemon's memory meanwhile. Now the secret is compared first; with it, the body is
+    still bounded in time."""
+    daemon = sqlite_daemon(
+        tmp_path, daemons, "{body_timeout_seconds: 20}", webhook_secret="the-secret"
+    )
+    host, port = daemon.url.removeprefix("http://").split(":")
+
+    def post(token: str | None) -> tuple[bytes, float]:
+        head = "POST /api/webhooks/gitlab HTTP/1.1\r\nHost: wq\r\nContent-Length: 1000000\r\n"
+        if token is not None:
+            head += f"X-Gitlab-Token: {token}\r\nX-Gitlab-Event: Pipeline Hook\r\n"
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(head.encode() + b"\r\n{")  # and nothing more
+            started = time.monotonic()
+            answer = sock.recv(65536)
+            waited = time.monotonic() - started
+            with contextlib.suppress(OSError):  # the rest, until the daemon closes
+                while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+                    if not (chunk := sock.recv(65536)):
+                        break
+                    answer += chunk
+            return answer, waited
+
+    for token in (None, "wrong"):
+        answer, waited = post(token)
+        assert answer.split(b" ", 2)[1] == b"401", answer
+        assert waited < 10, waited  # at once, not after the body's 20 s
+    daemon = sqlite_daemon(
+        tmp_path / "slow", daemons, "{body_timeout_seconds: 1}", webhook_secret="the-secret"
+    )
+    host, port = daemon.url.removeprefix("http://").split(":")
+    answer, waited = post("the-secret")
+    assert answer.split(b" ", 2)[1] == b"408", answer
+    assert b"body_timeout_seconds" in answer
 
 
 @pytest.mark.usefixtures("no_system_config")

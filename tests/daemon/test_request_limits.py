@@ -210,3 +210,42 @@ def test_a_window_or_step_out_of_its_pattern_is_said_in_words(
         "query.window: a number and a unit (s, m, h or d), at most 7d, such as 30m, 24h or 7d"
     )
     assert "at least 10s" in step.json()["error"] and "^" not in step.json()["error"]
+
+
+@pytest.fixture
+def webhook_enabled(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    monkeypatch.setenv("WQ_TEST_LIMITS_HOOK", "the-secret")
+    config = make_config(
+        store.url,
+        server={"max_body_bytes": LIMIT},
+        events={"webhook_secret_env": "WQ_TEST_LIMITS_HOOK"},
+    )
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    yield runtime
+    runtime.engine.dispose()
+
+
+def test_a_webhooks_body_is_read_only_with_its_secret_and_within_the_limit(
+    webhook_enabled: Runtime,
+) -> None:
+    """A caller without the GitLab webhook's secret made the daemon read its whole body
+    before the refusal; with the secret, the body is still bounded."""
+    hook = {"X-Gitlab-Event": "Pipeline Hook", "Content-Type": "application/json"}
+    with TestClient(create_app(webhook_enabled), raise_server_exceptions=False) as client:
+        for token in ({}, {"X-Gitlab-Token": "wrong"}):
+            body, pulled = counting_body(LIMIT - 1)
+            refused = client.post("/api/webhooks/gitlab", content=body, headers=hook | token)
+            assert refused.status_code == 401, refused.text
+            assert pulled[0] <= 1024, pulled
+        body, _ = counting_body(LIMIT * 4)
+        streamed = client.post(
+            "/api/webhooks/gitlab", content=body, headers=hook | {"X-Gitlab-Token": "the-secret"}
+        )
+        assert streamed.status_code == 413, streamed.text
+        assert str(LIMIT) in streamed.json()["error"]
+        ok = client.post(
+            "/api/webhooks/gitlab",
+            json={"object_kind": "pipeline", "project": {"path_with_namespace": "g/p"}},
+            headers=hook | {"X-Gitlab-Token": "the-secret"},
+        )
+        assert ok.status_code in (202, 400), ok.text  # read and judged: no 413

@@ -12,10 +12,11 @@ requests the daemon lets in, `wq.daemon.shedding`, for as long as it liked), the
 refuses a body that is not JSON (400) or a field that could not be stored and written
 back (422, wq.daemon.documents). The route then gets the buffered body.
 
-A webhook checks its own secret before it reads the body, then judges the body
-itself (its sender's documents are not ours to limit per field, and a caller without
-the secret learns nothing about them); it is bounded here too, but not authenticated
-with a Bearer token.
+A webhook checks its own secret from the headers, then reads the body itself and
+judges it (its sender's documents are not ours to limit per field, and a caller without
+the secret learns nothing about them): the route gets a `receive` bounded by the same
+limit and time (413, 408), so that a caller without the secret makes the daemon read
+nothing of what it sends.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -49,8 +51,11 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
+CLOSE = {"Connection": "close"}
+
+
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers={"Connection": "close"})
+    return JSONResponse({"error": message}, status_code=status, headers=CLOSE)
 
 
 class BodyGuard:
@@ -104,24 +109,23 @@ class BodyGuard:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._too_large()(scope, receive, send)
             return
+        if path.startswith(WEBHOOK_PREFIX):
+            # Read by the route once it has checked the sender's secret.
+            await self.app(scope, self._bounded(receive), send)
+            return
         try:
             with anyio.fail_after(self.body_timeout):
                 body = await self._read(receive)
         except TimeoutError:
-            await _error(
-                408,
-                f"the request body did not arrive within {self.body_timeout:g}s"
-                " (server.body_timeout_seconds)",
-            )(scope, receive, send)
+            await _error(408, self._too_slow_message())(scope, receive, send)
             return
         if body is None:
             await self._too_large()(scope, receive, send)
             return
-        if not path.startswith(WEBHOOK_PREFIX):
-            refused = self._check_documents(body)
-            if refused is not None:
-                await refused(scope, receive, send)
-                return
+        refused = self._check_documents(body)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         await self.app(scope, _replay(body, receive), send)
 
     async def _authenticate(self, scope: Scope, path: str) -> Response | None:
@@ -155,9 +159,40 @@ class BodyGuard:
         return None
 
     def _too_large(self) -> Response:
-        return _error(
-            413, f"the request body exceeds the limit of {self.limit} bytes (server.max_body_bytes)"
+        return _error(413, self._too_large_message())
+
+    def _too_large_message(self) -> str:
+        return f"the request body exceeds the limit of {self.limit} bytes (server.max_body_bytes)"
+
+    def _too_slow_message(self) -> str:
+        return (
+            f"the request body did not arrive within {self.body_timeout:g}s"
+            " (server.body_timeout_seconds)"
         )
+
+    def _bounded(self, receive: Receive) -> Receive:
+        """`receive` for a route that reads the body itself: 413 once the body passes
+        the limit, 408 once it has taken longer than the time allowed (counted from the
+        first read), each closing the connection (the rest of the body is not read)."""
+        size = 0
+        deadline: float | None = None
+
+        async def bounded() -> Message:
+            nonlocal size, deadline
+            if deadline is None:
+                deadline = anyio.current_time() + self.body_timeout
+            try:
+                with anyio.fail_after(max(deadline - anyio.current_time(), 0)):
+                    message = await receive()
+            except TimeoutError:
+                raise HTTPException(408, self._too_slow_message(), headers=CLOSE) from None
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.limit:
+                    raise HTTPException(413, self._too_large_message(), headers=CLOSE)
+            return message
+
+        return bounded
 
     async def _read(self, receive: Receive) -> bytes | None:
         """The whole body, or None as soon as it passes the limit."""
