@@ -7,6 +7,9 @@ print a traceback or a box of its own. Nothing here needs a server.
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,63 @@ def test_an_empty_url_is_refused_not_replaced(
     fallback = f"http://127.0.0.1:{free_port()}"  # used, it would exit 1
     result = invoke([*command, "--url", url], cli_env(cache_home, WQ_URL=fallback, WQ_TOKEN="t"))
     assert_usage(result, "--url: an empty URL")
+
+
+def _capped_memory() -> None:  # in the child: a read without a bound fails, not the machine
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 1024**3, 2 * 1024**3))
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["submit", "task", "--project", "p", "--kind", "k", "--payload", "@/dev/zero"],
+            "--payload: /dev/zero is larger than 64 MiB",
+        ),
+        (
+            [
+                *("submit", "mr", "--project", "g/r", "--title", "T"),
+                *("--commit-message", "M", "--source-branch", "wq/z", "--create", "/dev/zero:x"),
+            ],
+            "--create: /dev/zero is larger than 64 MiB",
+        ),
+        (
+            ["ci-retry", "explain", "-c", "/dev/zero", "--trace", "/dev/null"],
+            "-c: /dev/zero is larger than 64 MiB",
+        ),
+    ],
+)
+def test_a_file_without_end_is_refused_not_read_into_memory(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    """`--payload @/dev/zero` (or a huge file named by mistake) was read whole: the
+    process grew until the kernel killed it (22 GB), or a MemoryError traceback."""
+    url = f"http://127.0.0.1:{free_port()}"
+    env = base_env(tmp_path, WQ_URL=url, WQ_TOKEN="t")
+    proc = subprocess.run(
+        [sys.executable, "-m", "wq", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_capped_memory,
+    )
+    result = Result(proc.returncode, proc.stdout, proc.stderr)
+    assert_usage(result, said)
+
+
+def test_a_config_without_end_is_refused_naming_the_file(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "wq", "config", "check", "-c", "/dev/zero"],
+        env=base_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_capped_memory,
+    )
+    assert proc.returncode == 1, proc
+    assert proc.stderr.strip() == "wq: error: config /dev/zero: larger than 16 MiB", proc

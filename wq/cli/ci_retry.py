@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from wq.cli.common import JsonOption, Output, OutputOption, fail, output_mode, usage_error
+from wq.cli.common import (
+    JsonOption,
+    Output,
+    OutputOption,
+    fail,
+    output_mode,
+    read_bounded,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from wq.types.mr.job_retry import JobRetryConfig, Matcher, Verdict
@@ -55,7 +63,8 @@ def _load(path: Path) -> tuple[JobRetryConfig, int]:
     from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        with path.open("rb") as stream:
+            data = load_yaml(read_bounded("-c", str(path), stream).decode("utf-8"))
     except OSError as err:
         usage_error(f"cannot read {path}: {err.strerror or err}")
     except UnicodeDecodeError as err:

@@ -9,7 +9,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn, TypeVar
 
 import typer
 from typer._click.globals import get_current_context  # typer ships its own click
@@ -173,6 +173,22 @@ def usage_error(message: str) -> NoReturn:
     context = get_current_context(silent=True)
     command = context.command_path if context is not None else "wq"
     fail(message, 2, hint=f"see {command} --help")
+
+
+# The most a command reads from a file or a pipe it is given (a payload, a file to
+# commit, a config): well above what a server takes in one request by default (16 MiB),
+# and far below what would take a laptop or a CI runner down (`@/dev/zero`, a disk
+# image named by mistake).
+MAX_READ_BYTES = 64 * 1024 * 1024
+
+
+def read_bounded(flag: str, name: str, stream: BinaryIO) -> bytes:
+    """All of `stream`, or a usage error naming `flag` and `name` once it passes
+    `MAX_READ_BYTES` (nothing more is read)."""
+    data = stream.read(MAX_READ_BYTES + 1)
+    if len(data) > MAX_READ_BYTES:
+        usage_error(f"{flag}: {name} is larger than {MAX_READ_BYTES // (1024 * 1024)} MiB")
+    return data
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wq.cli.common import Output, usage_error
+from wq.cli.common import Output, read_bounded, usage_error
 from wq.cli.submit import (
     JsonOption,
     NoAuthOption,
@@ -47,7 +47,8 @@ def _local_and_repo(flag: str, value: str) -> tuple[str, str]:
 
 def _content(flag: str, local: str) -> dict[str, str]:
     try:
-        data = Path(local).expanduser().read_bytes()
+        with Path(local).expanduser().open("rb") as stream:
+            data = read_bounded(flag, local, stream)
     except OSError as err:
         usage_error(f"{flag}: cannot read {local}: {err.strerror or err}")
     # Text is UTF-8 without NUL (the server refuses NUL in text, as PostgreSQL does);

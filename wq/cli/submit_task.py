@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wq.cli.common import Output, printable, usage_error
+from wq.cli.common import Output, printable, read_bounded, usage_error
 from wq.cli.completion import complete_kind, complete_project
 from wq.cli.submit import (
     JsonOption,
@@ -41,9 +41,11 @@ def read_payload(value: str | None) -> dict[str, Any]:
         source = value[1:]
         try:
             if source == "-":
-                text = sys.stdin.read()
+                data = read_bounded("--payload", "standard input", sys.stdin.buffer)
             else:
-                text = Path(source).expanduser().read_text(encoding="utf-8")
+                with Path(source).expanduser().open("rb") as stream:
+                    data = read_bounded("--payload", source, stream)
+            text = data.decode("utf-8")
         except OSError as err:
             usage_error(f"--payload: cannot read {source}: {err.strerror or err}")
         except UnicodeDecodeError as err:

@@ -336,19 +336,28 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
+# A config file bigger than this is refused unread (`-c /dev/zero`, a log named by
+# mistake); real ones are a few kilobytes.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
 def read_config_file(path: Path) -> Config:
     """Read and validate one YAML config file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config {path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+        text = data.decode("utf-8")
     except OSError as err:
         raise ConfigError(f"config {path}: cannot read: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"config {path}: not UTF-8 text (byte {err.start})") from None
     try:
-        data = load_yaml(text)
+        document = load_yaml(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"config {path}: not valid YAML: {_yaml_problem(err)}") from None
-    return parse_config(data, str(path))
+    return parse_config(document, str(path))
 
 
 def locate_config(explicit: str | None) -> Path | None:
