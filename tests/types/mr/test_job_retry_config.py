@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import pytest
@@ -91,6 +93,31 @@ def test_a_slashed_message_is_a_regex_over_the_joined_text() -> None:
     literal = parse_job_retry({"matchers": [{"name": "lit", "messages": ["curl 92 HTTP/2"]}]})
     assert literal.match(None, "build", RPC_TRACE) is not None
     assert literal.match(None, "build", "curl 92 HTTP\\/2") is None
+
+
+def test_a_pattern_that_backtracks_without_end_is_given_up_not_run_for_ever(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Patterns come from the config and traces from whoever runs the CI job: with
+    Python's `re`, `(a|aa)+$` on 60 `a`s and a `b` ran for hours, holding a worker (and,
+    the search holding the interpreter's lock, the whole daemon)."""
+    config = parse_job_retry(
+        {
+            "matchers": [
+                {"name": "evil", "messages": ["/(a|aa)+$/"]},
+                {"name": "evil-name", "job_name": "(a|aa)+$"},
+                {"name": "plain", "messages": ["/b$/"]},
+            ]
+        }
+    )
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="wq.types.mr.job_retry"):
+        node = config.match(None, "a" * 60 + "b", "a" * 60 + "b")
+    assert node is not None and node.name == "plain"  # the others taken as not found
+    assert time.monotonic() - started < 10
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 2 and all("gave up after 1s" in line for line in warnings)
+    assert "(a|aa)+$" in warnings[0]
 
 
 def test_children_inherit_and_override() -> None:

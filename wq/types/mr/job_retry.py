@@ -18,10 +18,13 @@ Parsing the config into this tree (strict, naming the path at fault) is in
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+import regex
 
 Action = Literal["retry", "report"]
 ACTIONS: tuple[Action, ...] = ("retry", "report")
@@ -31,6 +34,14 @@ DEFAULT_ACTION: Action = "retry"
 # How much of a trace's end the matchers see at most (`job_trace_max_bytes`).
 DEFAULT_TRACE_MAX_BYTES = 1024 * 1024
 ROOT = "job_retry"
+
+# How long one pattern may search one trace or job name. Patterns come from the
+# config and traces from whoever runs the job: a pattern that backtracks without end
+# (`(a|aa)+$` on a long run of `a`) is given up, taken as not found, and logged, instead
+# of holding a worker for ever (the search lets other threads run meanwhile).
+MATCH_SECONDS = 1.0
+
+log = logging.getLogger("wq.types.mr.job_retry")
 
 # Colour codes and GitLab's collapsible-section markers, which sit inside trace
 # lines and would otherwise split literals a person copied from the rendered log.
@@ -46,17 +57,32 @@ def format_duration(seconds: float) -> str:
     return f"{whole}s" if whole else "0"
 
 
+def found(pattern: regex.Pattern[str], text: str) -> bool:
+    """Whether `pattern` occurs in `text`; False, with a warning, when it takes longer
+    than `MATCH_SECONDS`."""
+    try:
+        return pattern.search(text, timeout=MATCH_SECONDS, concurrent=True) is not None
+    except TimeoutError:
+        log.warning(
+            "job_retry: the regex %r gave up after %gs on %d characters; taken as not found",
+            pattern.pattern,
+            MATCH_SECONDS,
+            len(text),
+        )
+        return False
+
+
 @dataclass(frozen=True)
 class MessagePattern:
     """One entry of `messages`: a literal (per-line substring) or a `/regex/`."""
 
     source: str
-    regex: re.Pattern[str] | None
+    regex: regex.Pattern[str] | None
 
     def found_in(self, lines: Sequence[str], text: str) -> bool:
         """Whether the pattern occurs in the (already tail-cut) trace."""
         if self.regex is not None:
-            return self.regex.search(text) is not None
+            return found(self.regex, text)
         return any(self.source in line for line in lines)
 
 
@@ -69,7 +95,7 @@ class Matcher:
     description: str | None
     failure_reason: str | None
     messages: tuple[MessagePattern, ...]
-    job_name: re.Pattern[str] | None
+    job_name: regex.Pattern[str] | None
     tail_lines: int | None
     action: Action
     retry_limit: int
@@ -95,7 +121,7 @@ class Matcher:
             return False
         if self.failure_reason and self.failure_reason != failure_reason:
             return False
-        if self.job_name is not None and self.job_name.search(job_name) is None:
+        if self.job_name is not None and not found(self.job_name, job_name):
             return False
         if self.messages:
             if trace is None:

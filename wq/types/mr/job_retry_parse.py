@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import regex
+
 from wq.types.mr.job_retry import (
     ACTIONS,
     DEFAULT_ACTION,
@@ -74,10 +76,12 @@ def _text(value: Any, path: str) -> str:
     return value
 
 
-def _regex(source: str, path: str) -> re.Pattern[str]:
+def _regex(source: str, path: str) -> regex.Pattern[str]:
+    """`source` compiled as Python's `re` reads it (the `regex` module's version 0),
+    for its search bounded in time (`job_retry.found`)."""
     try:
-        return re.compile(source)
-    except re.error as err:
+        return regex.compile(source, flags=regex.V0)
+    except regex.error as err:
         raise JobRetryConfigError(f"{path}: invalid regex {source!r}: {err}") from None
 
 
