@@ -180,3 +180,33 @@ def test_config_check_says_what_a_start_would_warn_of(tmp_path: Path) -> None:
     local = write(tmp_path / "local.yml", "server:\n  host: 127.0.0.1\nhandled_types: {}\n")
     result = run_wq("config", "check", str(local), env=env, cwd=tmp_path)
     assert result.returncode == 0 and result.stderr == ""
+
+
+def test_the_database_commands_do_not_need_the_webhook_secret_a_start_does(
+    tmp_path: Path,
+) -> None:
+    """`wq db migrate` refused a config naming a webhook secret variable that was not
+    set, so a migration Job had to be given the secret (it never uses it), while the
+    types' token variables were not asked for."""
+    config = write(
+        tmp_path / "wq.yml",
+        f"database_url: sqlite:///{tmp_path / 'wq.db'}\n"
+        "events: {webhook_secret_env: HOOK_SECRET}\n"
+        "handled_types: {task: {}}\n",
+    )
+    env = clean_env(tmp_path)
+    migrated = run_wq("db", "migrate", "-c", str(config), env=env, cwd=tmp_path)
+    assert migrated.returncode == 0, migrated.stderr
+    current = run_wq("db", "current", "-c", str(config), env=env, cwd=tmp_path)
+    assert current.returncode == 0, current.stderr
+    said = (
+        f"wq: error: config {config}: events.webhook_secret_env: environment variable"
+        " HOOK_SECRET is not set"
+    )
+    assert refused_start(config, env, cwd=tmp_path) == said
+    check = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
+    assert check.returncode == 1
+    assert error_lines(check.stderr) == [
+        f"wq: error: config {config}: environment variable not set: "
+        "HOOK_SECRET (events.webhook_secret_env)"
+    ]

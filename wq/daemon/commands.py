@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from wq.daemon.logs import setup_logging
-from wq.engine.config import ConfigError, load_config
+from wq.engine.config import ConfigError, load_config, require_webhook_secret
 from wq.engine.db import shown_url
 
 if TYPE_CHECKING:
@@ -181,6 +181,7 @@ def _check_config(path: str, *, this_host: bool) -> list[str]:
     from wq.daemon.runtime import build_registry
 
     config = load_config(path)
+    require_webhook_secret(config)
     registry = build_registry(config)
     check_startable(config, registry, this_host=this_host)
     return start_warnings(config, registry, this_host=this_host)

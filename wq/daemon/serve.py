@@ -26,7 +26,7 @@ from wq.daemon.http_protocol import bounded_protocol
 from wq.daemon.preflight import check_startable, is_loopback, start_warnings
 from wq.daemon.runtime import Runtime, build_registry, build_runtime, unhandled_by_default
 from wq.engine import schema
-from wq.engine.config import Config
+from wq.engine.config import Config, require_webhook_secret
 from wq.engine.db import DatabaseUncreatable, is_sqlite, missing_database, shown_url
 from wq.engine.listener import NotifyListener
 from wq.engine.outage import describe
@@ -124,6 +124,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
     port = config.server.port if port is None else port
     refuse_embedded_default(config, host)
     loopback = is_loopback(host)
+    require_webhook_secret(config)
     registry = build_registry(config)
     check_startable(config, registry)
     try:

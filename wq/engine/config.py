@@ -295,13 +295,22 @@ def parse_config(data: Any, source: str) -> Config:
     config._source = source
     if config.database_url:
         _check_database_url(config.database_url, f"config {source}: database_url")
+    return config
+
+
+def require_webhook_secret(config: Config) -> None:
+    """Raise ConfigError when the config names a webhook secret variable that is not set.
+
+    A start (and `wq config check`) asks this; commands that only reach the database
+    (`wq db migrate`, `wq db current`) do not need the secret, as they do not need the
+    types' tokens.
+    """
     secret_env = config.events.webhook_secret_env
     if secret_env and not os.environ.get(secret_env):
         raise ConfigError(
-            f"config {source}: events.webhook_secret_env: environment variable {secret_env} "
-            "is not set"
+            f"config {config.source}: events.webhook_secret_env: environment variable "
+            f"{secret_env} is not set"
         )
-    return config
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
