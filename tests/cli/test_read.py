@@ -236,15 +236,33 @@ def test_tables_in_a_pipe_are_plain_lines(
 
 
 def test_an_id_is_never_folded_on_a_narrow_terminal() -> None:
+    """At 80 columns an id is never split over lines: whole when the table has room,
+    else its first 8 characters (which every command takes); the list's other words
+    (`PROJECT`, `completed`) were cut letter by letter to make room for the whole id."""
     from rich.console import Console
 
-    from wq.cli.output import table
+    from wq.cli.output import ItemId, table
 
     item_id = "008e33c6-e040-4e3c-a7f1-f5f1446f738d"
-    view = table("ID", "TYPE", "PROJECT", "PHASE", "ERROR")
-    view.add_row(item_id, "task", "group/sub/" + "project" * 6, "completed", "word " * 20)
-    console = Console(width=80, record=True, force_terminal=False)
-    console.print(view)
-    lines = console.export_text().splitlines()
-    assert any(item_id in line for line in lines), lines
+
+    def shown(width: int) -> list[str]:
+        view = table("ID", "TYPE", "PROJECT", "PHASE", "ADMISSION", "ATTEMPTS", "UPDATED")
+        view.add_row(ItemId(item_id), "task", "group/app", "completed", "done", "1", "3m")
+        console = Console(width=width, record=True, force_terminal=False)
+        console.print(view)
+        return console.export_text().splitlines()
+
+    lines = shown(80)
     assert max(len(line) for line in lines) <= 80
+    assert lines[0].split() == [
+        "ID",
+        "TYPE",
+        "PROJECT",
+        "PHASE",
+        "ADMISSION",
+        "ATTEMPTS",
+        "UPDATED",
+    ]
+    assert lines[2].split() == ["008e33c6", "task", "group/app", "completed", "done", "1", "3m"]
+    wide = shown(120)
+    assert wide[2].split()[0] == item_id, wide

@@ -73,3 +73,32 @@ def test_stats_of_an_unknown_type_names_the_known_ones(
     assert watched.code == 2 and "'bogus' is not a type" in watched.stderr, watched
     known = invoke(["stats", "--type", "mr", "-o", "json"], env(daemon, cache_home))
     assert known.code == 0, known
+
+
+def test_each_series_stays_on_one_line_at_80_and_60_columns() -> None:
+    """At 80 columns the 60 bars of a series wrapped onto a second line (three at 60),
+    so the time axis could not be read: now neighbouring steps share a bar, the peak
+    kept."""
+    from rich.console import Console
+
+    from wq.cli.stats import stats_view
+
+    counts = [0] * 60
+    counts[37] = 9  # one peak
+    buckets = [
+        {"created": n, "admitted": 0, "completed": 0, "failed": 0, "retried": 0,
+         "cancelled": 0, "wait_p95_seconds": None, "run_p95_seconds": 3.0}
+        for n in counts
+    ]  # fmt: skip
+    document = {"buckets": buckets, "step_seconds": 60, "lanes": []}
+    for width in (80, 60, 200):
+        console = Console(width=width, record=True, force_terminal=False)
+        console.print(stats_view(document, False))
+        lines = console.export_text().splitlines()
+        assert max(len(line) for line in lines) <= width
+        created = [line for line in lines if line.startswith("created")]
+        assert len(created) == 1, lines
+        (bars,) = [word for word in created[0].split() if set(word) <= set("▁▂▃▄▅▆▇█")]
+        assert bars.count("█") == 1, created  # the peak survives the resampling
+        assert (len(bars) == 60) == (width == 200), bars
+    assert sparkline([1, 5, 2, 0], 2) == "█▄"  # each bar the largest of its two

@@ -23,7 +23,7 @@ from wq.cli.common import (
 )
 from wq.cli.completion import complete_project
 from wq.cli.live import follow
-from wq.cli.output import MACHINE, age, emit, table, text
+from wq.cli.output import MACHINE, ItemId, age, emit, table, text
 from wq.client.pressure import most_pressed, pressure
 
 SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -92,7 +92,7 @@ def queue_view(entries: list[dict[str, Any]], wide: bool) -> Any:
         row = [
             str(entry["position"]),
             entry["lane"],
-            entry["id"],
+            ItemId(entry["id"]),
             entry["type"],
             age(entry.get("queued_at")),
             next_try(entry),

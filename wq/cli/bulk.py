@@ -18,7 +18,7 @@ from typer._click.globals import get_current_context  # typer ships its own clic
 from wq.cli.common import check_type, client, errors, fail, usage_error
 from wq.cli.completion import complete_kind, complete_project, complete_type
 from wq.cli.durations import parse_seconds
-from wq.cli.output import Output, emit, table
+from wq.cli.output import ItemId, Output, emit, table
 from wq.client.errors import EXIT_CONFLICT
 
 if TYPE_CHECKING:
@@ -112,7 +112,9 @@ class Selection:
 def _view(document: dict[str, Any], wide: bool) -> Any:
     view = table("ID", "TYPE", "OUTCOME", "WHY")
     for result in document["results"]:
-        view.add_row(result["id"], result["type"], result["outcome"], result.get("error") or "")
+        view.add_row(
+            ItemId(result["id"]), result["type"], result["outcome"], result.get("error") or ""
+        )
     return view
 
 

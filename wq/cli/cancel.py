@@ -20,13 +20,13 @@ from wq.cli.common import (
     checked_item_id,
     output_mode,
 )
-from wq.cli.output import table
+from wq.cli.output import ItemId, table
 
 
 def _view(results: list[dict[str, Any]], wide: bool) -> Any:
     view = table("ID", "ACTION", "PHASE")
     for result in results:
-        view.add_row(result["item"]["id"], result["action"], result["item"]["phase"])
+        view.add_row(ItemId(result["item"]["id"]), result["action"], result["item"]["phase"])
     return view
 
 

@@ -29,7 +29,7 @@ from wq.cli.completion import (
     complete_type,
 )
 from wq.cli.live import follow
-from wq.cli.output import age, emit, table, text
+from wq.cli.output import ItemId, age, emit, table, text
 from wq.client.shown import attempts as attempts_shown
 from wq.client.vocabulary import ADMISSIONS, PHASES
 
@@ -56,7 +56,7 @@ def list_view(items: list[dict[str, Any]], wide: bool) -> Any:
     view = table(*columns)
     for item in items:
         row = [
-            item["id"],
+            ItemId(item["id"]),
             item["type"],
             item["project"],
             item["phase"],

@@ -18,7 +18,8 @@ from typing import IO, TYPE_CHECKING, Any
 from wq.cli.terminal import printable
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+    from rich.measure import Measurement
 
 
 class Output(enum.StrEnum):
@@ -131,8 +132,69 @@ def _take_caption(view: RenderableType) -> str | None:
     return caption
 
 
+# How many characters of an id a narrow table shows (the TUI's too); every command
+# takes an id's first characters for the id (six at least).
+SHORT_ID = 8
+
+
+class ItemId:
+    """An id cell: whole when its column has room, else its first `SHORT_ID`
+    characters, never folded over two lines. A table too wide for the terminal
+    narrows its widest columns first, which is the id's (36 characters of 80)."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return self.value
+
+    def _shown(self, room: int) -> str:
+        return self.value if room >= len(self.value) else self.value[:SHORT_ID]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        """As wide as the id when there is room for it, else as the short id."""
+        from rich.measure import Measurement
+
+        width = len(self._shown(options.max_width))
+        return Measurement(width, width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """The whole id or its first characters (the text as every cell is printed)."""
+        cell = console.render_str(self._shown(options.max_width))
+        cell.no_wrap = True
+        yield cell
+
+
+class Fitted:
+    """A cell whose text is made for the width it gets (a sparkline resampled): `make`
+    takes the width, at most `widest`, at least `narrowest`."""
+
+    def __init__(self, make: Callable[[int], str], widest: int, narrowest: int = 10) -> None:
+        self.make = make
+        self.widest = widest
+        self.narrowest = min(narrowest, widest)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        """From the narrowest to the widest it can be, as the room allows."""
+        from rich.measure import Measurement
+
+        widest = max(self.narrowest, min(self.widest, options.max_width))
+        return Measurement(self.narrowest, widest)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """The text made for the room given."""
+        width = max(self.narrowest, min(self.widest, options.max_width))
+        cell = console.render_str(self.make(width))
+        cell.no_wrap = True
+        yield cell
+
+
 def table(*columns: str, title: str | None = None) -> Any:
-    """A borderless rich table in the kubectl style."""
+    """A borderless rich table in the kubectl style.
+
+    Cells fold at spaces; a word is split only when nothing else fits. Ids (`ItemId`)
+    shorten instead of folding.
+    """
     from rich import box
     from rich.table import Table
 
@@ -145,8 +207,9 @@ def table(*columns: str, title: str | None = None) -> Any:
         show_edge=False,  # flush left, as its title and caption
     )
     for column in columns:
-        # An id is copied whole: never folded over two lines (the others give way).
-        result.add_column(column, overflow="fold", no_wrap=column == "ID")
+        # A header's words stay whole: `PROJ`/`ECT` over two lines read as two words.
+        longest_word = max(len(word) for word in column.split()) if column.strip() else 1
+        result.add_column(column, overflow="fold", min_width=longest_word)
     return result
 
 

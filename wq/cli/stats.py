@@ -25,7 +25,7 @@ from wq.cli.common import (
 from wq.cli.completion import complete_project, complete_type
 from wq.cli.durations import parse_seconds
 from wq.cli.live import follow
-from wq.cli.output import age, emit, table
+from wq.cli.output import Fitted, age, emit, table
 
 BARS = "▁▂▃▄▅▆▇█"
 COUNTS = ("created", "admitted", "completed", "failed", "retried", "cancelled")
@@ -39,8 +39,16 @@ MIN_STEP_SECONDS = 10
 MAX_WINDOW_SECONDS = 7 * 86400
 
 
-def sparkline(values: Sequence[float | None]) -> str:
-    """One bar per value, scaled to the largest; a gap where there is no value."""
+def sparkline(values: Sequence[float | None], width: int | None = None) -> str:
+    """One bar per value, scaled to the largest; a gap where there is no value.
+
+    With `width` below the number of values, neighbouring values share a bar: the
+    largest of them (a peak stays a peak)."""
+    if width is not None and 0 < width < len(values):
+        values = [
+            max((v for v in values[start:end] if v is not None), default=None)
+            for start, end in _cuts(len(values), width)
+        ]
     present = [value for value in values if value is not None]
     top = max(present, default=0.0)
     bars = []
@@ -52,6 +60,16 @@ def sparkline(values: Sequence[float | None]) -> str:
         else:
             bars.append(BARS[min(len(BARS) - 1, int(value / top * (len(BARS) - 1) + 0.5))])
     return "".join(bars)
+
+
+def _cuts(count: int, parts: int) -> list[tuple[int, int]]:
+    """`count` positions cut into `parts` runs of as equal lengths as they can be."""
+    return [(count * part // parts, count * (part + 1) // parts) for part in range(parts)]
+
+
+def fitted_sparkline(values: Sequence[float | None]) -> Fitted:
+    """A sparkline cell as wide as its column lets it be (one line on any terminal)."""
+    return Fitted(lambda width: sparkline(values, width), widest=len(values))
 
 
 def check_bounds(window: str, step: str) -> None:
@@ -79,14 +97,16 @@ def stats_view(document: dict[str, Any], wide: bool) -> Any:
     view = table("SERIES", f"PER {step} OVER THE WINDOW", "TOTAL", "LAST")
     for name in COUNTS:
         values = _series(buckets, name)
-        view.add_row(name, sparkline(values), str(sum(values)), str(values[-1] if values else 0))
+        view.add_row(
+            name, fitted_sparkline(values), str(sum(values)), str(values[-1] if values else 0)
+        )
     for name, key in WAITS:
         values = _series(buckets, key)
         present = [value for value in values if value is not None]
         last = next((value for value in reversed(values) if value is not None), None)
         view.add_row(
             name,
-            sparkline(values),
+            fitted_sparkline(values),
             f"max {age(max(present))}" if present else "-",
             age(last) if last is not None else "-",
         )
