@@ -109,6 +109,21 @@ def test_a_url_without_a_scheme_is_a_usage_error(url: str, cache_home: Path) -> 
     assert_usage(env_result, f"WQ_URL {url!r}: not a URL")
 
 
+@pytest.mark.parametrize(
+    "url", ["http://u:secretpw@127.0.0.1:8080", "u:secretpw@127.0.0.1:8080", "https://tok@wq.x"]
+)
+def test_a_password_in_the_url_is_refused_and_never_echoed(url: str, cache_home: Path) -> None:
+    """`--url http://u:secretpw@host` was taken, and every error repeated the password
+    (`cannot connect to http://u:secretpw@...`); wq sends a token, never these."""
+    for args, env in (
+        (["whoami", "--url", url], cli_env(cache_home, WQ_TOKEN="t")),
+        (["status"], cli_env(cache_home, WQ_TOKEN="t", WQ_URL=url)),
+    ):
+        result = invoke(args, env)
+        assert_usage(result, "a user name or password in the URL is not used by wq")
+        assert "secretpw" not in result.stderr and "tok@" not in result.stderr, result
+
+
 def test_a_loopback_host_and_port_may_omit_the_scheme(cache_home: Path) -> None:
     port = free_port()
     result = invoke(["status", "--url", f"127.0.0.1:{port}"], cli_env(cache_home, WQ_TOKEN="t"))

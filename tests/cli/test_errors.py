@@ -109,6 +109,10 @@ def test_a_rejected_env_token_is_exit_4_and_names_the_variable(
     result = invoke(["whoami"], env(daemon, cache_home, "sha256~not-a-real-token"))
     assert_error(result, 4, "WQ_TOKEN")
     assert "sha256~not-a-real-token" not in result.stderr  # secrets are never printed
+    # The server's reason is said (it was dropped: `expired` and `wrong audience` read alike).
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"wq: error: {daemon.url} rejected the token in WQ_TOKEN: "), first
+    assert len(first) > len(f"wq: error: {daemon.url} rejected the token in WQ_TOKEN: "), first
 
 
 def test_a_missing_permission_is_exit_4(daemon: RunningDaemon, cache_home: Path) -> None:

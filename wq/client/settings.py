@@ -49,6 +49,13 @@ def resolve_url(flag: str | None, environ: Mapping[str, str] | None = None) -> s
     if not is_utf8(url):
         raise UsageError(f"{source}: not valid UTF-8 text")
     url = url.rstrip("/")
+    if "@" in urlsplit(url if "://" in url else f"//{url}").netloc:
+        # Not echoed: what comes before `@` is a password as often as not.
+        raise UsageError(
+            f"{source}: a user name or password in the URL is not used by wq",
+            hint="remove the `user:password@` part: wq authenticates with a token "
+            "(wq login, WQ_TOKEN)",
+        )
     if "://" not in url:
         # `127.0.0.1:8080` is the local daemon: plain HTTP. Anything else needs its
         # scheme: guessing `https://` made a typo (`--url not-a-url`) a login attempt.

@@ -241,7 +241,7 @@ class ApiTransport:
             )
         if token.source == "env":
             return AuthenticationRequired(
-                f"{self.url} rejected the token in {token.variable}",
+                f"{self.url} rejected the token in {token.variable}: {error.message}",
                 hint=f"renew it or unset {token.variable} to use `wq login`",
                 status=401,
             )
