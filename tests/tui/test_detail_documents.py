@@ -170,3 +170,38 @@ def test_a_long_value_wraps_in_its_own_column_not_under_the_labels() -> None:
             assert [row[value:].rstrip() for row in rows] == error.splitlines(), rows
 
     asyncio.run(main())
+
+
+LONG_OUTPUT = "\n".join(f"{n} of 90" for n in range(1, 91))
+COUNTED = item(
+    4,
+    type="task",
+    phase="cancelled",
+    admission="done",
+    details={"kind": "count", "payload": {"to": 90}, "log_tail": LONG_OUTPUT},
+)
+
+
+def test_the_output_shows_its_last_lines_not_its_first() -> None:
+    """`Output (last lines)` drew the first 20 lines of a longer tail and cut the rest,
+    the lines a reader wants (where a run stopped) out of reach."""
+
+    async def main() -> None:
+        app = WqApp(canned_api(CannedServer(items=[COUNTED])), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(80, 40)) as pilot:
+            app.open_item(COUNTED["id"])
+            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
+            screen = app.screen
+            assert isinstance(screen, ItemDetailScreen)
+            await until(pilot, lambda: screen.details is not None, message="the details")
+            output = screen.query_one("#output", Static)
+
+            def shown() -> list[str]:
+                return [line.strip(" ▏") for line in on_screen(output).splitlines()]
+
+            await until(pilot, lambda: "90 of 90" in shown(), message=f"the last line: {shown()}")
+            lines = [line for line in shown() if line]
+            assert lines[0] == "… 70 lines above (o opens the whole)", lines
+            assert lines[1:] == [f"{n} of 90" for n in range(71, 91)], lines
+
+    asyncio.run(main())

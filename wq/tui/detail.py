@@ -37,6 +37,9 @@ HISTORY_LIMIT = 100
 PENDING_LIMIT = 50
 # The live output pane (`l`) shows this many of the run's last lines.
 LOG_LINES = 200
+# The kept output tail under the summary shows this many of its last lines (`o` and
+# `l` show more).
+OUTPUT_LINES = 20
 SUMMARY = (
     "id",
     "type",
@@ -81,6 +84,14 @@ def _summary(item: dict[str, Any]) -> Table:
     for key in SUMMARY:
         grid.add_row(key, Text(printable(_summary_value(item, key))))
     return grid
+
+
+def last_lines(text: str, count: int) -> str:
+    """The last `count` lines of `text` (its end is what a reader of output wants)."""
+    lines = text.rstrip("\n").splitlines()
+    if len(lines) <= count:
+        return "\n".join(lines)
+    return f"… {len(lines) - count} lines above (o opens the whole)\n" + "\n".join(lines[-count:])
 
 
 @dataclass
@@ -284,7 +295,7 @@ class ItemDetailScreen(PollingScreen):
             self.query_one("#details", Static).update(details.preview)
         output = self.query_one("#output", Static)
         if self.details is None or details.output != self.details.output:
-            output.update(details.output or "")
+            output.update(last_lines(details.output or "", OUTPUT_LINES))
         output.display = bool(details.output)
         self.query_one("#output-title", Static).display = bool(details.output)
         self.details = details
