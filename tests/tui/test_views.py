@@ -356,7 +356,7 @@ def test_keys_pressed_right_after_q_run_no_action(daemon: RunningDaemon) -> None
         app.exit()
         # The actions of `i`, then of the Pools view's `u` and `enter`, as those keys
         # would run them.
-        assert not await app.run_action("switch_mode('items')")
+        assert not await app.run_action("view('items')")
         assert not await app.run_action("queue", screen)
         assert not await app.run_action("open", screen)
         assert app.current_mode == "pools"

@@ -60,10 +60,10 @@ class WqApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         # One footer entry for the four ("o p u i Views"): at 80 columns a view's own
         # keys need the room; `?` names each.
-        Binding("o", "switch_mode('overview')", "Overview", group=VIEWS),
-        Binding("p", "switch_mode('pools')", "Pools", group=VIEWS),
-        Binding("u", "switch_mode('queue')", "Queue", group=VIEWS),
-        Binding("i", "switch_mode('items')", "Items", group=VIEWS),
+        Binding("o", "view('overview')", "Overview", group=VIEWS),
+        Binding("p", "view('pools')", "Pools", group=VIEWS),
+        Binding("u", "view('queue')", "Queue", group=VIEWS),
+        Binding("i", "view('items')", "Items", group=VIEWS),
         # Before the view's own keys: the keys typed behind `:` in one burst (a paste,
         # a fast typist) then reach the command line, not the view's table.
         Binding("colon", "command", "Command", key_display=":", priority=True),
@@ -162,6 +162,10 @@ class WqApp(App[None]):
             self.queue_project = project
         self._show_now("queue")
 
+    def action_view(self, mode: str) -> None:
+        """Show a view: its own screen, not an item's detail left open over it."""
+        self._show_now(mode)
+
     def _show_now(self, mode: str) -> None:
         # Switching to a view polls it; a view already shown would keep what it shows
         # until its next refresh, so it is asked now (for the list a command asked for).
@@ -170,6 +174,15 @@ class WqApp(App[None]):
                 if isinstance(screen, PollingScreen):
                     screen.schedule(0)
         self.switch_mode(mode)
+        # A detail opened from this view earlier would stay over it, the view (a new
+        # list, say) out of sight and `r`/`c` acting on that detail's item.
+        details = 0
+        for screen in reversed(self.screen_stack[1:]):
+            if not isinstance(screen, ItemDetailScreen):
+                break
+            details += 1
+        for _ in range(details):
+            self.pop_screen()
 
     def open_item(self, item_id: str) -> None:
         """Push the detail of one item."""
@@ -196,9 +209,9 @@ class WqApp(App[None]):
         if verb in ("q", "quit"):
             self.exit()
         elif verb in ("o", "overview"):
-            self.switch_mode("overview")
+            self._show_now("overview")
         elif verb in ("p", "pools"):
-            self.switch_mode("pools")
+            self._show_now("pools")
         elif verb in ("u", "queue"):
             if not args:
                 self.queue_project = None  # `:queue` alone: the most pressed project

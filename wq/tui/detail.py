@@ -155,9 +155,9 @@ class ItemDetailScreen(PollingScreen):
         Binding("l", "log", "Live output"),
         # After the detail's own keys, the app's were cut mid-word at 80 columns: bound
         # here to the same actions, unlisted, they still work (`?` lists them all).
-        Binding("p", "app.switch_mode('pools')", show=False),
-        Binding("u", "app.switch_mode('queue')", show=False),
-        Binding("i", "app.switch_mode('items')", show=False),
+        Binding("p", "app.view('pools')", show=False),
+        Binding("u", "app.view('queue')", show=False),
+        Binding("i", "app.view('items')", show=False),
         # The app's `:` is a priority binding: only another one hides it from the footer.
         Binding("colon", "app.command", show=False, priority=True),
         Binding("question_mark", "app.help", show=False),

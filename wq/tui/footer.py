@@ -22,7 +22,7 @@ MAX_WAITS = 5
 
 
 def _action_name(action: str) -> str:
-    """`switch_mode('pools')` -> `switch_mode`; `app.command` -> `command`."""
+    """`view('pools')` -> `view`; `app.command` -> `command`."""
     return action.split("(", 1)[0].rsplit(".", 1)[-1]
 
 
@@ -40,7 +40,7 @@ class FittingFooter(Footer):
         "command_palette",
         "command",
         "copy",
-        "switch_mode",
+        "view",
         "sort",
         "mark",
     )
