@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
+
+from rich.cells import cell_len, get_character_cell_size
 
 from wq.cli.output import age, parse_time
 
@@ -79,19 +82,45 @@ def state_change(old: Any, new: Any) -> str:
 
 
 def short(text: str | None, width: int) -> str:
-    """One line of at most `width` characters."""
+    """One line of at most `width` cells (a wide character, CJK or emoji, takes two)."""
     if not text:
         return "-"
     line = " ".join(str(text).split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return line if cell_len(line) <= width else _head(line, width - 1) + "…"
 
 
 def short_middle(text: str, width: int) -> str:
-    """At most `width` characters, the middle cut: both ends of a path tell it apart."""
-    if len(text) <= width:
+    """At most `width` cells, the middle cut: both ends of a path tell it apart."""
+    if cell_len(text) <= width:
         return text
     head = (width - 1) // 3
-    return f"{text[:head]}…{text[len(text) - (width - 1 - head) :]}"
+    return f"{_head(text, head)}…{_tail(text, width - 1 - head)}"
+
+
+def _head(text: str, width: int) -> str:
+    """The longest start of `text` within `width` cells (a letter keeps its accents:
+    they take no cell)."""
+    used = end = 0
+    for index, char in enumerate(text):
+        used += get_character_cell_size(char)
+        if used > width:
+            break
+        end = index + 1
+    return text[:end]
+
+
+def _tail(text: str, width: int) -> str:
+    """The longest end of `text` within `width` cells, not starting with an accent
+    whose letter was cut off."""
+    used, start = 0, len(text)
+    for index in range(len(text) - 1, -1, -1):
+        used += get_character_cell_size(text[index])
+        if used > width:
+            break
+        start = index
+    while start < len(text) and unicodedata.combining(text[start]):
+        start += 1
+    return text[start:]
 
 
 def last_line(text: str | None) -> str | None:
