@@ -61,7 +61,8 @@ def test_the_item_details_footer_fits_80_columns_and_the_apps_keys_still_work() 
             await until(pilot, lambda: app.screen.query(FooterKey), message="the footer")
             await pilot.pause()
             shown = [key.description for key in app.screen.query(FooterKey)]
-            assert {"Back", "Retry", "Cancel", "Copy id"} <= set(shown), shown
+            assert {"Back", "Retry", "Copy id"} <= set(shown), shown
+            assert "Cancel" not in shown  # a failed item cannot be cancelled
             assert cut_keys(app) == []
             # Unlisted here, the app's keys do what they do elsewhere.
             await pilot.press("question_mark")
@@ -110,5 +111,42 @@ def test_every_views_footer_shows_whole_keys_and_always_help_and_quit() -> None:
             # Left out of the footer, a key still works.
             await pilot.press("o")
             await until(pilot, lambda: app.current_mode == "overview", message="o at 60")
+
+    asyncio.run(main())
+
+
+def test_an_items_detail_offers_retry_and_cancel_only_where_they_apply() -> None:
+    """The detail of a failed, cancelled or completed item offered `c Cancel` (and an
+    active one `r Retry`): pressing it only said the server would refuse."""
+    from textual.widgets import Static
+
+    active = next(item for item in ITEMS if item["phase"] == "active")
+    failed = next(item for item in ITEMS if item["phase"] == "failed")
+
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(100, 24)) as pilot:
+            await until(pilot, lambda: app.whoami is not None, message="whoami")
+            for item, offered, hidden in ((failed, "r", "c"), (active, "c", "r")):
+                app.open_item(item["id"])
+                await until(
+                    pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail"
+                )
+                await until(
+                    pilot,
+                    lambda o=offered, h=hidden: o in shown_keys(app) and h not in shown_keys(app),
+                    message=f"{item['phase']}: {shown_keys(app)}",
+                )
+                await pilot.press(hidden)  # says why, asks nothing
+                await until(
+                    pilot,
+                    lambda said=f"(this one is {item['phase']})": any(
+                        said in str(toast.message) for toast in app._notifications
+                    ),
+                    message="the reason",
+                )
+                assert isinstance(app.screen, ItemDetailScreen)
+                assert not app.screen.query(Static).filter(".confirm")
+                await pilot.press("escape")
 
     asyncio.run(main())

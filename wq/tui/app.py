@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 
 from wq.client.api import ApiClient
 from wq.client.errors import ClientError
-from wq.client.vocabulary import ADMISSIONS, PHASES
+from wq.client.vocabulary import ADMISSIONS, PHASES, phase_refusal
 from wq.tui.commands import ProjectCommands
 from wq.tui.dashboard import Dashboard
 from wq.tui.detail import ItemDetailScreen
@@ -36,9 +36,6 @@ from wq.tui.queue import QueueScreen
 FILTER_KEYS = ("type", "phase", "project", "admission")
 CHOICES = {"phase": PHASES, "admission": ADMISSIONS}
 WHOAMI_RETRY = 5.0
-# The phases an item is in for each action to apply (the server's rule, said first).
-ACTIONABLE_PHASES = {"retry": ("failed", "cancelled"), "cancel": ("active",)}
-DONE = {"retry": "retried", "cancel": "cancelled"}
 
 
 VIEWS = Binding.Group("Views")
@@ -277,16 +274,33 @@ class WqApp(App[None]):
             return (
                 isinstance(screen, PollingScreen)
                 and hasattr(screen, f"action_{parameters[0]}")
-                and self.refusal(screen.offered_type) is not None
+                and self._refused(str(parameters[0]), screen) is not None
             )
         return True
+
+    def _refused(self, action: str, screen: PollingScreen) -> str | None:
+        """Why a view that hides `action` (retry, cancel) does: read-only mode, no
+        permission, or (an item's detail) the item's phase; None if it offers it."""
+        refusal = self.refusal(screen.offered_type)
+        if refusal is not None:
+            return refusal
+        item = screen.current()
+        if isinstance(screen, ItemDetailScreen) and item is not None:
+            return phase_refusal(action, item.get("phase"))
+        return None
 
     def action_refuse(self, action: str) -> None:
         """Say why `action` (retry, cancel) does nothing: read-only mode, or no permission
         (on the type of the item under the cursor)."""
         screen = self.screen
         item = screen.current() if isinstance(screen, PollingScreen) else None
-        reason = self.refusal(item.get("type") if item else None) or "no retry permission"
+        reason = self.refusal(item.get("type") if item else None)
+        if reason is None and isinstance(screen, ItemDetailScreen) and item is not None:
+            why_not = phase_refusal(action, item.get("phase"))
+            if why_not is not None:
+                self.notify(f"{action}: {why_not}", severity="warning", markup=False)
+                return
+        reason = reason or "no retry permission"
         self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
 
     def copy_id(self, item_id: str) -> None:
@@ -350,14 +364,9 @@ class WqApp(App[None]):
             self.notify(f"{action} refused: {reason}", severity="warning", markup=False)
             return
         # Said at once, not after a question the server would answer 409 to.
-        takes = ACTIONABLE_PHASES[action]
-        if item.get("phase") not in takes:
-            self.notify(
-                f"{action}: only {' or '.join(takes)} items can be {DONE[action]} "
-                f"(this one is {item.get('phase')})",
-                severity="warning",
-                markup=False,
-            )
+        why_not = phase_refusal(action, item.get("phase"))
+        if why_not is not None:
+            self.notify(f"{action}: {why_not}", severity="warning", markup=False)
             return
 
         def answered(yes: bool | None) -> None:

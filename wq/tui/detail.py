@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Header, Log, Static
 from wq.cli.common import printable
 from wq.client.errors import ClientError
 from wq.client.shown import attempts as attempts_shown
+from wq.client.vocabulary import ACTIONABLE_PHASES, phase_refusal
 from wq.tui.footer import FittingFooter
 from wq.tui.format import (
     age,
@@ -239,10 +240,10 @@ class ItemDetailScreen(PollingScreen):
         return self.item
 
     def show(self, data: DetailData) -> None:
-        another_type = self.item is None or self.item["type"] != data.item["type"]
+        before = self.item
         item = self.item = data.item
-        if another_type:
-            self.refresh_bindings()  # r and c, offered or not for this type
+        if before is None or (before["type"], before["phase"]) != (item["type"], item["phase"]):
+            self.refresh_bindings()  # r and c, offered or not for this type and phase
         now = self.wq.now()
         self.query_one("#summary", Static).update(_summary(item))
         self._show_details(data.details or Details.of(item.get("details") or {}))
@@ -377,6 +378,14 @@ class ItemDetailScreen(PollingScreen):
     def action_back(self) -> None:
         """Back to the list."""
         self.dismiss()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """As every view; besides, retry and cancel only for an item in a phase they
+        apply to (a key pressed anyway says why, `WqApp.action_refuse`)."""
+        offered = super().check_action(action, parameters)
+        if offered and action in ACTIONABLE_PHASES and self.item is not None:
+            return phase_refusal(action, self.item.get("phase")) is None
+        return offered
 
     def action_retry(self) -> None:
         """Retry this item, after confirmation."""
