@@ -60,3 +60,28 @@ def test_an_unknown_type_is_refused_with_the_known_ones() -> None:
 def notices(app: WqApp) -> list[str]:
     """The error notices shown now."""
     return [str(n.message) for n in app._notifications if n.severity == "error"]
+
+
+def test_f_puts_the_filters_in_use_on_the_line_to_add_to() -> None:
+    """`f` filled the line with `items project=team/api` selected: the first key typed
+    replaced it (`:phase=failed`, an unknown command) instead of adding to it."""
+    both = {i["id"] for i in ITEMS if i["project"] == "team/api" and i["phase"] == "active"}
+
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.run_command("items project=team/api")
+            table = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: app.filters == {"project": "team/api"}, message="filter")
+            await pilot.press("f")
+            await until(pilot, lambda: app.screen.query("#prompt-input"), message="the line")
+            await pilot.pause()
+            await pilot.press(*" phase=active", "enter")
+            await until(
+                pilot,
+                lambda: app.filters == {"project": "team/api", "phase": "active"},
+                message=f"both filters: {app.filters}",
+            )
+            await until(pilot, lambda: ids(table) == both, message="the active team/api items")
+
+    asyncio.run(main())

@@ -53,7 +53,9 @@ class PromptScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Horizontal(id="prompt"):
             yield Label(self.prefix, id="prompt-prefix", markup=False)
-            yield Input(self.value, id="prompt-input")
+            # The text given is there to be edited (`f` puts the filters in use): the
+            # cursor after it, nothing selected for the first key to replace.
+            yield Input(self.value, id="prompt-input", select_on_focus=False)
 
     def on_key(self, event: events.Key) -> None:
         """A key typed in one burst with the one that opened the prompt (a paste, a
