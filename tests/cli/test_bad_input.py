@@ -194,6 +194,21 @@ def _capped_memory() -> None:  # in the child: a read without a bound fails, not
     resource.setrlimit(resource.RLIMIT_AS, (2 * 1024**3, 2 * 1024**3))
 
 
+def run_capped(args: list[str], env: dict[str, str], cwd: Path) -> Result:
+    """`python -m wq ARGS` in a process whose memory is capped at 2 GiB."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wq", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_capped_memory,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -221,30 +236,10 @@ def test_a_file_without_end_is_refused_not_read_into_memory(
     process grew until the kernel killed it (22 GB), or a MemoryError traceback."""
     url = f"http://127.0.0.1:{free_port()}"
     env = base_env(tmp_path, WQ_URL=url, WQ_TOKEN="t")
-    proc = subprocess.run(
-        [sys.executable, "-m", "wq", *args],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        preexec_fn=_capped_memory,
-    )
-    result = Result(proc.returncode, proc.stdout, proc.stderr)
-    assert_usage(result, said)
+    assert_usage(run_capped(args, env, tmp_path), said)
 
 
 def test_a_config_without_end_is_refused_naming_the_file(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "wq", "config", "check", "-c", "/dev/zero"],
-        env=base_env(tmp_path),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        preexec_fn=_capped_memory,
-    )
-    assert proc.returncode == 1, proc
-    assert proc.stderr.strip() == "wq: error: config /dev/zero: larger than 16 MiB", proc
+    result = run_capped(["config", "check", "-c", "/dev/zero"], base_env(tmp_path), tmp_path)
+    assert result.code == 1, result
+    assert result.stderr.strip() == "wq: error: config /dev/zero: larger than 16 MiB", result
