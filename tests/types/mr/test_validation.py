@@ -141,10 +141,24 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
         _files({"action": "create", "file_path": "big", "content": "eHh4eHh4eHh4eHg="}),
         "10 bytes",
     ),  # 11 bytes once decoded
+    # one path, two actions: GitLab refused the commit once the item ran (400)
+    (
+        _files(
+            {"action": "create", "file_path": "y", "content": "1"},
+            {"action": "create", "file_path": "y", "content": "2"},
+        ),
+        "y is the file_path of two actions",
+    ),
+    (_files(_update("a/b"), {"action": "delete", "file_path": "a/b"}), "a/b is the file_path"),
 ]
 ACCEPTED: list[dict[str, Any]] = [
     _files(_update(".gitignore"), _update(".github/workflows/ci.yml"), _update("a/b.c/d")),
     _files({"action": "move", "file_path": "new/name", "previous_path": "old/name"}),
+    # a file moved away and another made in its place
+    _files(
+        {"action": "move", "file_path": "new/name", "previous_path": "old/name"},
+        {"action": "create", "file_path": "old/name", "content": "x"},
+    ),
     _files(
         {"action": "update", "file_path": "a", "content": "x", "previous_path": None},
         {"action": "delete", "file_path": "README.md", "content": None, "previous_path": None},

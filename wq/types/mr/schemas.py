@@ -271,12 +271,17 @@ def submission_schema(settings: MrSettings) -> type[MrCreate]:
     max_bytes = settings.max_file_bytes
 
     def file_sizes(actions: list[FileAction]) -> list[FileAction]:
+        named: set[str] = set()
         for action in actions:
             if action.size() > max_bytes:
                 raise ValueError(
                     f"{action.file_path} has {action.size()} bytes, over the limit of "
                     f"{max_bytes} bytes per file (handled_types.mr.max_file_bytes)"
                 )
+            if action.file_path in named:
+                # GitLab refuses the commit (400) once the item runs: said now instead.
+                raise ValueError(f"{action.file_path} is the file_path of two actions")
+            named.add(action.file_path)
         return actions
 
     file_actions = Annotated[
