@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -130,6 +131,9 @@ def test_pools_watch_in_json_streams_the_pool_that_changed(
         wait_for(shows(out, BLOCKED), timeout=60, message="the pool")
         daemon.submit(project=BLOCKED)
         wait_for(lambda: len(out.read_bytes().splitlines()) >= 2, timeout=60, message="a change")
+        # Five more polls: the oldest queued item's age grows at each, and is no change
+        # (every poll printed the pool again).
+        time.sleep(1.5)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -137,6 +141,8 @@ def test_pools_watch_in_json_streams_the_pool_that_changed(
             proc.kill()
             proc.wait(timeout=10)
     assert proc.returncode == 0, stderr
-    before, after = [json.loads(line) for line in out.read_text().splitlines()][:2]
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2, lines
+    before, after = [json.loads(line) for line in lines]
     assert before["project"] == after["project"] == BLOCKED
     assert after["normal"]["queued"] == before["normal"]["queued"] + 1

@@ -72,13 +72,25 @@ def stream(fetch: Callable[[], Any], mode: Output, *, interval: float, key: str 
                 parts = answer if key is not None else [answer]
                 now = {part[key] if key is not None else None: part for part in parts}
                 for ident, part in now.items():
-                    if shown.get(ident) != part:
+                    if _moved(shown.get(ident), part):
                         sys.stdout.write(_streamed(part, mode))
                 shown = now
                 sys.stdout.flush()
             time.sleep(interval)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+
+
+def _moved(before: Any, now: Any) -> bool:
+    """Whether a streamed document changed: an age the server works out from the clock
+    (`oldest_queued_age_seconds`) grows at every poll and is no change by itself."""
+
+    def steady(document: Any) -> Any:
+        if not isinstance(document, dict):
+            return document
+        return {k: v for k, v in document.items() if not k.endswith("_age_seconds")}
+
+    return before is None or steady(before) != steady(now)
 
 
 def _streamed(document: Any, mode: Output) -> str:
