@@ -147,6 +147,12 @@ def test_status_lists_with_filters_and_follows_the_cursor(
         ["status", "--project", project, "--limit", "3", "--json"], env(daemon, cache_home)
     )
     assert [entry["id"] for entry in limited.json()] == created[::-1][:3]
+    # A table cut by --limit says so (it stopped at 100 in silence); the JSON stays the list.
+    cut = invoke(["status", "--project", project, "--limit", "3"], env(daemon, cache_home))
+    assert cut.code == 0 and len(cut.stdout.splitlines()) == 4, cut  # the header and 3
+    assert cut.stderr == "the newest 3 shown; more match (--limit N, or 0 for all)\n", cut
+    whole = invoke(["status", "--project", project, "--limit", "5"], env(daemon, cache_home))
+    assert whole.stderr == "" and len(whole.stdout.splitlines()) == 6, whole
     nothing = invoke(
         ["status", "--project", project, "--phase", "failed", "--json"], env(daemon, cache_home)
     )

@@ -69,7 +69,15 @@ def list_view(items: list[dict[str, Any]], wide: bool) -> Any:
         view.add_row(*row)
     if not items:
         view.caption = "no items"
+    elif getattr(items, "more", False):
+        view.caption = f"the newest {len(items)} shown; more match (--limit N, or 0 for all)"
     return view
+
+
+class Listing(list[dict[str, Any]]):
+    """The items a listing shows, and whether more matched (`more`) than it asked for."""
+
+    more = False
 
 
 def _position(item: dict[str, Any]) -> str:
@@ -217,7 +225,11 @@ def status(
         else:
 
             def fetch() -> Any:
-                return list(api.iter_items(limit=limit or None, **filters))
+                # One more than shown: whether the list goes on (said under the table).
+                found = list(api.iter_items(limit=limit + 1 if limit else None, **filters))
+                listing = Listing(found[:limit] if limit else found)
+                listing.more = bool(limit) and len(found) > limit
+                return listing
 
             renderer = list_view
         if watch_flag:
