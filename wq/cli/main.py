@@ -86,9 +86,11 @@ class WqGroup(TyperGroup):
         except click.ClickException as err:
             err.show()
             sys.exit(err.exit_code)
-        except typer.Abort:
+        except typer.Abort as err:
+            # Click's prompts abort on Ctrl-C (exit 130, as everywhere else) and on the
+            # end of input (no answer: 1).
             sys.stderr.write("wq: interrupted\n")
-            sys.exit(1)
+            sys.exit(130 if isinstance(err.__context__, KeyboardInterrupt) else 1)
         except OSError as err:
             # Most often the output cannot be written (a full disk, a closed pipe): one
             # line, and nothing left in stdout's buffer to fail again at exit.
