@@ -59,6 +59,26 @@ def test_pool_keys_match_projects_however_their_accents_are_spelled() -> None:
 
 
 @pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("../x", "'.' or '..' segments"),
+        ("a b", "whitespace"),
+        ("group//app", "empty"),
+        ("/group", "leading or trailing /"),
+        ("group\\app", "backslash"),
+        ("", "must not be empty"),
+    ],
+)
+def test_a_pool_key_no_project_can_have_is_refused_naming_it(key: str, why: str) -> None:
+    """`pools: {"../x": ...}` (or `a b`) passed `wq config check` and applied to nothing:
+    no submission may name such a project."""
+    with pytest.raises(ConfigError, match="pools") as raised:
+        parse_config({"pools": {key: {"capacity": 1}}}, "x")
+    assert f"pool key {key!r} must be 'default' or a project path" in str(raised.value)
+    assert why in str(raised.value)
+
+
+@pytest.mark.parametrize(
     ("data", "key"),
     [
         ({"pools": {"default": {"capacity": -1}}}, "pools.default.capacity"),

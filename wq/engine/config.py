@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from wq.engine.project_names import canonical_project
+from wq.engine.project_names import canonical_project, project_problem
 
 SYSTEM_CONFIG_PATH = Path("/etc/wq/config.yml")
 # The reference service's default location, looked at after wq's own.
@@ -243,8 +243,10 @@ class Config(_Section):
     def _pool_keys_are_paths(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
         keyed: dict[str, PoolConfig] = {}
         for key, pool in pools.items():
-            if key != "default" and (not key or key.startswith("/") or key.endswith("/")):
-                raise ValueError(f"pool key {key!r} must be 'default' or a project path")
+            problem = None if key == "default" else project_problem(key)
+            if problem is not None:
+                # A key no project can have would apply to nothing, without a word.
+                raise ValueError(f"pool key {key!r} must be 'default' or a project path: {problem}")
             # Matched against the projects as they are stored (`canonical_project`).
             canonical = canonical_project(key)
             if canonical in keyed:
