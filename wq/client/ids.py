@@ -26,6 +26,10 @@ class AmbiguousId(UsageError):
     """A short id that starts the ids of several items."""
 
 
+# An id given is repeated in an error up to this many characters (not a pasted page).
+SHOWN_CHARACTERS = 40
+
+
 def checked(value: str) -> str:
     """A whole id (canonical, with dashes) or a short id (lowercase hex digits).
 
@@ -34,14 +38,19 @@ def checked(value: str) -> str:
     """
     if not value:
         raise UsageError("an empty id is not an item id")
+    shown = repr(value) if len(value) <= SHOWN_CHARACTERS else f"{value[:SHOWN_CHARACTERS]!r}…"
     if not _HEX_AND_DASHES.match(value):
-        raise UsageError(f"{value!r} is not an item id (hex digits and dashes)")
+        raise UsageError(f"{shown} is not an item id (hex digits and dashes)")
     digits = value.replace("-", "").lower()
     if len(digits) == ID_DIGITS:
         return str(uuid.UUID(hex=digits))
-    if not MIN_PREFIX <= len(digits) < ID_DIGITS:
+    if len(digits) > ID_DIGITS:
         raise UsageError(
-            f"{value!r} is not an item id: give the whole id or at least "
+            f"{shown} is not an item id: {len(digits)} hex digits, an id has {ID_DIGITS}"
+        )
+    if len(digits) < MIN_PREFIX:
+        raise UsageError(
+            f"{shown} is not an item id: give the whole id or at least "
             f"{MIN_PREFIX} of its first hex digits"
         )
     return digits
