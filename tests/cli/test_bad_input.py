@@ -131,6 +131,15 @@ def test_a_loopback_host_and_port_may_omit_the_scheme(cache_home: Path) -> None:
     assert f"cannot connect to http://127.0.0.1:{port}" in result.stderr, result
 
 
+@pytest.mark.parametrize("command", ["status", "queue", "stats", "pools", "retry", "cancel"])
+def test_an_empty_project_is_a_usage_error_everywhere(command: str, cache_home: Path) -> None:
+    """`--project ""` was every project in `wq queue`, no item in `wq status` and a 422
+    in `wq stats`; an empty `--url` is a usage error, and so is this."""
+    url = f"http://127.0.0.1:{free_port()}"
+    result = invoke([command, "--project", "", "--url", url], cli_env(cache_home, WQ_TOKEN="t"))
+    assert_usage(result, "--project: an empty project name")
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -138,6 +147,9 @@ def test_a_loopback_host_and_port_may_omit_the_scheme(cache_home: Path) -> None:
         (["status", "--id", "../pools"], "'../pools' is not an item id"),
         (["retry", "--id", "not-a-uuid"], "'not-a-uuid' is not an item id"),
         (["cancel", "2f6c1a", "x y"], "'x y' is not an item id"),
+        # A pasted page is not repeated whole, and a long one is said to be too long.
+        (["status", "--id", "a" * 100_000], f"'{'a' * 40}'… is not an item id: 100000 hex"),
+        (["status", "--id", "f" * 33], "33 hex digits, an id has 32"),
     ],
 )
 def test_a_malformed_id_is_a_usage_error_before_any_request(
@@ -145,7 +157,9 @@ def test_a_malformed_id_is_a_usage_error_before_any_request(
 ) -> None:
     # A closed port: a request would exit 1 (it used to be "server error 307").
     url = f"http://127.0.0.1:{free_port()}"
-    assert_usage(invoke([*args, "--url", url], cli_env(cache_home, WQ_TOKEN="t")), said)
+    result = invoke([*args, "--url", url], cli_env(cache_home, WQ_TOKEN="t"))
+    assert_usage(result, said)
+    assert len(result.stderr) < 300, result.stderr[:300]
 
 
 @pytest.mark.parametrize("command", ["retry", "cancel"])

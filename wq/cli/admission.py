@@ -19,6 +19,7 @@ from wq.cli.common import (
     client,
     errors,
     output_mode,
+    project_given,
     usage_error,
 )
 from wq.cli.completion import complete_project
@@ -109,7 +110,9 @@ def pools(
     project: Annotated[
         str | None,
         typer.Option(
-            help="Only this project (shown even when idle).", autocompletion=complete_project
+            help="Only this project (shown even when idle).",
+            autocompletion=complete_project,
+            callback=project_given,
         ),
     ] = None,
     sort: Annotated[
@@ -145,12 +148,13 @@ def pools(
 
 def queue(
     project: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="The project whose queue to show (default: the most pressed).",
             autocompletion=complete_project,
+            callback=project_given,
         ),
-    ] = "",
+    ] = None,
     lane: Annotated[str | None, typer.Option(help="Only this lane (alert or normal).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Show at most this many.")] = 100,
     output: OutputOption = Output.table,
@@ -166,7 +170,7 @@ def queue(
         usage_error(f"--lane: {lane!r} is not one of alert, normal")
     mode = output_mode(output, json_flag)
     with errors(), client(url, no_auth) as api:
-        shown = project or None
+        shown = project
 
         def fetch() -> list[dict[str, Any]]:
             # Without --project, the most pressed project once one has work; then that

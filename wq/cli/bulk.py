@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer._click.globals import get_current_context  # typer ships its own click
 
-from wq.cli.common import check_type, client, errors, fail, usage_error
+from wq.cli.common import check_type, client, errors, fail, project_given, usage_error
 from wq.cli.completion import complete_kind, complete_project, complete_type
 from wq.cli.durations import parse_seconds
 from wq.cli.output import ItemId, Output, emit, table
@@ -43,7 +43,10 @@ TypeOption = Annotated[
 ProjectOption = Annotated[
     str | None,
     typer.Option(
-        help="Select items of this project.", autocompletion=complete_project, show_default=False
+        help="Select items of this project.",
+        autocompletion=complete_project,
+        show_default=False,
+        callback=project_given,
     ),
 ]
 KindOption = Annotated[

@@ -175,6 +175,14 @@ def usage_error(message: str) -> NoReturn:
     fail(message, 2, hint=f"see {command} --help")
 
 
+def project_given(value: str | None) -> str | None:
+    """`--project`'s check: an empty name is a usage error (it read as every project in
+    one command, as no item in another, and as a server error in a third)."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("an empty project name (leave --project out for every project)")
+    return value
+
+
 # The most a command reads from a file or a pipe it is given (a payload, a file to
 # commit, a config): well above what a server takes in one request by default (16 MiB),
 # and far below what would take a laptop or a CI runner down (`@/dev/zero`, a disk

@@ -19,6 +19,7 @@ from wq.cli.common import (
     client,
     errors,
     output_mode,
+    project_given,
     usage_error,
 )
 from wq.cli.completion import (
@@ -177,7 +178,10 @@ def status(
         str | None, typer.Option("--type", help="Only this type.", autocompletion=complete_type)
     ] = None,
     project: Annotated[
-        str | None, typer.Option(help="Only this project.", autocompletion=complete_project)
+        str | None,
+        typer.Option(
+            help="Only this project.", autocompletion=complete_project, callback=project_given
+        ),
     ] = None,
     admission: Annotated[
         str | None,

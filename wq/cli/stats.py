@@ -20,6 +20,7 @@ from wq.cli.common import (
     client,
     errors,
     output_mode,
+    project_given,
     usage_error,
 )
 from wq.cli.completion import complete_project, complete_type
@@ -130,7 +131,10 @@ def stats(
         str | None, typer.Option("--type", help="Only this type.", autocompletion=complete_type)
     ] = None,
     project: Annotated[
-        str | None, typer.Option(help="Only this project.", autocompletion=complete_project)
+        str | None,
+        typer.Option(
+            help="Only this project.", autocompletion=complete_project, callback=project_given
+        ),
     ] = None,
     output: OutputOption = Output.table,
     json_flag: JsonOption = False,
