@@ -22,8 +22,7 @@ from wq.cli.common import (
 )
 from wq.cli.items import list_view
 from wq.cli.output import Output
-
-RETRYABLE = ("failed", "cancelled")
+from wq.client.vocabulary import ACTIONABLE_PHASES
 
 
 def _retried_line(item: dict[str, Any]) -> str:
@@ -57,7 +56,7 @@ def retry(
 ) -> None:
     """Bring failed or cancelled items back to active (attempts reset): the named ones,
     or those the selectors match (listed and confirmed first)."""
-    if phase is not None and phase not in RETRYABLE:
+    if phase is not None and phase not in ACTIONABLE_PHASES["retry"]:
         usage_error(f"--phase: retry takes failed or cancelled items, not {phase!r}")
     named = [*(id_options or []), *(ids or [])]
     selection = bulk.Selection(phase, item_type, project, kind, error_contains, older_than, limit)

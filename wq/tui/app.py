@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 
 from wq.client.api import ApiClient
 from wq.client.errors import ClientError
-from wq.client.vocabulary import ADMISSIONS, PHASES, phase_refusal
+from wq.client.vocabulary import ACTIONABLE_PHASES, ADMISSIONS, PHASES, phase_refusal
 from wq.tui.commands import ProjectCommands
 from wq.tui.dashboard import Dashboard
 from wq.tui.detail import ItemDetailScreen
@@ -337,7 +337,7 @@ class WqApp(App[None]):
     def _act_many(self, action: str, items: list[dict[str, Any]], done: Callable[[], None]) -> None:
         # The bulk routes take one phase a request: a retry sends the failed and the
         # cancelled apart; the ids keep each to exactly the marked items.
-        phases = ["active"] if action == "cancel" else ["failed", "cancelled"]
+        phases = ACTIONABLE_PHASES[action]
         outcomes: list[dict[str, Any]] = []
         try:
             for phase in phases:
