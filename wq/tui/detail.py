@@ -154,15 +154,6 @@ class ItemDetailScreen(PollingScreen):
         Binding("y", "copy", "Copy id"),
         Binding("o", "page", "Details"),
         Binding("l", "log", "Live output"),
-        # After the detail's own keys, the app's were cut mid-word at 80 columns: bound
-        # here to the same actions, unlisted, they still work (`?` lists them all).
-        Binding("p", "app.view('pools')", show=False),
-        Binding("u", "app.view('queue')", show=False),
-        Binding("i", "app.view('items')", show=False),
-        # The app's `:` is a priority binding: only another one hides it from the footer.
-        Binding("colon", "app.command", show=False, priority=True),
-        Binding("question_mark", "app.help", show=False),
-        Binding("q", "app.quit", show=False),
     ]
 
     def __init__(self, item_id: str) -> None:
