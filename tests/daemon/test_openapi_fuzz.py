@@ -97,17 +97,20 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 @schemathesis.hook
 def map_body(ctx: schemathesis.HookContext, body: Any) -> Any:
-    """An MR's branches must differ: a rule between two fields that JSON Schema cannot
-    state (the document says it in words), so drafts keep to it."""
+    """An MR's branches must differ, and its file actions name different paths: rules
+    between fields that JSON Schema cannot state (the document says them in words), so
+    drafts keep to them."""
     operation = ctx.operation
-    if (
-        operation is not None
-        and operation.path == "/api/work-items/mr"
-        and isinstance(body, dict)
-        and isinstance(body.get("source_branch"), str)
-        and body.get("source_branch") == body.get("target_branch", "main")
+    if operation is None or operation.path != "/api/work-items/mr" or not isinstance(body, dict):
+        return body
+    if isinstance(body.get("source_branch"), str) and body.get("source_branch") == body.get(
+        "target_branch", "main"
     ):
         body = {**body, "target_branch": body["source_branch"] + "-target"}
+    actions = body.get("file_actions")
+    if isinstance(actions, list) and all(isinstance(action, dict) for action in actions):
+        first = {str(action.get("file_path")): action for action in reversed(actions)}
+        body = {**body, "file_actions": [a for a in actions if first[str(a.get("file_path"))] is a]}
     return body
 
 

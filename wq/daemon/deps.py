@@ -20,7 +20,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AfterValidator
+from pydantic import AfterValidator, StringConstraints
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -41,8 +41,10 @@ _bearer = HTTPBearer(auto_error=False, description="A wq Bearer token")
 
 # PostgreSQL text cannot hold NUL: refuse it as bad input rather than fail in the driver.
 NO_NUL = r"^[^\x00]*$"
-# A project a filter names, matched as projects are stored (`canonical_project`).
-ProjectName = Annotated[str, AfterValidator(canonical_project)]
+# A project a filter names, matched as projects are stored (`canonical_project`). The
+# pattern is the type's own: given only beside it (`Query(pattern=...)`), it is enforced
+# but left out of the OpenAPI document when the parameter may be null.
+ProjectName = Annotated[str, StringConstraints(pattern=NO_NUL), AfterValidator(canonical_project)]
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -51,9 +51,7 @@ class BulkRequest(BaseModel):
     )
 
     type: Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL)] | None = None
-    project: Annotated[ProjectName, Field(min_length=1, max_length=512, pattern=NO_NUL)] | None = (
-        None
-    )
+    project: Annotated[ProjectName, Field(min_length=1, max_length=512)] | None = None
     kind: Annotated[str, Field(min_length=1, max_length=128, pattern=NO_NUL)] | None = Field(
         None, description="a task kind (types without kinds are left out)"
     )

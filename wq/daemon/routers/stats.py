@@ -124,7 +124,7 @@ def read_stats(
     ] = None,
     project: Annotated[
         ProjectName | None,
-        Query(min_length=1, max_length=512, pattern=NO_NUL, description="only this project"),
+        Query(min_length=1, max_length=512, description="only this project"),
     ] = None,
 ) -> StatsPublic:
     """Counts per bucket (created, admitted, completed, failed, retried, cancelled), the

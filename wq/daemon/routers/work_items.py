@@ -110,7 +110,7 @@ async def read_items(
     principal: PrincipalDep,
     type: Annotated[str | None, Query(pattern=NO_NUL, description="only this type")] = None,
     phase: Phase | None = None,
-    project: Annotated[ProjectName | None, Query(pattern=NO_NUL)] = None,
+    project: Annotated[ProjectName | None, Query()] = None,
     admission: Admission | None = None,
     id_prefix: Annotated[
         str | None, Query(max_length=32, pattern=ID_PREFIX, description=ID_PREFIX_TEXT)

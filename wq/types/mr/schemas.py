@@ -291,7 +291,7 @@ def submission_schema(settings: MrSettings) -> type[MrCreate]:
             max_length=settings.max_file_actions,
             description=f"at most {settings.max_file_actions} actions "
             "(handled_types.mr.max_file_actions), each file at most "
-            f"{max_bytes} bytes (max_file_bytes)",
+            f"{max_bytes} bytes (max_file_bytes), no two on one file_path",
         ),
         AfterValidator(file_sizes),
     ]
