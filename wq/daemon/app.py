@@ -13,6 +13,7 @@ from wq.daemon.auth import install_auth_handling
 from wq.daemon.body import BodyGuard
 from wq.daemon.errors import install_error_handlers
 from wq.daemon.http_metrics import HttpMetrics
+from wq.daemon.lanes import LanedApp
 from wq.daemon.loop_reads import loop_reads
 from wq.daemon.outage import OutageLog, note_checkouts
 from wq.daemon.routers import (
@@ -50,7 +51,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(runtime: Runtime) -> FastAPI:
     """Build the API around a runtime (the engine threads are started elsewhere)."""
-    app = FastAPI(
+    app = LanedApp(
         title="wq",
         version=wq.__version__,
         description="The wq work-queue engine: work items, admission pools, processing.",
@@ -107,6 +108,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     # routers' own routes carry the full templates the route label is taken from.
     routes = [*app.routes, *(route for router in routers for route in router.routes)]
     app.add_middleware(HttpMetrics, metrics=runtime.metrics, routes=routes)
+    app.add_lanes(routes)  # the webhook's: served through the same layers, past the router
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:

@@ -8,24 +8,24 @@ shows the reason, and nothing is stored.
 The route takes the most requests of any, so it is served without FastAPI's request
 handling (`RequestOnlyRoute`): the endpoint reads the runtime and the header off the
 request itself. Solving its parameters, validating its answer against the model and
-the handler's wrapping cost about a sixth of a webhook request's CPU. The document
-describes it as before (`openapi_extra`, `response_model`).
+the handler's wrapping cost about a sixth of a webhook request's CPU. It also has a
+lane of its own past the router (`wq.daemon.lanes`). The document describes it as
+before (`openapi_extra`, `response_model`).
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Coroutine
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import log_decision, webhook_refused
 from wq.daemon.contract import ANY_ROUTE, error_responses
+from wq.daemon.lanes import RequestOnlyRoute
 from wq.daemon.loop_events import ingest_on_loop
 from wq.daemon.loop_reads import LoopReads
 from wq.daemon.routers.type_webhooks import NO_NUL, request_body
@@ -40,16 +40,6 @@ from wq.engine.envelope import (
 )
 from wq.engine.events import event_queries, ingest
 from wq.engine.models import utcnow
-
-
-class RequestOnlyRoute(APIRoute):
-    """A route whose endpoint takes the request alone and answers a `Response`: it is
-    called as it is, without FastAPI's parameter solving or answer validation (the
-    OpenAPI document still comes from the route's declaration)."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        return cast(Callable[[Request], Coroutine[Any, Any, Response]], self.endpoint)
-
 
 router = APIRouter(prefix="/api/webhooks", tags=["events"], route_class=RequestOnlyRoute)
 # What `event_from_payload` needs: the kind in `object_kind`, or in `event_type` when
