@@ -108,12 +108,15 @@ class Wakeup:
             return False
         return True
 
-    def deliver_payload(self, payload: str) -> None:
-        """Record a NOTIFY payload: `kind:subject`, one subject a line (`payloads_of`)."""
-        kind, _, subjects = payload.partition(":")
+    def deliver_payload(self, *payloads: str) -> None:
+        """Record NOTIFY payloads: `kind:subject`, one subject a line (`payloads_of`)."""
         with self._cond:
-            recorded = [self._record(kind, part) for part in subjects.split(SUBJECT_SEPARATOR)]
-            if any(recorded):
+            recorded = False
+            for payload in payloads:
+                kind, _, subjects = payload.partition(":")
+                for part in subjects.split(SUBJECT_SEPARATOR):
+                    recorded = self._record(kind, part) or recorded
+            if recorded:
                 self._cond.notify_all()
 
     def poke(self) -> None:
