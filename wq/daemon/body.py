@@ -21,6 +21,8 @@ nothing of what it sends.
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -180,9 +182,10 @@ class BodyGuard:
         async def bounded() -> Message:
             nonlocal size, deadline
             if deadline is None:
-                deadline = anyio.current_time() + self.body_timeout
+                deadline = asyncio.get_running_loop().time() + self.body_timeout
             try:
-                with anyio.fail_after(max(deadline - anyio.current_time(), 0)):
+                # asyncio's own timeout: anyio's cancel scope cost a webhook ~20 us.
+                async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
                 raise HTTPException(408, self._too_slow_message(), headers=CLOSE) from None
