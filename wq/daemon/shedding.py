@@ -21,6 +21,7 @@ shedding starts, once a minute while it lasts, and once when it ends (a request 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -78,17 +79,20 @@ class LoadShedding:
         self.max_waiting = max_waiting
         self.backlog = backlog
         self.shed = shed  # the count of requests refused
-        self._sized: CapacityLimiter | None = None
+        self._sized_loop: asyncio.AbstractEventLoop | None = None
+        self._limiter: CapacityLimiter | None = None
         self.in_progress = 0  # requests that may be shed, let in and not answered yet
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             # anyio's default limiter: the pool FastAPI runs sync handlers in, one per
-            # loop. Sized once, at the first request its loop serves.
-            limiter = to_thread.current_default_thread_limiter()
-            if limiter is not self._sized:
+            # loop. Sized once, at the first request its loop serves (finding it cost
+            # every request a few microseconds).
+            loop, limiter = asyncio.get_running_loop(), self._limiter
+            if limiter is None or loop is not self._sized_loop:
+                limiter = self._limiter = to_thread.current_default_thread_limiter()
                 limiter.total_tokens = self.threads
-                self._sized = limiter
+                self._sized_loop = loop
             path = scope["path"]
             if path not in NEVER_SHED and not path.startswith(NEVER_SHED_PREFIXES):
                 await self._shed_or_serve(limiter, scope, receive, send)
