@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +21,7 @@ from wq.daemon.runtime import Runtime
 from wq.engine.models import utcnow
 from wq.types.task import TaskRuntime
 from wq.types.task.gc import collect
+from wq.types.task.models import TaskItem
 
 
 def starts(tmp_path: Path) -> int:
@@ -333,3 +336,37 @@ def test_a_kind_no_replica_has_fails_after_max_start_failures(store: Store, tmp_
         )
         assert "could not start (2 times in a row)" in (failed.error or "")
         assert "task kind 'echo' is not configured here" in (failed.error or "")
+
+
+def test_a_run_lost_from_another_process_says_replicas_must_share_the_runs_dir(
+    store: Store, tmp_path: Path
+) -> None:
+    """A replica with a runs_dir of its own cannot see the runs another one started:
+    their tasks failed with `no run directory`, which read like a crash."""
+    runs, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with task_daemon(store, runs) as (runtime, client):
+        ours, theirs = (submit(client, "sleep", payload={"seconds": 60}) for _ in range(2))
+        for item in (ours, theirs):
+            wait(
+                lambda item=item: "sleeping" in _output(tmp_path, runtime, item["id"]), message="up"
+            )
+        with runtime.sessions.begin() as session:
+            session.get(TaskItem, uuid.UUID(theirs["id"])).started_by = "other-host:7/worker-3"
+        run_dirs = [runs / str(task(runtime, item["id"]).run_id) for item in (ours, theirs)]
+        for run_dir in run_dirs:  # out of this replica's sight; the runs go on
+            run_dir.rename(elsewhere / run_dir.name)
+        try:
+            for item in (ours, theirs):
+                wait(lambda item=item: task(runtime, item["id"]).phase == "failed", message="lost")
+        finally:
+            for run_dir in run_dirs:
+                pids = json.loads((elsewhere / run_dir.name / "pid.json").read_text())
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(pids["pgid"]), signal.SIGKILL)
+        lost = task(runtime, theirs["id"]).error or ""
+        assert lost.startswith(f"the run was lost: no run directory {run_dirs[1]}")
+        assert "started by other-host:7, another process: replicas must share" in lost
+        assert "handled_types.task.runners.command.runs_dir" in lost
+        # A run this process started and lost is said to be lost, nothing more.
+        assert "replicas" not in (task(runtime, ours["id"]).error or "")

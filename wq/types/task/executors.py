@@ -33,6 +33,18 @@ Executor = Callable[[ActionContext], None]
 log = logging.getLogger(__name__)
 
 
+def _elsewhere(task: TaskItem, ctx: ActionContext) -> str:
+    """Why a run another process started may be missing here: its runs_dir is not
+    this one's (each replica's `runs_dir` must be one directory they share)."""
+    started_in = (task.started_by or "").partition("/")[0]
+    if task.runner != "command" or not started_in or started_in == ctx.actor.partition("/")[0]:
+        return ""
+    return (
+        f" (started by {started_in}, another process: replicas must share"
+        " handled_types.task.runners.command.runs_dir)"
+    )
+
+
 def _task(ctx: ActionContext) -> TaskItem:
     assert isinstance(ctx.item, TaskItem)
     return ctx.item
@@ -150,7 +162,7 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         elif status.state == SUCCEEDED:
             finish(ctx, COMPLETED, status, "exit status 0")
         elif status.state == MISSING:
-            finish(ctx, FAILED, status, f"the run was lost: {status.reason}")
+            finish(ctx, FAILED, status, f"the run was lost: {status.reason}{_elsewhere(task, ctx)}")
         else:
             finish(ctx, FAILED, status, f"exit status {status.exit_code} {status.reason}".strip())
 
