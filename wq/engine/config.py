@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from wq.engine.project_names import canonical_project, project_problem
 
@@ -275,13 +276,18 @@ class Config(_Section):
         return self.pools.get("default", PoolConfig())
 
 
+def validation_reason(error: ErrorDetails) -> str:
+    """One pydantic error as wq's messages give it: `unknown key` for a key a model
+    does not know, else its reason, a validator's without pydantic's `Value error, `."""
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
 def _format_error(path: str, err: ValidationError) -> str:
     first = err.errors()[0]
     key = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown key"
-    return f"config {path}: {key}: {message}"
+    return f"config {path}: {key}: {validation_reason(first)}"
 
 
 def parse_config(data: Any, source: str) -> Config:
@@ -434,7 +440,7 @@ def _audit_from_env(config: Config) -> Config:
         field = str(first["loc"][0]) if first["loc"] else ""
         source = bucket if field == "s3_bucket" else prefix
         name = source[0] if source else f"audit.{field}"
-        raise ConfigError(f"environment variable {name}: {first['msg']}") from None
+        raise ConfigError(f"environment variable {name}: {validation_reason(first)}") from None
     return config.model_copy(update={"audit": audit})
 
 

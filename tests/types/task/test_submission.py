@@ -193,27 +193,27 @@ def test_submit_needs_the_submit_permission(store: Store, tmp_path: Path) -> Non
         ({"surprise": 1}, "handled_types.task.surprise: unknown key"),
         (
             {"kinds": {"x": {"scope": "project", "command": ["x"], "payload_schema": {"type": 5}}}},
-            "kinds.x.payload_schema: Value error, not a JSON Schema: 5 is not valid",
+            "kinds.x.payload_schema: not a JSON Schema: 5 is not valid",
         ),
         # Argv templates no task could fill: refused at start, not at each task's.
         (
             {"kinds": {"x": {"scope": "project", "command": ["/bin/echo", "{nope}"]}}},
-            "kinds.x.command: Value error, [1] '{nope}': unknown placeholder {nope}",
+            "kinds.x.command: [1] '{nope}': unknown placeholder {nope}",
         ),
         (
             {"kinds": {"x": {"scope": "project", "command": ["/bin/echo", "{payload[a"]}}},
-            "kinds.x.command: Value error, [1] '{payload[a': expected '}'",
+            "kinds.x.command: [1] '{payload[a': expected '}'",
         ),
         (
             {"kinds": {"x": {"scope": "project", "command": ["{payload.__class__}"]}}},
-            "kinds.x.command: Value error, [0] '{payload.__class__}': unknown placeholder",
+            "kinds.x.command: [0] '{payload.__class__}': unknown placeholder",
         ),
         (
             {
                 "runners": {"kubernetes": {"image": "i", "command": ["run", "{item}"]}},
                 "kinds": {"x": {"scope": "project", "runner": "kubernetes"}},
             },
-            "runners.kubernetes.command: Value error, [1] '{item}': unknown placeholder",
+            "runners.kubernetes.command: [1] '{item}': unknown placeholder",
         ),
     ],
 )

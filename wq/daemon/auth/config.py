@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from wq.engine.config import Config, ConfigError, Seconds, SecondsOrZero
+from wq.engine.config import Config, ConfigError, Seconds, SecondsOrZero, validation_reason
 
 log = logging.getLogger(__name__)
 
@@ -194,12 +194,7 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 
 
 def _message(error: Any) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown key"
-    if error["type"] == "missing":
-        return "required"
-    message = str(error["msg"])
-    return message.removeprefix("Value error, ")
+    return "required" if error["type"] == "missing" else validation_reason(error)
 
 
 def _rename_types(source: str, rules: Any) -> Any:

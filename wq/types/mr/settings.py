@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from wq.engine.config import Bytes, Capacity, ConfigError, Count, Seconds
+from wq.engine.config import Bytes, Capacity, ConfigError, Count, Seconds, validation_reason
 from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES, JobRetryConfig
 from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
@@ -79,8 +79,7 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> MrSettings:
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
-        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(f"{prefix}.{key}: {message}") from None
+        raise ConfigError(f"{prefix}.{key}: {validation_reason(first)}") from None
     try:
         settings.job_retry_config  # noqa: B018 - parse now so bad matchers refuse to start
     except JobRetryConfigError as err:

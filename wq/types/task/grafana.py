@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from wq.engine.config import validation_reason
 from wq.engine.metrics import declare_counter
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import BadWebhookPayload, WebhookContext
@@ -87,7 +88,9 @@ def _parse(document: Any) -> GrafanaNotification:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise BadWebhookPayload(f"not a Grafana notification: {where}: {first['msg']}") from None
+        raise BadWebhookPayload(
+            f"not a Grafana notification: {where}: {validation_reason(first)}"
+        ) from None
 
 
 def _in_cooldown(session: Session, key: str, ctx: WebhookContext, seconds: float) -> bool:
@@ -114,7 +117,7 @@ def _task(**fields: Any) -> TaskCreate:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "task"
         raise BadWebhookPayload(
-            f"the notification gives no usable task: {where}: {first['msg']}"
+            f"the notification gives no usable task: {where}: {validation_reason(first)}"
         ) from None
 
 

@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator, SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from wq.engine import config as engine_config
-from wq.engine.config import ConfigError, Count, Seconds, SecondsOrZero
+from wq.engine.config import ConfigError, Count, Seconds, SecondsOrZero, validation_reason
 from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -252,8 +252,7 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
-        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(f"{prefix}.{key}: {message}") from None
+        raise ConfigError(f"{prefix}.{key}: {validation_reason(first)}") from None
     for name, kind in settings.kinds.items():
         if kind.runner == "command" and not kind.command:
             raise _fail(prefix, f"kinds.{name}.command", "the command runner needs an argv")
