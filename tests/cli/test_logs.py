@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from tests.daemon.test_daemon_process import (  # noqa: F401 - fixtures
 from tests.support.runs import cancel_runs_under
 from tests.support.signals import default_sigint
 from tests.support.waiting import wait_for
+from wq.cli.logs import ServerNotes
 
 LINE_DEADLINE = 60.0
 
@@ -133,5 +135,31 @@ def test_a_stopping_daemon_ends_the_streams_instead_of_waiting_for_them(
     assert daemon.terminate(signal.SIGTERM, LINE_DEADLINE) == 0, daemon.log()
     assert time.monotonic() - begun < 10, daemon.log()
     rest, errors = follower.communicate(timeout=LINE_DEADLINE)
-    assert "wq: the daemon is stopping; follow again to go on" in rest, errors
-    assert follower.returncode == 0, errors
+    # The output so far on stdout; why it stopped on stderr, with a failing exit (it
+    # exited 0 with the note among the output, as though the run had ended).
+    assert all(re.fullmatch(r"\d+ of 60", line) for line in rest.splitlines()), rest
+    short = item["id"][:8]
+    assert errors == (
+        f"wq: the daemon is stopping; follow again to go on (`wq logs -f {short}`)\n"
+    ), errors
+    assert follower.returncode == 1, errors
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 1000])
+def test_a_closing_note_is_told_apart_from_the_output_however_it_is_cut(size: int) -> None:
+    output = "1 of 3\nwq: the run's own line\n2 of 3\n\nwq: also the run's\nmore\n"
+    note = "\nwq: the output stopped: the runner is gone\n"
+    for stream, kept, said in (
+        (output + note, output, "the output stopped: the runner is gone"),
+        (output, output, None),
+        (
+            "wq: 8 output streams are open, the most allowed; try again shortly\n",
+            "",
+            "8 output streams are open, the most allowed; try again shortly",
+        ),
+        (output + "\nwq: no note after all", output + "\nwq: no note after all", None),
+    ):
+        notes, shown = ServerNotes(), ""
+        for start in range(0, len(stream), size):
+            shown += notes.passed(stream[start : start + size])
+        assert (notes.final(), shown + notes.rest()) == (said, kept)
