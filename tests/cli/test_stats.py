@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.daemon import RunningDaemon, cli_env, invoke
+from tests.cli.daemon import RunningDaemon, base_env, cli_env, invoke, run
 from wq.cli.stats import sparkline
 
 
@@ -102,3 +102,18 @@ def test_each_series_stays_on_one_line_at_80_and_60_columns() -> None:
         assert bars.count("█") == 1, created  # the peak survives the resampling
         assert (len(bars) == 60) == (width == 200), bars
     assert sparkline([1, 5, 2, 0], 2) == "█▄"  # each bar the largest of its two
+
+
+def test_an_output_that_cannot_encode_the_sparklines_shows_question_marks(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    """`PYTHONIOENCODING=ascii wq stats` ended in a UnicodeEncodeError traceback."""
+    daemon.submit()
+    ascii_only = base_env(
+        tmp_path, WQ_URL=daemon.url, WQ_TOKEN=daemon.admin, PYTHONIOENCODING="ascii"
+    )
+    result = run(["stats", "--window", "10m"], ascii_only, tmp_path)
+    assert result.code == 0, result
+    assert "Traceback" not in result.stderr
+    created = next(line for line in result.stdout.splitlines() if "created" in line)
+    assert "?" in created  # the blocks of its sparkline

@@ -9,6 +9,7 @@ them, so `wq --help` and `wq status --help` start fast.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -79,6 +80,10 @@ class WqGroup(TyperGroup):
         """Run the command; in standalone mode, format usage errors and exit."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        if isinstance(sys.stdout, io.TextIOWrapper):
+            # An output whose encoding cannot show a character (PYTHONIOENCODING=ascii, a
+            # sparkline's blocks, a project's accents) shows `?` for it, not a traceback.
+            sys.stdout.reconfigure(errors="replace")
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except click.UsageError as err:
