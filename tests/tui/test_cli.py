@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tests.fakes.foreign import ForeignServer
@@ -23,9 +24,11 @@ def test_tui_command_has_its_options() -> None:
         assert option in result.stdout
 
 
-def test_tui_refuses_a_too_short_refresh() -> None:
-    result = CliRunner().invoke(app, ["tui", "--refresh", "0"], catch_exceptions=False)
-    assert result.exit_code == 2
+@pytest.mark.parametrize("seconds", ["0", "3601", "inf", "nan"])
+def test_tui_refuses_a_refresh_out_of_bounds(seconds: str) -> None:
+    """A refresh above an hour (`inf` too) made a dashboard that never refreshed."""
+    result = CliRunner().invoke(app, ["tui", "--refresh", seconds], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
 
 
 def test_tui_without_a_terminal_refuses_at_once(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ VIEWS = ("overview", "pools", "queue", "items")
 
 def tui(
     refresh: Annotated[
-        float, typer.Option("--refresh", min=0.2, help="Seconds between refreshes.")
+        float, typer.Option("--refresh", min=0.2, max=3600, help="Seconds between refreshes.")
     ] = 2.0,
     readonly: Annotated[
         bool, typer.Option("--readonly", help="Offer no action that changes state.")
