@@ -348,6 +348,29 @@ def test_forwarded_headers_are_ignored_on_api_paths(setup: Setup) -> None:
     assert setup.get("/api/work-items?type=other", setup.dev, **proxy).status_code == 403
 
 
+def test_a_credential_sent_twice_is_refused(setup: Setup) -> None:
+    """Of two Authorization headers the daemon read the first (a proxy in front of it
+    may read the last): a viewer's token first and an admin's second got the viewer."""
+    for token in (setup.dev, setup.admin):
+        assert setup.get("/api/whoami", token).status_code == 200
+    twice = [("Authorization", f"Bearer {setup.dev}"), ("Authorization", f"Bearer {setup.admin}")]
+    for path in ("/api/whoami", "/api/work-items"):
+        answer = setup.client.get(path, headers=twice)
+        assert (answer.status_code, answer.json()) == (
+            400,
+            {"error": "Authorization is sent more than once"},
+        )
+    hook = setup.client.post(
+        "/api/webhooks/gitlab",
+        json={"object_kind": "push"},
+        headers=[("X-Gitlab-Token", "a"), ("X-Gitlab-Token", "b")],
+    )
+    assert (hook.status_code, hook.json()["error"]) == (
+        400,
+        "X-Gitlab-Token is sent more than once",
+    )
+
+
 # --------------------------------------------------------------------------- /oauth/token
 
 

@@ -308,11 +308,19 @@ async def answer_refusal(request: Request, refusal: Refusal) -> JSONResponse:
     )
 
 
-class IgnoreForwardedHeaders:
-    """Drops `X-Forwarded-*` and `Forwarded` from requests to /api/ paths.
+# Headers that carry a caller's credentials: sent twice, a proxy in front may judge one
+# and the daemon the other.
+CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-gitlab-token"})
+
+
+class ApiHeaders:
+    """Drops `X-Forwarded-*` and `Forwarded` from requests to /api/ paths, and answers
+    400 to one that carries a credential header twice.
 
     The OAuth proxy only fronts the login flow and `POST /oauth/token`; on /api/ such
     headers come from the caller and must never be trusted, so no handler sees them.
+    Of two `Authorization` (or `X-Gitlab-Token`) headers the daemon read the first,
+    and whatever stands in front of it may read the last.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -321,11 +329,20 @@ class IgnoreForwardedHeaders:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and _is_api(scope.get("path", "")):
             headers = scope.get("headers", [])
-            kept = [
-                (name, value)
-                for name, value in headers
-                if not name.lower().startswith(b"x-forwarded-") and name.lower() != b"forwarded"
-            ]
+            kept, credentials = [], []
+            for name, value in headers:
+                lower = name.lower()
+                if lower.startswith(b"x-forwarded-") or lower == b"forwarded":
+                    continue
+                if lower in CREDENTIAL_HEADERS:
+                    credentials.append(lower)
+                kept.append((name, value))
+            if len(credentials) != len(set(credentials)):
+                twice = next(name for name in credentials if credentials.count(name) > 1)
+                said = twice.decode("latin-1").title()
+                answer = JSONResponse({"error": f"{said} is sent more than once"}, 400)
+                await answer(scope, receive, send)
+                return
             if len(kept) != len(headers):
                 scope = {**scope, "headers": kept}
         await self.app(scope, receive, send)
@@ -337,7 +354,7 @@ def _is_api(path: str) -> bool:
 
 def install_auth_handling(app: FastAPI) -> None:
     """Audit and answer refusals (authentication failures within a budget); ignore
-    forwarded headers on /api/."""
+    forwarded headers on /api/, and refuse a credential sent twice."""
     app.state.auth_failures = FailureBudget()
     app.add_exception_handler(Refusal, answer_refusal)  # type: ignore[arg-type]
-    app.add_middleware(IgnoreForwardedHeaders)
+    app.add_middleware(ApiHeaders)
