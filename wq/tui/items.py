@@ -244,7 +244,10 @@ class ItemsScreen(PollingScreen):
                     row.cells = None
             fill(table, [(key, cells(self.rows[key], dimensions, fitted)) for key in keys])
         described = " ".join(f"{key}={value}" for key, value in sorted(self.filters.items()))
-        shown_count = f"{len(shown)}/{len(self.items)}" if self.text else str(len(self.items))
+        shown_count = str(len(self.items))
+        if self.text:  # of the items looked at: those loaded, and those the server found
+            looked_at = {str(item["id"]) for item in (*self.items, *self.found)}
+            shown_count = f"{len(shown)}/{len(looked_at)}"
         counted = f"{shown_count} items" if shown else "no items"
         # On a narrow terminal the hints go first, then the order; the count, the marks
         # and what filters the list never do (the filters are cut if need be).

@@ -1,0 +1,36 @@
+"""The count a `/` search shows: of the items it looked at, never more than them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.tui.canned import NOW, CannedServer, canned_api, item
+from tests.tui.conftest import until
+from wq.tui.app import WqApp
+from wq.tui.items import ItemsScreen
+from wq.tui.status import StatusLine
+
+
+def test_a_search_counts_the_loaded_and_the_found_items() -> None:
+    """Every loaded item matched `queued` (its admission) and the server found 50 older
+    ones (their error): the line said `150/100 items`."""
+    older = [item(n, error="queued behind a lock") for n in range(1, 51)]
+    newer = [item(n) for n in range(51, 301)]
+    server = CannedServer(items=[*older, *newer])
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, ItemsScreen), message="items")
+            screen = app.screen
+            assert isinstance(screen, ItemsScreen)
+            await until(pilot, lambda: len(screen.items) == 100, message="the first page")
+            await pilot.press("slash", *"queued", "enter")
+            status = screen.query_one(StatusLine)
+            await until(
+                pilot,
+                lambda: "150/150 items" in str(status.render()),
+                message=f"the count (shows {status.render()})",
+            )
+
+    asyncio.run(main())
