@@ -142,7 +142,8 @@ class ItemsScreen(PollingScreen):
         return ItemsData(fetch_spans(self._spans, page), filters, found)
 
     def show(self, data: ItemsData) -> None:
-        if data.filters != self.filters:  # a new list: start from its top
+        new_list = data.filters != self.filters
+        if new_list:  # start from its top
             self.want = PAGE
             self.filters = data.filters
             self.list = ItemList()
@@ -160,6 +161,9 @@ class ItemsScreen(PollingScreen):
             loaded = {str(item["id"]) for item in (*self.items, *self.found)}
             self.rows = {key: row for key, row in self.rows.items() if key in loaded}
         self.render_rows(fresh)
+        if new_list and self.table.row_count:
+            # Its first row, not the row the old list's cursor was on.
+            self.table.move_cursor(row=0, animate=False)
         self._settle_heap()
 
     def _settle_heap(self) -> None:

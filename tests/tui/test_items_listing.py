@@ -1,4 +1,4 @@
-"""The count a `/` search shows: of the items it looked at, never more than them."""
+"""The Items view's listing: what a `/` search counts, and where a new listing starts."""
 
 from __future__ import annotations
 
@@ -32,5 +32,25 @@ def test_a_search_counts_the_loaded_and_the_found_items() -> None:
                 lambda: "150/150 items" in str(status.render()),
                 message=f"the count (shows {status.render()})",
             )
+
+    asyncio.run(main())
+
+
+def test_a_new_listing_starts_at_its_first_row() -> None:
+    """`:items project=...` after scrolling kept the cursor on the old list's row 20."""
+    server = CannedServer(items=[item(n) for n in range(1, 91)])
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, ItemsScreen), message="items")
+            screen = app.screen
+            assert isinstance(screen, ItemsScreen)
+            await until(pilot, lambda: screen.table.row_count == 90, message="the items")
+            await pilot.press(*("j" * 20))
+            assert screen.table.cursor_row == 20
+            await pilot.press("colon", *"items project=team/web", "enter")
+            await until(pilot, lambda: screen.table.row_count == 30, message="team/web's")
+            assert screen.table.cursor_row == 0
 
     asyncio.run(main())
