@@ -254,3 +254,32 @@ def test_the_help_fits_an_80_by_24_terminal() -> None:
         assert help_box.region.x >= 0 and help_box.region.y >= 0
 
     run(scenario)
+
+
+def what_width(table: DataTable[Any]) -> int:
+    return next(iter(table.columns.values())).content_width
+
+
+def test_needs_attention_narrows_again_when_a_long_row_leaves() -> None:
+    """Its columns only widened: once a long project's row had been shown, `detail`
+    stayed pushed off an 80-column screen for the rest of the session."""
+    server = CannedServer(pools=[pool(f"platform-team/{'x' * 60}", 4, 6, 0, 600.0)])
+
+    async def scenario(app: WqApp, pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, OverviewScreen)
+        table = screen.query_one("#attention", DataTable)
+        await until(pilot, lambda: table.row_count >= 2, message="the long row")
+        assert what_width(table) > 60
+        server.pools = [pool("team/api", 4, 6, 0, 600.0)]
+        screen.schedule(0)
+        await until(
+            pilot,
+            lambda: what_width(table) < 40,
+            message="the column narrowed",
+        )
+        await pilot.pause()
+        shown = [table.render_line(y).text for y in range(table.size.height)]
+        assert any("team/api: pool full" in line and "oldest" in line for line in shown), shown
+
+    run(scenario, server)

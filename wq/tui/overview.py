@@ -177,8 +177,10 @@ class OverviewScreen(PollingScreen):
             self.query_one(f"#total-{key}", Label).update(f"{int(sum(values))} (now {last})")
         self.query_one("#now", Static).update(now_line(stats, data["pools"]))
         replicas = data["replicas"] or []
-        fill(self.query_one("#attention", DataTable), attention(stats, data["pools"], replicas))
-        fill(self.query_one("#replicas", DataTable), replica_rows(replicas))
+        # Short tables whose rows come and go: a long project gone, its width goes too.
+        attention_rows = attention(stats, data["pools"], replicas)
+        fill(self.query_one("#attention", DataTable), attention_rows, narrow=True)
+        fill(self.query_one("#replicas", DataTable), replica_rows(replicas), narrow=True)
         alive = sum(replica["state"] == "alive" for replica in replicas)
         self.query_one("#replicas-title", Static).update(
             "Replicas: not reported by this server"

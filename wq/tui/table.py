@@ -146,7 +146,9 @@ def shown_as(cell: str) -> str:
     return escape(printable(cell))
 
 
-def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> None:
+def fill(
+    table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]], *, narrow: bool = False
+) -> None:
     """Show `rows` (key, cells; the caller must not change a sequence once passed) in
     `table`, in that order, with the cursor on its item and the screen where it was.
 
@@ -154,7 +156,16 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> No
     rows added and put in place by one sort, rows that left removed. Nothing else is
     re-measured or re-rendered, so a refresh of a table of thousands of rows costs
     about what changed. A table filled otherwise, or losing many rows, is rebuilt.
+
+    A DataTable's columns only ever widen. `narrow` (for short tables): a column wider
+    than its header and its widest cell now is made narrow again, by a rebuild.
     """
+    if narrow and _too_wide(table, rows):
+        headers = [(column.label, column_key.value) for column_key, column in table.columns.items()]
+        table.clear(columns=True)
+        for label, name in headers:
+            table.add_column(label, key=name)
+        forget(table)
     shown = _shown.get(table)
     wanted = dict(rows)
     if len(wanted) < len(rows):
@@ -191,6 +202,17 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> No
     if removed or added or moved:
         anchor.restore(table)
     _shown[table] = wanted
+
+
+def _too_wide(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str]]]) -> bool:
+    for index, column in enumerate(table.columns.values()):
+        widest = max(
+            [cell_len(column.label.plain)]
+            + [cell_len(printable(cells[index])) for _, cells in rows if index < len(cells)]
+        )
+        if column.content_width > widest:
+            return True
+    return False
 
 
 def _keyed(key: str, cells: Sequence[str]) -> list[str]:
