@@ -50,7 +50,7 @@ def test_the_overview_is_the_first_view_and_shows_the_hour() -> None:
         now = str(app.screen.query_one("#now", Static).render())
         assert "alert 1 queued (oldest 1m)" in now and "normal 6 queued" in now
         rows = attention_rows(app)
-        assert rows["items:failed"][0] == "2 failed in the last hour"
+        assert rows["items:failed"] == ["2 failures in the last hour", "enter: the failed items"]
         assert rows["queue:team/api"][0] == "team/api: pool full, 6 queued"
         assert "lane:normal" in rows
 

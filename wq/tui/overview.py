@@ -71,7 +71,9 @@ def attention(
             )
     failed = sum(bucket["failed"] for bucket in stats["buckets"])
     if failed:
-        rows.append(("items:failed", [f"{failed} failed in the last hour", "enter: the failed"]))
+        # Failures, not items: an item retried and failed again counts twice.
+        said = f"{failed} failure{'s' if failed != 1 else ''} in the last hour"
+        rows.append(("items:failed", [said, "enter: the failed items"]))
     backing_off = sum(pool.get("backing_off", 0) for pool in pools)
     if backing_off:
         rows.append(
