@@ -95,3 +95,33 @@ def test_at_80_columns_the_project_gives_way_and_every_number_shows() -> None:
             ]
 
     asyncio.run(main())
+
+
+def test_at_60_columns_the_autonomous_and_alert_queues_give_way() -> None:
+    """At 60 columns `backing off` was cut and `failed` was off screen: the header words
+    alone need more than 60 cells, so two columns are left out, least needed first."""
+    pools = [{**pool, "project": f"{LONG}-{n}", "failed": 12} for n, pool in enumerate(POOLS)]
+
+    async def main() -> None:
+        async with pools_shown(pools) as (_app, pilot, table):
+            await pilot.resize_terminal(60, 20)
+            await until(pilot, lambda: len(table.columns) == 7, message="fewer columns")
+            await measured(pilot, table)
+            assert fits(table), [c.get_render_width(table) for c in table.ordered_columns]
+            headers = [
+                str(column.label).replace("\n", " ").strip() for column in table.ordered_columns
+            ]
+            assert headers == [
+                "project",
+                "normal",
+                "alert",
+                "normal queued",
+                "oldest",
+                "backing off",
+                "failed",
+            ]
+            assert table.get_row(LONG + "-0")[1:] == ["4/4", "1/1", "6", "12m", "", "12"]
+            await pilot.resize_terminal(160, 36)  # room again: every column back
+            await until(pilot, lambda: len(table.columns) == 9, message="every column")
+
+    asyncio.run(main())

@@ -54,22 +54,36 @@ def cells(pool: dict[str, Any], bar_width: int) -> list[str]:
     ]
 
 
-def layout(pools: list[dict[str, Any]], width: int) -> tuple[int, int]:
-    """(project width, bar width) for `pools` in `width` cells: the widest bars that
-    leave the projects whole, else no bars and the projects cut to what is left."""
+# Left out in this order when even the numbers alone do not fit (60 columns): the
+# autonomous queue first, then the alert lane's queue (its in-flight count stays).
+LEFT_OUT_FIRST = (COLUMNS.index("auto\nqueued"), COLUMNS.index("alert\nqueued"))
+EVERY_COLUMN = tuple(range(len(COLUMNS)))
 
-    def needs(bar_width: int) -> tuple[int, int]:
+
+def layout(pools: list[dict[str, Any]], width: int) -> tuple[int, int, tuple[int, ...]]:
+    """(project width, bar width, the columns shown) for `pools` in `width` cells: the
+    widest bars that leave the projects whole, else no bars and the projects cut to
+    what is left, else also fewer columns."""
+
+    def needs(bar_width: int, shown: tuple[int, ...]) -> tuple[int, int]:
         rows = [cells(pool, bar_width) for pool in pools]
-        columns = [widest((row[n] for row in rows), COLUMNS[n]) for n in range(len(COLUMNS))]
-        others = sum(columns) - columns[PROJECT] + PADDING * len(COLUMNS)
+        columns = {n: widest((row[n] for row in rows), COLUMNS[n]) for n in shown}
+        others = sum(columns.values()) - columns[PROJECT] + PADDING * len(shown)
         return columns[PROJECT], others
 
     for bar_width in range(BAR_WIDTH, NARROWEST_BAR - 1, -1):
-        project, others = needs(bar_width)
+        project, others = needs(bar_width, EVERY_COLUMN)
         if project + others <= width:
-            return project, bar_width
-    project, others = needs(0)
-    return max(widest([], COLUMNS[PROJECT]), min(project, width - others)), 0
+            return project, bar_width, EVERY_COLUMN
+    least = widest([], COLUMNS[PROJECT])
+    shown = EVERY_COLUMN
+    project, others = needs(0, shown)
+    for column in LEFT_OUT_FIRST:
+        if least + others <= width:
+            break
+        shown = tuple(n for n in shown if n != column)
+        project, others = needs(0, shown)
+    return max(least, min(project, width - others)), 0, shown
 
 
 class PoolsScreen(PollingScreen):
@@ -85,7 +99,7 @@ class PoolsScreen(PollingScreen):
         super().__init__()
         self.sort = "pressure"
         self.data: list[dict[str, Any]] = []
-        self.fitted: tuple[int, int] | None = None
+        self.fitted: tuple[int, int, tuple[int, ...]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -100,12 +114,12 @@ class PoolsScreen(PollingScreen):
         self.data = data
         table = self.query_one("#pools", DataTable)
         fitted = layout(data, room(table, len(data)))
-        project_width, bar_width = fitted
+        project_width, bar_width, shown = fitted
         rows = []
         for pool in sorted(data, key=SORTS[self.sort]):
             row = cells(pool, bar_width)
             row[PROJECT] = short_middle(row[PROJECT], project_width)
-            rows.append((str(pool["project"]), row))
+            rows.append((str(pool["project"]), [row[n] for n in shown]))
         if fitted == self.fitted:
             fill(table, rows)
         else:
@@ -115,8 +129,8 @@ class PoolsScreen(PollingScreen):
             with keep_cursor(table):
                 table.clear(columns=True)
                 forget(table)
-                for column in COLUMNS:
-                    table.add_column(column, key=column)
+                for n in shown:
+                    table.add_column(COLUMNS[n], key=COLUMNS[n])
                 fill(table, rows)
         count = f"{len(data)} project{'' if len(data) == 1 else 's'} with work"
         self.status.note(count, Part(f"sorted by {self.sort}", drop=1))
