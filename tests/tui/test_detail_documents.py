@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Log, Static
 
@@ -33,15 +34,21 @@ def on_screen(widget: Widget) -> str:
     return "\n".join(widget.render_line(y).text for y in range(widget.size.height))
 
 
+async def opened(app: WqApp, pilot: Pilot[None], item_id: str) -> ItemDetailScreen:
+    """The detail of `item_id`, opened and showing its item."""
+    app.open_item(item_id)
+    await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
+    screen = app.screen
+    assert isinstance(screen, ItemDetailScreen)
+    await until(pilot, lambda: screen.item is not None, message="the item")
+    return screen
+
+
 def test_a_big_document_is_previewed_and_the_output_shown_as_text() -> None:
     async def main() -> None:
         app = WqApp(canned_api(CannedServer(items=[TASK])), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(80, 24)) as pilot:
-            app.open_item(TASK["id"])
-            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
-            screen = app.screen
-            assert isinstance(screen, ItemDetailScreen)
-            await until(pilot, lambda: screen.details is not None, message="the details")
+            screen = await opened(app, pilot, TASK["id"])
             assert screen.details is not None
             preview = screen.details.preview
             assert len(preview.splitlines()) == PREVIEW_LINES + 1
@@ -78,11 +85,7 @@ def test_l_opens_a_tasks_live_output_and_follows_it_until_closed() -> None:
         server.logs[RUNNING["id"]] = "1 of 9\n2 of 9\n\x1b[31mred\x1b[0m 3 of 9\n"
         app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(100, 40)) as pilot:
-            app.open_item(RUNNING["id"])
-            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
-            screen = app.screen
-            assert isinstance(screen, ItemDetailScreen)
-            await until(pilot, lambda: screen.item is not None, message="the item")
+            screen = await opened(app, pilot, RUNNING["id"])
             log = screen.query_one("#log", Log)
             assert not log.display
             await pilot.press("l")
@@ -111,11 +114,7 @@ def test_l_on_an_item_without_output_says_so() -> None:
         mr = item(3, type="mr")
         app = WqApp(canned_api(CannedServer(items=[mr])), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(100, 40)) as pilot:
-            app.open_item(mr["id"])
-            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
-            screen = app.screen
-            assert isinstance(screen, ItemDetailScreen)
-            await until(pilot, lambda: screen.item is not None, message="the item")
+            screen = await opened(app, pilot, mr["id"])
             await pilot.press("l")
             await pilot.pause()
             assert not screen.query_one("#log", Log).display
@@ -134,10 +133,7 @@ def test_the_summary_counts_a_tasks_attempts_as_the_items_view_does() -> None:
     async def main() -> None:
         app = WqApp(canned_api(CannedServer(items=[done])), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(120, 40)) as pilot:
-            app.open_item(done["id"])
-            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
-            screen = app.screen
-            await until(pilot, lambda: screen.item is not None, message="the item")
+            screen = await opened(app, pilot, done["id"])
             summary = screen.query_one("#summary", Static)
             await pilot.pause()
             (line,) = [line for line in on_screen(summary).splitlines() if "attempts" in line]
@@ -154,10 +150,7 @@ def test_a_long_value_wraps_in_its_own_column_not_under_the_labels() -> None:
     async def main() -> None:
         app = WqApp(canned_api(CannedServer(items=[failed])), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(120, 40)) as pilot:
-            app.open_item(failed["id"])
-            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
-            screen = app.screen
-            await until(pilot, lambda: screen.item is not None, message="the item")
+            screen = await opened(app, pilot, failed["id"])
             await pilot.pause()
             lines = on_screen(screen.query_one("#summary", Static)).splitlines()
             value = len("          id  ")  # where every value starts
@@ -189,11 +182,7 @@ def test_the_output_shows_its_last_lines_not_its_first() -> None:
     async def main() -> None:
         app = WqApp(canned_api(CannedServer(items=[COUNTED])), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(80, 40)) as pilot:
-            app.open_item(COUNTED["id"])
-            await until(pilot, lambda: isinstance(app.screen, ItemDetailScreen), message="detail")
-            screen = app.screen
-            assert isinstance(screen, ItemDetailScreen)
-            await until(pilot, lambda: screen.details is not None, message="the details")
+            screen = await opened(app, pilot, COUNTED["id"])
             output = screen.query_one("#output", Static)
 
             def shown() -> list[str]:
