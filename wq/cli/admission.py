@@ -51,7 +51,7 @@ def pools_view(pools: list[dict[str, Any]], wide: bool) -> Any:
     ]
     if wide:
         columns += ["AUTONOMOUS QUEUED", "OLDEST QUEUED AT"]
-    view = table(*columns)
+    view = table(*columns, leave_out=("ALERT QUEUED", "ALERT", "FAILED"))
     for pool in pools:
         row = [
             pool["project"],

@@ -54,7 +54,7 @@ def list_view(items: list[dict[str, Any]], wide: bool) -> Any:
     columns = ["ID", "TYPE", "PROJECT", "PHASE", "ADMISSION", "ATTEMPTS", "UPDATED"]
     if wide:
         columns += ["LANE", "SEQ", "DETAIL", "ERROR"]
-    view = table(*columns)
+    view = table(*columns, leave_out=("ATTEMPTS", "TYPE"))
     for item in items:
         row = [
             ItemId(item["id"]),

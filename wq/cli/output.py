@@ -6,7 +6,9 @@ so they are stable; tables are for reading and may change.
 
 from __future__ import annotations
 
+import copy
 import enum
+import functools
 import io
 import json
 import sys
@@ -189,16 +191,17 @@ class Fitted:
         yield cell
 
 
-def table(*columns: str, title: str | None = None) -> Any:
+def table(*columns: str, title: str | None = None, leave_out: tuple[str, ...] = ()) -> Any:
     """A borderless rich table in the kubectl style.
 
     Cells fold at spaces; a word is split only when nothing else fits. Ids (`ItemId`)
-    shorten instead of folding.
+    shorten instead of folding. On a terminal too narrow for every column, the columns
+    named in `leave_out` are left out, in that order, until the others fit (a plain
+    table keeps them all).
     """
     from rich import box
-    from rich.table import Table
 
-    result = Table(
+    result = _fitting_table()(
         box=box.SIMPLE_HEAD,
         title=title,
         title_justify="left",
@@ -206,11 +209,79 @@ def table(*columns: str, title: str | None = None) -> Any:
         pad_edge=False,
         show_edge=False,  # flush left, as its title and caption
     )
+    result.leave_out = leave_out
     for column in columns:
         # A header's words stay whole: `PROJ`/`ECT` over two lines read as two words.
         longest_word = max(len(word) for word in column.split()) if column.strip() else 1
         result.add_column(column, overflow="fold", min_width=longest_word)
     return result
+
+
+@functools.cache
+def _fitting_table() -> type[Any]:
+    """The class of `table`'s tables (made on first use: rich is imported late)."""
+    from rich.table import Table
+
+    class FittingTable(Table):
+        """A table for the room it gets: while a row would not fit on one line, its
+        `leave_out` columns go; then, if still too wide, headers wrap at their spaces
+        before a cell folds."""
+
+        leave_out: tuple[str, ...] = ()
+
+        def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+            room = options.max_width
+            columns = self.columns
+            for header in self.leave_out:
+                if _one_line_width(columns, console, options) <= room:
+                    break
+                columns = [column for column in columns if column.header != header]
+            if (
+                columns == self.columns
+                and Table.__rich_measure__(self, console, options).maximum <= room
+            ):
+                yield from Table.__rich_console__(self, console, options)
+                return
+            view = copy.copy(self)
+            view.columns, view.rows = [], []
+            for column in columns:
+                view.add_column(
+                    column.header,
+                    overflow=column.overflow,
+                    min_width=column.min_width,
+                    max_width=_one_line(column, console, options),
+                )
+            for cells in zip(*(list(column.cells) for column in columns), strict=True):
+                view.add_row(*cells)
+            yield from Table.__rich_console__(view, console, options)
+
+    return FittingTable
+
+
+# The room between two columns of `table`'s tables: padding, divider, padding.
+_BETWEEN_COLUMNS = 3
+
+
+def _one_line(column: Any, console: Console, options: ConsoleOptions) -> int:
+    """How wide a column of `table` is with each of its cells on one line (an id
+    short, the header's words apart)."""
+    from rich.cells import cell_len
+    from rich.measure import Measurement
+
+    def width(cell: Any) -> int:
+        if isinstance(cell, ItemId):
+            return min(len(cell.value), SHORT_ID)
+        if isinstance(cell, str):
+            return max((cell_len(line) for line in cell.splitlines()), default=0)
+        return Measurement.get(console, options, cell).maximum
+
+    return max([column.min_width or 0, *map(width, column.cells)])
+
+
+def _one_line_width(columns: list[Any], console: Console, options: ConsoleOptions) -> int:
+    """How wide a table of `columns` is with each row on one line."""
+    needed = sum(_one_line(column, console, options) for column in columns)
+    return needed + _BETWEEN_COLUMNS * (len(columns) - 1)
 
 
 def parse_time(value: str | None) -> datetime | None:

@@ -41,7 +41,7 @@ def replicas_view(replicas: list[dict[str, Any]], wide: bool) -> Any:
     columns = ["REPLICA", "STATE", "HEARTBEAT", "WORKERS", "LEASES", "EVENTS", "DB RTT", "UP"]
     if wide:
         columns += ["VERSION", "HOST", "PID"]
-    view = table(*columns)
+    view = table(*columns, leave_out=("UP", "DB RTT", "EVENTS"))
     for replica in replicas:
         rtt = replica.get("db_round_trip_ms")
         row = [
