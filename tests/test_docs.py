@@ -139,19 +139,17 @@ def test_every_wq_command_shown_exists_with_its_options() -> None:
 
 def tui_keys() -> set[str]:
     """The keys and `:` commands the TUI's own `?` help lists: the first word of each
-    of its key cells (cells are split by two spaces; `j/k` is two keys)."""
-    from wq.tui.help import HELP
+    part of its entries' keys (parts are split by two spaces; `j/k` is two keys)."""
+    from wq.tui.help import SECTIONS
 
     keys = set()
-    for line in HELP.splitlines():
-        for cell in re.split(r"\s{2,}", line.strip()):
-            words = cell.split()
-            if not words or (len(words) > 1 and not words[0].startswith(":")):
-                continue  # a description, not a key
-            word = words[0]
-            for key in word.split("/") if len(word) > 1 else [word]:
-                if re.fullmatch(r"\S|space|enter|esc|ctrl\+\w|:\w+", key):
-                    keys.add(key)
+    for _, entries in SECTIONS:
+        for shown, _ in entries:
+            for cell in re.split(r"\s{2,}", shown.strip()):
+                word = cell.split()[0]
+                for key in word.split("/") if len(word) > 1 else [word]:
+                    if re.fullmatch(r"\S|space|enter|esc|ctrl\+\w|:\w+", key):
+                        keys.add(key)
     return keys
 
 
