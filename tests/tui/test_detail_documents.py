@@ -91,6 +91,9 @@ def test_l_opens_a_tasks_live_output_and_follows_it_until_closed() -> None:
             await pilot.press("l")
             await until(pilot, lambda: log.line_count >= 3, message="the live output")
             assert log.lines[:3] == ["1 of 9", "2 of 9", "\\x1b[31mred\\x1b[0m 3 of 9"]
+            # As high as its lines: it was 20 lines high whatever it held, pushing the
+            # dimensions and the history off the screen below three lines of output.
+            await until(pilot, lambda: log.size.height == 3, message="a 3-line pane")
             assert not screen.query_one("#output", Static).display  # the kept tail gives way
             title = screen.query_one("#output-title", Static)
             assert "live" in str(title.render())
@@ -98,6 +101,11 @@ def test_l_opens_a_tasks_live_output_and_follows_it_until_closed() -> None:
             server.logs[RUNNING["id"]] += "4 of 9\n"
             screen.schedule(0)
             await until(pilot, lambda: "4 of 9" in log.lines, message="the next line")
+            await until(pilot, lambda: log.size.height == 4, message="a 4-line pane")
+            server.logs[RUNNING["id"]] += "".join(f"{n} of 99\n" for n in range(50))
+            screen.schedule(0)
+            await until(pilot, lambda: log.line_count > 50, message="many lines")
+            assert log.size.height == 20  # at most: the rest scrolls
             await pilot.press("l")
             await pilot.pause()
             assert not log.display and screen.query_one("#output", Static).display
