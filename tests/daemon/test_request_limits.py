@@ -107,6 +107,32 @@ def test_a_body_that_is_not_json_is_415(
     assert item_count(store) == 0
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"project": "group/app", "project": "other/app"}',
+        b'{"project": "group/app", "payload": {"a": 1, "b": 2, "a": 3}}',
+    ],
+)
+def test_a_key_given_twice_is_400_naming_it(
+    limited: tuple[Runtime, str], store: Store, body: bytes
+) -> None:
+    """The last of the two was taken: a proxy in front that read the first would have
+    checked one project and let another through."""
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        response = client.post("/api/work-items/chain", content=body, headers=headers)
+        once = client.post(
+            "/api/work-items/chain", content=body.replace(b'"a": 3', b'"c": 3'), headers=headers
+        )
+    assert response.status_code == 400, response.text
+    twice = "project" if body.count(b'"project"') == 2 else "a"
+    assert response.json()["error"] == f"the body gives the key '{twice}' twice in one object"
+    assert item_count(store) == (0 if twice == "project" else 1)
+    assert (once.status_code == 400) is (twice == "project"), once.text
+
+
 def test_unknown_work_item_type_is_404_naming_the_known_ones(
     limited: tuple[Runtime, str], store: Store
 ) -> None:

@@ -5,7 +5,7 @@ body) and later written back in every list that shows it. A document the API
 cannot write back (nested deeper than the serialisers go, `NaN`, `1e999`, an unpaired
 surrogate escape, megabytes in one field) would break those lists for every caller, so
 it is refused (422, naming the field and the limit) before any route runs, and nothing
-is written.
+is written; so is a body that gives a key twice in one object (400).
 """
 
 from __future__ import annotations
@@ -56,10 +56,26 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the body; NotJson when a key comes twice (which one is meant?)."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise NotJson(f"the body gives the key {key!r} twice in one object")
+            seen.add(key)
+    return document
+
+
 def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
     """Raise NotJson or DocumentRefused unless every field of `body` is storable."""
     try:
-        document = json.loads(body, **JSON_NUMBER_HOOKS)
+        # A key given twice: the last would win here, and a proxy in front may have
+        # read the first.
+        document = json.loads(body, object_pairs_hook=_unique_keys, **JSON_NUMBER_HOOKS)
+    except NotJson:
+        raise
     except NotAJsonNumber as refused:
         raise DocumentRefused(f"body: {refused}") from None
     except RecursionError:
