@@ -65,3 +65,24 @@ def test_a_search_typed_in_one_burst_with_slash_is_the_filter() -> None:
             await pilot.pause(0.3)
 
     asyncio.run(main())
+
+
+def test_enter_pressed_twice_on_the_command_line_runs_the_command_once() -> None:
+    """The second enter reached the closing prompt, which closed again: Textual popped
+    the view under it and the app died (ScreenStackError)."""
+
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW, view="pools")
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("colon")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), message="prompt")
+            await pilot.press(*"items")
+            line = app.screen.query_one("#prompt-input", Input)
+            for _ in range(2):  # in one burst: both before the prompt has closed
+                await line.action_submit()
+            await until(pilot, lambda: isinstance(app.screen, ItemsScreen), message="items")
+            await pilot.pause(0.3)
+            assert len(app.screen_stack) == 1, app.screen_stack
+            assert app.is_running
+
+    asyncio.run(main())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -9,8 +11,24 @@ from textual.containers import Grid, Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
+Answer = TypeVar("Answer")
 
-class ConfirmScreen(ModalScreen[bool]):
+
+class Dialog(ModalScreen[Answer]):
+    """A modal screen that closes with its first answer: a key behind it in the same
+    burst (enter pressed twice) finds it closing and is dropped, where a second
+    `dismiss` would pop the view under it (Textual's `ScreenStackError`, a crash)."""
+
+    _answered = False
+
+    def answer_once(self, answer: Answer) -> None:
+        """Close with `answer`, unless an answer was given already."""
+        if not self._answered:
+            self._answered = True
+            self.dismiss(answer)
+
+
+class ConfirmScreen(Dialog[bool]):
     """Ask before anything that changes state; `y` or Yes confirms, `n`/`esc` declines."""
 
     BINDINGS = [  # noqa: RUF012
@@ -33,14 +51,14 @@ class ConfirmScreen(ModalScreen[bool]):
         self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
+        self.answer_once(event.button.id == "yes")
 
     def action_answer(self, yes: bool) -> None:
         """Close with the answer."""
-        self.dismiss(yes)
+        self.answer_once(yes)
 
 
-class PromptScreen(ModalScreen[str | None]):
+class PromptScreen(Dialog[str | None]):
     """One line of input at the bottom; enter returns it, esc returns None."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]  # noqa: RUF012
@@ -66,13 +84,13 @@ class PromptScreen(ModalScreen[str | None]):
             return
         event.stop()
         if event.key == "enter":
-            self.dismiss(line.value)
+            self.answer_once(line.value)
         elif event.is_printable and event.character:
             line.insert_text_at_cursor(event.character)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
+        self.answer_once(event.value)
 
     def action_cancel(self) -> None:
         """Close without an answer."""
-        self.dismiss(None)
+        self.answer_once(None)
