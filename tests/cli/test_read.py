@@ -75,6 +75,11 @@ def test_status_of_one_item_in_every_mode(daemon: RunningDaemon, cache_home: Pat
 
     as_yaml = invoke(["status", "--id", item["id"], "-o", "yaml"], env(daemon, cache_home))
     assert yaml.safe_load(as_yaml.stdout)["id"] == item["id"]
+    # A list in YAML: it was a traceback (a list of the CLI's own kind, which YAML's safe
+    # writer did not know).
+    listed = invoke(["status", "--project", PROJECT, "-o", "yaml"], env(daemon, cache_home))
+    assert listed.code == 0 and listed.stderr == "", listed
+    assert item["id"] in [entry["id"] for entry in yaml.safe_load(listed.stdout)]
 
     table = invoke(["status", "--id", item["id"]], env(daemon, cache_home))
     assert table.code == 0, table

@@ -100,6 +100,8 @@ def dump(data: Any, mode: Output) -> str:
     if mode is Output.yaml:
         import yaml
 
+        if isinstance(data, list):
+            data = list(data)  # a list of its own kind (`Listing`) is a list here
         text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
         return text
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
