@@ -101,7 +101,18 @@ def test_a_group_alone_still_prints_its_help(cache_home: Path) -> None:
     assert result.code == 2 and "migrate" in result.stderr + result.stdout, result
 
 
-@pytest.mark.parametrize("url", ["not-a-url", "wq.example.com", "wq.example.com:443", "ftp://x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "not-a-url",
+        "wq.example.com",
+        "wq.example.com:443",
+        "ftp://x",
+        # These two were tracebacks (Invalid IPv6 URL; httpx's Invalid IPv4 address).
+        "http://[::1",
+        "http://256.1.1.1:80",
+    ],
+)
 def test_a_url_without_a_scheme_is_a_usage_error(url: str, cache_home: Path) -> None:
     result = invoke(["status", "--url", url], cli_env(cache_home, WQ_TOKEN="t"))
     assert_usage(result, f"--url {url!r}: not a URL")

@@ -49,7 +49,11 @@ def resolve_url(flag: str | None, environ: Mapping[str, str] | None = None) -> s
     if not is_utf8(url):
         raise UsageError(f"{source}: not valid UTF-8 text")
     url = url.rstrip("/")
-    if "@" in urlsplit(url if "://" in url else f"//{url}").netloc:
+    try:
+        netloc = urlsplit(url if "://" in url else f"//{url}").netloc
+    except ValueError as err:  # `http://[::1`
+        raise UsageError(f"{source} {url!r}: not a URL ({err})", hint=_URL_HINT) from None
+    if "@" in netloc:
         # Not echoed: what comes before `@` is a password as often as not.
         raise UsageError(
             f"{source}: a user name or password in the URL is not used by wq",
@@ -66,17 +70,22 @@ def resolve_url(flag: str | None, environ: Mapping[str, str] | None = None) -> s
                 "(only a loopback host:port such as 127.0.0.1:8080 may omit it)",
             )
         url = f"http://{url}"
+    import httpx
+
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
-    except ValueError as err:
-        raise UsageError(f"{source} {url!r}: not a URL ({err})") from None
+        httpx.URL(url)  # what the client will take: `256.1.1.1` is no address
+    except (ValueError, httpx.InvalidURL) as err:
+        raise UsageError(f"{source} {url!r}: not a URL ({err})", hint=_URL_HINT) from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise UsageError(
             f"{source} {url!r}: not a URL", hint="use http:// or https:// and a host name"
         )
     return url
 
+
+_URL_HINT = "give the server's URL, as in https://wq.example.com or http://127.0.0.1:8080"
 
 # Loopback addresses with a port: the only URLs that may omit their scheme.
 _LOOPBACK_WITH_PORT = re.compile(r"^(127(\.\d{1,3}){3}|localhost|\[::1\]):\d{1,5}(/.*)?$")
