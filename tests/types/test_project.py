@@ -13,7 +13,7 @@ from wq.types.project import PROJECT_PATTERN, project_problem
 
 # Paths built from the characters that matter (dots, slashes, backslash, controls).
 TRICKY = st.text(
-    alphabet=st.sampled_from(list("ab./\\ \x00\x1f\x7f\x85\xa0\u200b\u202e\u3000\ufeffé")),
+    alphabet=st.sampled_from(list("ab-./\\ \x00\x1f\x7f\x85\xa0\u200b\u202e\u3000\ufeffé")),
     max_size=12,
 )
 
@@ -37,6 +37,9 @@ TRICKY = st.text(
 @example("demo\u061cx")
 @example("demo\U000e0001x")
 @example("demo\u3164")
+@example("-rf")
+@example("group/--help")
+@example("a-b/.-x/..-")
 def test_the_pattern_and_the_check_agree(path: str) -> None:
     assert (re.fullmatch(PROJECT_PATTERN, path) is not None) == (project_problem(path) is None)
 
@@ -55,3 +58,12 @@ def test_every_format_and_ignorable_character_is_refused() -> None:
     assert all(re.fullmatch(PROJECT_PATTERN, f"demo{c}x") is None for c in unseen)
     # Letters of every script stay welcome.
     assert project_problem("grüppe/проект/项目/مشروع") is None
+
+
+def test_a_segment_starting_with_a_dash_is_refused() -> None:
+    """`-rf` and `group/--help` were taken, and a task kind's `{repository}` handed them
+    to its program as options; a dash inside a segment is a name like any other."""
+    for path in ("-rf", "group/--help", "group/-app"):
+        assert project_problem(path) == "must not have a segment that starts with '-'"
+    for path in ("my-group/my-app", "group/app-", "a/.-x"):
+        assert project_problem(path) is None, path

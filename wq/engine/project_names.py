@@ -45,6 +45,11 @@ def project_problem(path: str) -> str | None:
         )
     if "\\" in path or path.startswith("/") or path.endswith("/"):
         return "must be a path like group/project (no backslash, no leading or trailing /)"
-    if any(segment in ("", ".", "..") for segment in path.split("/")):
+    segments = path.split("/")
+    if any(segment in ("", ".", "..") for segment in segments):
         return "must not contain empty, '.' or '..' segments"
+    if any(segment.startswith("-") for segment in segments):
+        # As GitLab's paths: a program handed the name (a task kind's `{repository}`)
+        # would read `-rf` or `group/--help` as an option.
+        return "must not have a segment that starts with '-'"
     return None

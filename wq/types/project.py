@@ -4,7 +4,8 @@ Pools match projects by `/`-separated prefix, types hand the name to GitLab or
 Kubernetes, and operators read it in tables, logs and metric labels, so a name must be a
 clean path: no whitespace, control or invisible formatting character (a direction
 override could make it read as another name), no backslash, no empty, `.` or `..`
-segment, no leading or trailing `/`.
+segment, no segment starting with `-` (a program handed the name would take it for an
+option), no leading or trailing `/`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from pydantic import AfterValidator, Field
 from wq.engine.project_names import UNSEEN, canonical_project, project_problem
 
 # The same rule as `project_problem`, for the OpenAPI document: segments separated by
-# single slashes, each without those characters or backslash, and none `.` or `..`
-# (one not starting with a dot, one dot and a non-dot, or two dots and more). No
-# look-arounds, so that any JSON Schema regex engine reads it.
+# single slashes, each without those characters or backslash, none `.` or `..` and
+# none starting with `-` (one starting with neither a dot nor `-`, one dot and a
+# non-dot, or two dots and more). No look-arounds, so that any JSON Schema regex
+# engine reads it.
 _CHAR = rf"[^/\\{UNSEEN}]"
 _FIRST = rf"[^./\\{UNSEEN}]"
-SEGMENT_PATTERN = rf"(?:{_FIRST}{_CHAR}*|\.{_FIRST}{_CHAR}*|\.\.{_CHAR}+)"
+_LEAD = rf"[^-./\\{UNSEEN}]"
+SEGMENT_PATTERN = rf"(?:{_LEAD}{_CHAR}*|\.{_FIRST}{_CHAR}*|\.\.{_CHAR}+)"
 PROJECT_PATTERN = rf"^{SEGMENT_PATTERN}(?:/{SEGMENT_PATTERN})*$"
 
 

@@ -51,6 +51,12 @@ def count(runtime: Any) -> int:
             {"project": "p", "kind": "review", "repository": "p/../q"},
             "repository: must not contain empty, '.' or '..' segments",
         ),
+        # Handed to a kind's program as `{repository}`: `-rf` would read as an option.
+        (
+            {"project": "p", "kind": "review", "repository": "-rf"},
+            "repository: must not have a segment that starts with '-'",
+        ),
+        ({"project": "g/--help", "kind": "echo"}, "project: must not have a segment"),
         ({"project": "p", "kind": "echo", "extra": 1}, "extra: Extra inputs are not permitted"),
         # PostgreSQL cannot store NUL in JSON: was a 500 there.
         ({"project": "p", "kind": "echo", "payload": {"a\x00": 1}}, "payload"),
