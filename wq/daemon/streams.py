@@ -8,6 +8,10 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("wq.daemon")
 
@@ -34,37 +38,64 @@ class StreamSlots:
         """End every open stream (within a second) and refuse new ones."""
         self.closing.set()
 
-    def full(self) -> bool:
-        """Whether a new stream would find no slot now."""
-        return self.open >= self.limit
-
-    def take(self) -> None:
+    def take(self) -> StreamSlot:
         """Take a slot, or raise `TooManyStreams`."""
         with self._lock:
             if self.open >= self.limit:
-                raise TooManyStreams(f"{self.open} output streams are open, the most allowed")
+                raise TooManyStreams(f"{self.limit} output streams are open, the most allowed")
             self.open += 1
+        return StreamSlot(self)
 
-    def give_back(self) -> None:
-        """Free a slot taken with `take`."""
+    def _give_back(self) -> None:
         with self._lock:
             self.open -= 1
 
 
+class StreamSlot:
+    """One slot of `StreamSlots`, taken before the answer starts (a 503 can still be
+    sent then) and given back once: by the stream's thread when it ends, or by its
+    response (`SlotStream`) if the stream never started."""
+
+    def __init__(self, slots: StreamSlots) -> None:
+        self.slots = slots
+        self.started = False  # a thread reads the stream: it gives the slot back
+        self._held = True
+        self._lock = threading.Lock()
+
+    def give_back(self) -> None:
+        """Free the slot (again: nothing)."""
+        with self._lock:
+            held, self._held = self._held, False
+        if held:
+            self.slots._give_back()
+
+
+class SlotStream(StreamingResponse):
+    """A streamed answer that holds a slot: given back even if its stream never started
+    (the client went before its first chunk)."""
+
+    def __init__(self, content: AsyncIterator[str], slot: StreamSlot, **options: Any) -> None:
+        super().__init__(content, **options)
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the answer; then the slot goes back unless a thread holds it still."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.slot.started:
+                self.slot.give_back()
+
+
 async def relay(
     chunks: Iterator[str],
-    slots: StreamSlots,
+    slot: StreamSlot,
     disconnected: Callable[[], Awaitable[bool]],
     name: str,
 ) -> AsyncIterator[str]:
     """The iterator's chunks as they come; `""` chunks are the iterator's pauses, where
     a gone client is noticed. An error ends the stream with a line that says why. The
-    thread holds one of `slots` while it lasts."""
-    try:
-        slots.take()
-    except TooManyStreams as err:
-        yield f"wq: {err}; try again shortly\n"
-        return
+    thread that reads the iterator holds `slot` while it lasts."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
     room = threading.Semaphore(READ_AHEAD)
@@ -93,9 +124,10 @@ async def relay(
             log.warning("the output stream of %s stopped: %s", name, reason)
             hand("error", reason)
         finally:
-            slots.give_back()
+            slot.give_back()
 
     threading.Thread(target=produce, name=f"wq-stream {name}", daemon=True).start()
+    slot.started = True
     try:
         while True:
             try:
@@ -104,7 +136,7 @@ async def relay(
                 kind, text = "", ""
             else:
                 room.release()
-            if slots.closing.is_set():
+            if slot.slots.closing.is_set():
                 yield "\nwq: the daemon is stopping; follow again to go on\n"
                 return
             if kind == "end":

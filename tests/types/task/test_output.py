@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Store
 from tests.types.task.helpers import program, submit, task, task_daemon, wait
+from wq.daemon.streams import StreamSlots
 from wq.engine.registry import NoOutput
 from wq.types.task.models import TaskItem
 from wq.types.task.output import make_output
@@ -112,14 +114,42 @@ def test_output_streams_are_bounded_and_end_when_the_daemon_stops(
         item = submit(client, "lines")
         wait(lambda: task(runtime, item["id"]).phase == "completed", message="completed")
         slots = runtime.output_streams
-        for _ in range(slots.limit):  # every slot taken by streams still open
-            slots.take()
+        taken = [slots.take() for _ in range(slots.limit)]  # by streams still open
         full = client.get(f"/api/work-items/{item['id']}/logs")
         assert full.status_code == 503 and full.headers["Retry-After"] == "5"
         assert "output streams are open, the most allowed" in full.json()["error"]
-        for _ in range(slots.limit):
-            slots.give_back()
+        for slot in taken:
+            slot.give_back()
         assert client.get(f"/api/work-items/{item['id']}/logs").status_code == 200
         slots.close()  # what the daemon's stop signal does
         stopping = client.get(f"/api/work-items/{item['id']}/logs")
         assert (stopping.status_code, stopping.json()["error"]) == (503, "the daemon is stopping")
+
+
+SLOW = {
+    "slow": {
+        "scope": "project",
+        "command": program("import time\nprint('started', flush=True)\ntime.sleep(2)\n"),
+    }
+}
+
+
+def test_followers_beyond_the_bound_at_once_each_get_a_503(store: Store, tmp_path: Path) -> None:
+    """The bound was checked before the answer and a slot taken in the stream: requests
+    arriving together all passed the check, and the late ones got a 200 whose only
+    line said that every slot was taken."""
+    with task_daemon(store, tmp_path / "runs", kinds=SLOW) as (runtime, client):
+        runtime.output_streams = StreamSlots(2)
+        item = submit(client, "slow")
+        wait(lambda: task(runtime, item["id"]).run_id is not None, message="running")
+        url = f"/api/work-items/{item['id']}/logs?follow=true"
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: client.get(url), range(8)))
+        statuses = sorted(answer.status_code for answer in answers)
+        assert set(statuses) <= {200, 503} and 1 <= statuses.count(200) <= 2, statuses
+        for answer in answers:
+            if answer.status_code == 200:
+                assert answer.text.startswith("started\n"), answer.text
+            else:
+                assert answer.headers["Retry-After"] == "5"
+        assert runtime.output_streams.open == 0  # every slot given back

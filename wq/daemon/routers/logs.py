@@ -15,7 +15,7 @@ from wq.daemon.auth import Principal, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import PrincipalDep, read_sessions
 from wq.daemon.runtime import Runtime
-from wq.daemon.streams import relay
+from wq.daemon.streams import SlotStream, TooManyStreams, relay
 from wq.engine import items as item_service
 from wq.engine.models import WorkItem
 from wq.engine.registry import NoOutput
@@ -75,15 +75,24 @@ async def read_item_logs(
     slots = runtime.output_streams
     if slots.closing.is_set():
         raise HTTPException(503, "the daemon is stopping", {"Retry-After": "5"})
-    if slots.full():
-        message = f"{slots.limit} output streams are open, the most allowed; try again shortly"
-        raise HTTPException(503, message, {"Retry-After": "5"})
+    try:
+        # Taken here, before the answer starts: the last slots' requests at once each
+        # get their 503 (a check here and a take in the stream let several through to
+        # a 200 that only said the slots were taken).
+        slot = slots.take()
+    except TooManyStreams as err:
+        raise HTTPException(503, f"{err}; try again shortly", {"Retry-After": "5"}) from None
     try:
         chunks = await run_in_threadpool(_open, request, principal, item_id, tail, follow)
     except NoOutput as err:
+        slot.give_back()
         raise HTTPException(409, str(err)) from None
-    return StreamingResponse(
-        relay(chunks, slots, request.is_disconnected, name=str(item_id)),
+    except BaseException:
+        slot.give_back()
+        raise
+    return SlotStream(
+        relay(chunks, slot, request.is_disconnected, name=str(item_id)),
+        slot,
         media_type=TEXT,
         headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
     )
