@@ -92,3 +92,17 @@ def test_replicas_at_60_columns_leave_out_up_and_the_round_trip() -> None:
     assert lines[0].split() == ["REPLICA", "STATE", "HEARTBEAT", "WORKERS", "LEASES", "EVENTS"]
     assert lines[2].split()[:2] == ["host-1:4242", "alive"]
     assert len(lines) == 3
+
+
+def test_wide_status_at_60_and_80_columns_keeps_the_detail_and_error_and_8_digit_ids() -> None:
+    """`-o wide` at 60 columns showed ids of 5 characters (which no command takes) and
+    left DETAIL and ERROR, what wide is asked for, off the edge."""
+    wide = {**ITEM, "project": "group/app", "lane": "normal", "seq": 15}
+    wide |= {"details": {"kind": "echo"}, "error": "exit status 1"}
+    at_60 = shown(list_view([{**wide, "project": "demo", "error": None}], True), 60)
+    assert max(map(len, at_60)) <= 60
+    assert at_60[0].split() == ["ID", "PROJECT", "PHASE", "ADMISSION", "DETAIL", "ERROR"]
+    assert at_60[2].split() == ["008e33c6", "demo", "completed", "done", "echo", "-"]
+    at_80 = shown(list_view([wide], True), 80)
+    assert " ".join(at_80[0].split()) == "ID PROJECT PHASE ADMISSION UPDATED DETAIL ERROR"
+    assert " ".join(at_80[2].split()) == ("008e33c6 group/app completed done - echo exit status 1")

@@ -54,7 +54,10 @@ def list_view(items: list[dict[str, Any]], wide: bool) -> Any:
     columns = ["ID", "TYPE", "PROJECT", "PHASE", "ADMISSION", "ATTEMPTS", "UPDATED"]
     if wide:
         columns += ["LANE", "SEQ", "DETAIL", "ERROR"]
-    view = table(*columns, leave_out=("ATTEMPTS", "TYPE"))
+    # On a narrow terminal the columns that say least go first; with `-o wide`, then
+    # more, so that what it was asked for (the detail and the error) stays.
+    leave_out = ("ATTEMPTS", "TYPE", *(("SEQ", "LANE", "UPDATED") if wide else ()))
+    view = table(*columns, leave_out=leave_out)
     for item in items:
         row = [
             ItemId(item["id"]),

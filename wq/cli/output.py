@@ -246,12 +246,14 @@ def _fitting_table() -> type[Any]:
                 return
             view = copy.copy(self)
             view.columns, view.rows = [], []
-            for column in columns:
+            widths = [_one_line(column, console, options) for column in columns]
+            pinned = _kept_whole(columns, widths, room)
+            for column, width, whole in zip(columns, widths, pinned, strict=True):
                 view.add_column(
                     column.header,
                     overflow=column.overflow,
-                    min_width=column.min_width,
-                    max_width=_one_line(column, console, options),
+                    min_width=width if whole else column.min_width,
+                    max_width=width,
                 )
             for cells in zip(*(list(column.cells) for column in columns), strict=True):
                 view.add_row(*cells)
@@ -278,6 +280,25 @@ def _one_line(column: Any, console: Console, options: ConsoleOptions) -> int:
         return Measurement.get(console, options, cell).maximum
 
     return max([column.min_width or 0, *map(width, column.cells)])
+
+
+def _kept_whole(columns: list[Any], widths: list[int], room: int) -> list[bool]:
+    """Which columns keep their cells whole: those of single words (an id, a phase, a
+    short project), narrowest first, as long as the others' narrowest still fit; the
+    rest fold (an error at its spaces)."""
+    whole = [False] * len(columns)
+    used = sum(column.min_width or 0 for column in columns)
+    used += _BETWEEN_COLUMNS * (len(columns) - 1)
+    for index in sorted(range(len(columns)), key=widths.__getitem__):
+        column = columns[index]
+        if any(isinstance(cell, str) and len(cell.split()) > 1 for cell in column.cells):
+            continue  # it can wrap at its spaces
+        more = widths[index] - (column.min_width or 0)
+        if used + more > room:
+            break
+        used += more
+        whole[index] = True
+    return whole
 
 
 def _one_line_width(columns: list[Any], console: Console, options: ConsoleOptions) -> int:
