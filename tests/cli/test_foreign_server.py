@@ -114,3 +114,43 @@ def test_a_redirect_is_not_a_wq_api(args: list[str], tmp_path: Path) -> None:
     assert first.startswith(f"wq: error: not a wq API at this URL: {server.url} answered "), result
     assert "with a redirect (307 to https://sso.example.com/login?next=/)" in first, result
     assert rest == ["hint: check --url (or WQ_URL): it names the wq server itself"], result
+
+
+@pytest.fixture(scope="module")
+def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`python3 -m http.server`: answers a path it has not with a 404 page, and a POST
+    with a 501 page."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:  # not into the CLI's stderr
+            pass
+
+    served = tmp_path_factory.mktemp("site")
+    handler = functools.partial(Quiet, directory=str(served))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status", "--id", ITEM], ["pools"], ["submit", "task", "--project", "a", "--kind", "e"]],
+    ids=" ".join,
+)
+def test_a_web_server_is_not_a_wq_api(web_server: str, args: list[str], tmp_path: Path) -> None:
+    """Its 404 page read as `not found: HTTP 404` (exit 3: as if the item did not
+    exist), its 501 page as a server error."""
+    result = invoke([*args, "--url", web_server], cli_env(tmp_path, WQ_TOKEN="t"))
+    assert result.code == 1 and result.stdout == "", result
+    first, *rest = result.stderr.splitlines()
+    assert first.startswith(f"wq: error: not a wq API at this URL: {web_server} answered "), result
+    assert "not wq's JSON error" in first and "(text/html" in first, result
+    assert rest == ["hint: check --url (or WQ_URL): it names the wq server itself"], result

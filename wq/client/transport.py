@@ -59,6 +59,11 @@ def bearer_header(token: Token | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token.value}"} if token is not None else {}
 
 
+# Statuses another web server gives a path or method it has not: with a body that is
+# not JSON, the URL names something other than a wq server.
+_NOT_OURS = (404, 405, 501)
+
+
 def _media_type(response: httpx.Response) -> str:
     """The answer's media type, as the server named it (`text/html`), for an error line."""
     media = response.headers.get("Content-Type", "").split(";")[0].strip()
@@ -206,6 +211,15 @@ class ApiTransport:
             raise ServerError(
                 f"not a wq API at this URL: {self.url} answered {what} with a redirect "
                 f"({response.status_code}{' to ' + where if where else ''})",
+                hint="check --url (or WQ_URL): it names the wq server itself",
+                status=response.status_code,
+            )
+        if body is None and response.content and response.status_code in _NOT_OURS:
+            # wq answers every such refusal with its JSON error: a web server's page
+            # (`python3 -m http.server`, a proxy's) says the URL is not the API's.
+            raise ServerError(
+                f"not a wq API at this URL: {self.url} answered {what} with "
+                f"HTTP {response.status_code} ({_media_type(response)}), not wq's JSON error",
                 hint="check --url (or WQ_URL): it names the wq server itself",
                 status=response.status_code,
             )
