@@ -8,12 +8,13 @@ import asyncio
 
 from textual.pilot import Pilot
 from textual.widget import Widget
-from textual.widgets import Log, Static
+from textual.widgets import DataTable, Log, Static
 
-from tests.tui.canned import NOW, CannedServer, canned_api, item
+from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api, item
 from tests.tui.conftest import until
 from wq.tui.app import WqApp
 from wq.tui.detail import PREVIEW_LINES, ItemDetailScreen
+from wq.tui.entry import HistoryEntryScreen
 
 OUTPUT = "step 1 done\nstep 2 done\nall done"
 TASK = item(
@@ -200,5 +201,33 @@ def test_the_output_shows_its_last_lines_not_its_first() -> None:
             lines = [line for line in shown() if line]
             assert lines[0] == "… 70 lines above (o opens the whole)", lines
             assert lines[1:] == [f"{n} of 90" for n in range(71, 91)], lines
+
+    asyncio.run(main())
+
+
+def test_enter_on_a_history_row_shows_the_entry_whole() -> None:
+    """Its row cuts what it changed at 60 characters (at 80 columns `admission:
+    "admit`): enter shows each change on a line, and the trigger."""
+
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await opened(app, pilot, ITEMS[0]["id"])
+            history = screen.query_one("#history", DataTable)
+            await until(pilot, lambda: history.row_count == 3, message="the history")
+            history.focus()
+            history.move_cursor(row=2)  # `created`: the longest change
+            await pilot.press("enter")
+            await until(
+                pilot, lambda: isinstance(app.screen, HistoryEntryScreen), message="the entry"
+            )
+            shown = on_screen(app.screen.query_one("#entry Static", Static))
+            lines = [line.strip() for line in shown.splitlines()]
+            assert "by ada" in lines
+            for change in ('admission: - → "queued"', 'lane: - → "normal"'):
+                assert change in lines, lines
+            assert 'trigger: {"source":"api"}' in lines
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is screen, message="back to the detail")
 
     asyncio.run(main())

@@ -19,6 +19,7 @@ from wq.cli.common import printable
 from wq.client.errors import ClientError
 from wq.client.shown import attempts as attempts_shown
 from wq.client.vocabulary import ACTIONABLE_PHASES, phase_refusal
+from wq.tui.entry import HistoryEntryScreen
 from wq.tui.footer import FittingFooter
 from wq.tui.format import (
     age,
@@ -162,6 +163,7 @@ class ItemDetailScreen(PollingScreen):
         self.item: dict[str, Any] | None = None
         self.details: Details | None = None
         self.following = False  # the live output pane is open
+        self.history: list[dict[str, Any]] = []  # the entries the History shows
         self._following_now = False  # what the fetch running now was asked for
         self._log_text: str | None = None
 
@@ -262,6 +264,7 @@ class ItemDetailScreen(PollingScreen):
         dimensions.display = bool(item["dimensions"])
         self._show_pending(data, now)
         history = self.query_one("#history", DataTable)
+        self.history = data.history
         fill(
             history,
             [
@@ -325,6 +328,15 @@ class ItemDetailScreen(PollingScreen):
                 self.query_one("#output-title", Static).scroll_visible, top=True
             )
         self.schedule(0)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a History row: the entry whole (its row cuts what it changed)."""
+        if event.data_table.id != "history":
+            return
+        key = event.row_key.value
+        entry = next((entry for entry in self.history if str(entry["id"]) == key), None)
+        if entry is not None:
+            self.app.push_screen(HistoryEntryScreen(entry))
 
     def action_page(self) -> None:
         """The whole details document in $PAGER (the terminal is handed over meanwhile)."""

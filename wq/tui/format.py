@@ -66,7 +66,12 @@ def compact(value: Any) -> str:
 
 
 def state_change(old: Any, new: Any) -> str:
-    """What an audit entry changed: `phase: failed → active, attempts: 3 → 0`.
+    """What an audit entry changed, on one line: `phase: failed → active, attempts: 3 → 0`."""
+    return ", ".join(changes(old, new))
+
+
+def changes(old: Any, new: Any) -> list[str]:
+    """What an audit entry changed, a line each: `phase: failed → active`.
 
     Two documents show only the keys whose values differ; anything else (a creation,
     a state that is not a document) shows whole, `old → new`.
@@ -77,8 +82,8 @@ def state_change(old: Any, new: Any) -> str:
             for key in sorted(old.keys() | new.keys())
             if old.get(key) != new.get(key)
         ]
-        return ", ".join(changed) if changed else "no change"
-    return f"{compact(old)} → {compact(new)}"
+        return changed or ["no change"]
+    return [f"{compact(old)} → {compact(new)}"]
 
 
 def short(text: str | None, width: int) -> str:

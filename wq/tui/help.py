@@ -62,6 +62,10 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
             ("c", "cancel it (asks first; same rules as r)"),
             ("y", "copy its id"),
             ("enter", "open its detail (dimensions, pending events, history)"),
+            (
+                "enter",
+                "in the detail, on a History row: the entry whole (each change, its trigger)",
+            ),
             ("o", "in the detail: the whole details document in $PAGER"),
             ("l", "in a task's detail: its live output (the run's last lines; l closes it)"),
         ],
