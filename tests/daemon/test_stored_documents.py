@@ -35,6 +35,11 @@ def nested(depth: int) -> str:
             '{"project": "group/app", "payload": "' + "x" * 3_800_000 + '"}',
             "payload: 3.6 MB, at most 256 KiB",
         ),
+        # Just over: it said `256 KiB, at most 256 KiB`.
+        (
+            '{"project": "group/app", "payload": "' + "x" * 262_200 + '"}',
+            "payload: 262,202 bytes, at most 262,144 bytes",
+        ),
         # A number beyond a float's range was stored as null.
         ('{"project": "group/app", "payload": {"a": 1e999}}', "1e999 is out of the range"),
         ('{"project": "group/app", "payload": [-2E+400]}', "-2E+400 is out of the range"),
@@ -53,6 +58,7 @@ def nested(depth: int) -> str:
         "nan",
         "infinity",
         "large",
+        "just-over",
         "overflow",
         "negative-overflow",
         "huge-integer",

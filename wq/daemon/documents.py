@@ -94,4 +94,7 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
         except UnicodeEncodeError:
             raise DocumentRefused(f"{name}: {_UNPAIRED}") from None
         if size > max_bytes:
-            raise DocumentRefused(f"{name}: {_size(size)}, at most {_size(max_bytes)}")
+            shown, limit = _size(size), _size(max_bytes)
+            if shown == limit:  # just over: `256 KiB, at most 256 KiB` says nothing
+                shown, limit = f"{size:,} bytes", f"{max_bytes:,} bytes"
+            raise DocumentRefused(f"{name}: {shown}, at most {limit}")

@@ -41,7 +41,7 @@ def unavailable() -> JSONResponse:
 
 
 # What a parameter's pattern asks for, in words: a caller is not told a regex.
-PATTERN_WORDS: dict[str, str] = {}
+PATTERN_WORDS: dict[str, str] = {r"^[^\x00]*$": "must not contain NUL (\\u0000)"}
 
 
 def say_pattern(pattern: str, words: str) -> str:
@@ -59,11 +59,13 @@ def _said(err: Mapping[str, Any]) -> str:
     validator's own reason without pydantic's "Value error, ".
     """
     ctx = err.get("ctx") or {}
-    if isinstance(err.get("input"), str) and err.get("type") in ("too_long", "too_short"):
-        if err["type"] == "too_long" and "max_length" in ctx:
+    kind = str(err.get("type")).removeprefix("string_")
+    if isinstance(err.get("input"), str) and kind in ("too_long", "too_short"):
+        if kind == "too_long" and "max_length" in ctx:
             return f"at most {ctx['max_length']} characters (got {len(err['input'])})"
-        if err["type"] == "too_short" and "min_length" in ctx:
-            return f"at least {ctx['min_length']} characters"
+        if kind == "too_short" and "min_length" in ctx:
+            least = ctx["min_length"]
+            return "must not be empty" if least == 1 else f"at least {least} characters"
     if err.get("type") == "string_pattern_mismatch" and ctx.get("pattern") in PATTERN_WORDS:
         return PATTERN_WORDS[ctx["pattern"]]
     return str(err.get("msg")).removeprefix("Value error, ")

@@ -57,6 +57,9 @@ def count(runtime: Any) -> int:
             "repository: must not have a segment that starts with '-'",
         ),
         ({"project": "g/--help", "kind": "echo"}, "project: must not have a segment"),
+        # Said `at least 1 characters`, and the pattern as a regex.
+        ({"project": "p", "kind": ""}, "kind: must not be empty"),
+        ({"project": "p", "kind": "a\x00"}, "kind: must not contain NUL (\\u0000)"),
         ({"project": "p", "kind": "echo", "extra": 1}, "extra: Extra inputs are not permitted"),
         # PostgreSQL cannot store NUL in JSON: was a 500 there.
         ({"project": "p", "kind": "echo", "payload": {"a\x00": 1}}, "payload"),
