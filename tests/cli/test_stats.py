@@ -52,6 +52,12 @@ def test_a_bad_window_is_a_usage_error(daemon: RunningDaemon, cache_home: Path) 
         2,
         "wq: error: --window: at most 7d; got 30d",
     )
+    # `0m` is a number and a unit: it was told it was not.
+    nothing = invoke(["stats", "--window", "0m"], env(daemon, cache_home))
+    assert (nothing.code, nothing.stderr.splitlines()[0]) == (
+        2,
+        "wq: error: --window: must be longer than 0; got '0m'",
+    )
     too_fine = invoke(["stats", "--step", "5s"], env(daemon, cache_home))
     assert (too_fine.code, too_fine.stderr.splitlines()[0]) == (
         2,

@@ -108,6 +108,40 @@ def test_a_body_that_is_not_json_is_415(
 
 
 @pytest.mark.parametrize(
+    ("headers", "said"),
+    [
+        ({"Content-Encoding": "gzip"}, "must be sent uncompressed: Content-Encoding gzip"),
+        ({"Content-Type": "application/json; charset=utf-16"}, "not charset=utf-16"),
+        ({"Content-Type": 'application/json; charset="latin-1"'}, "not charset=latin-1"),
+    ],
+)
+def test_a_body_that_would_be_misread_is_415(
+    limited: tuple[Runtime, str], store: Store, headers: dict[str, str], said: str
+) -> None:
+    """A gzip body was read as JSON text (a 400 'not valid JSON'), and a charset other
+    than UTF-8 was ignored."""
+    runtime, token = limited
+    sent = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **headers}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        response = client.post(
+            "/api/work-items/chain", content=b'{"project": "group/app"}', headers=sent
+        )
+        plain = client.post(
+            "/api/work-items/chain",
+            content=b'{"project": "group/app"}',
+            headers={
+                **sent,
+                "Content-Encoding": "identity",
+                "Content-Type": "application/json; charset=UTF-8",
+            },
+        )
+    assert response.status_code == 415, response.text
+    assert said in response.json()["error"]
+    assert plain.status_code == 201, plain.text
+    assert item_count(store) == 1
+
+
+@pytest.mark.parametrize(
     "body",
     [
         b'{"project": "group/app", "project": "other/app"}',

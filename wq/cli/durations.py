@@ -14,5 +14,7 @@ def parse_seconds(option: str, value: str) -> int:
     """`value` in seconds; a usage error naming `option` when it is not a duration."""
     match = DURATION.fullmatch(value)
     if match is None:
+        if re.fullmatch(r"0+[smhd]", value):
+            usage_error(f"{option}: must be longer than 0; got {value!r}")
         usage_error(f"{option}: a number and a unit (s, m, h, d), e.g. 1h; got {value!r}")
     return int(match.group(1)) * UNITS[match.group(2)]

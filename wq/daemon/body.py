@@ -53,6 +53,20 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
+def _not_plain_utf8(headers: Headers) -> str | None:
+    """Why a JSON body would be misread (it is read as UTF-8 bytes, as they come), or
+    None: a compressed body, or a charset other than UTF-8 said for it."""
+    encoding = headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        return f"the body must be sent uncompressed: Content-Encoding {encoding} is not read"
+    for parameter in headers.get("content-type", "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            return f"the body must be UTF-8 JSON, not charset={charset}"
+    return None
+
+
 CLOSE = {"Connection": "close"}
 
 
@@ -107,6 +121,10 @@ class BodyGuard:
             media = headers.get("content-type")
             said = f"not {media}" if media else "and no Content-Type was sent"
             await _error(415, f"the body must be application/json, {said}")(scope, receive, send)
+            return
+        unreadable = has_body and not path.startswith(WEBHOOK_PREFIX) and _not_plain_utf8(headers)
+        if unreadable:
+            await _error(415, unreadable)(scope, receive, send)
             return
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._too_large()(scope, receive, send)
