@@ -12,6 +12,7 @@ from tests.tui.canned import ITEMS, NOW, canned_api
 from tests.tui.conftest import table_on_screen, until
 from wq.tui.app import WqApp
 from wq.tui.items import ItemsScreen
+from wq.tui.status import StatusLine
 
 
 def ids(table: DataTable[Any]) -> set[str]:
@@ -32,6 +33,10 @@ def test_an_items_command_replaces_the_filters_before_it() -> None:
             app.run_command("items phase=failed")  # not "failed ones of team/api": none
             assert app.filters == {"phase": "failed"}
             await until(pilot, lambda: ids(table) == failed, message="the failed items")
+            status = app.screen.query_one(StatusLine)
+            # One: `1 item` (it said `1 items`).
+            await until(pilot, lambda: status.extra.startswith("1 item"), message="1 item")
+            assert not status.extra.startswith("1 items"), status.extra
             app.run_command("items")
             assert app.filters == {}
             await until(pilot, lambda: len(ids(table)) == len(ITEMS), message="all items")

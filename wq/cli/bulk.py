@@ -20,6 +20,7 @@ from wq.cli.completion import complete_kind, complete_project, complete_type
 from wq.cli.durations import parse_seconds
 from wq.cli.output import ItemId, Output, emit, table
 from wq.client.errors import EXIT_CONFLICT
+from wq.client.shown import counted
 
 if TYPE_CHECKING:
     from wq.client.api import ApiClient
@@ -125,8 +126,11 @@ def _confirmed(action: str, count: int, yes: bool) -> bool:
     if yes:
         return True
     if not sys.stdin.isatty():
-        usage_error(f"{action} of {count} items needs --yes when nobody can answer (no terminal)")
-    return typer.confirm(f"{action.capitalize()} these {count} items?", default=False, err=True)
+        usage_error(
+            f"{action} of {counted(count, 'item')} needs --yes when nobody can answer (no terminal)"
+        )
+    these = "this item" if count == 1 else f"these {count} items"
+    return typer.confirm(f"{action.capitalize()} {these}?", default=False, err=True)
 
 
 def run(
@@ -179,7 +183,7 @@ def run(
     missing = len(ids) - len(answer["results"])
     if skipped or missing:
         fail(
-            f"{len(skipped) + missing} of {len(ids)} items not {done_word}"
+            f"{len(skipped) + missing} of {counted(len(ids), 'item')} not {done_word}"
             + (f" ({missing} no longer matched)" if missing else ""),
             EXIT_CONFLICT,
         )

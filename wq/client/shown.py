@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def counted(count: int | str, noun: str) -> str:
+    """`1 item`, `3 items`, `2/5 items`: a count and its noun, singular for one."""
+    return f"{count} {noun}" if str(count) == "1" else f"{count} {noun}s"
+
+
 def attempts(item: dict[str, Any]) -> str:
     """The tries an item took: its failures in a row, or for a task the runs it started.
 

@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Header
 
 from wq.client.cursors import item_key
+from wq.client.shown import counted
 from wq.tui.footer import FittingFooter
 from wq.tui.format import dimension_header
 from wq.tui.itemlist import MAX_PAGE, PAGE, Answer, ItemList, Span, fetch_spans
@@ -252,11 +253,11 @@ class ItemsScreen(PollingScreen):
         if self.text:  # of the items looked at: those loaded, and those the server found
             looked_at = {str(item["id"]) for item in (*self.items, *self.found)}
             shown_count = f"{len(shown)}/{len(looked_at)}"
-        counted = f"{shown_count} items" if shown else "no items"
+        count = counted(shown_count, "item") if shown else "no items"
         # On a narrow terminal the hints go first, then the order; the count, the marks
         # and what filters the list never do (the filters are cut if need be).
         self.status.note(
-            f"{counted}{' (more below)' if self.more else ''}",
+            f"{count}{' (more below)' if self.more else ''}",
             Part(f"sorted by {self.sort} (loaded rows)" if order is not None else "", drop=1),
             f"{len(self.marked)} marked" if self.marked else "",
             Part("(r, c: act on them; space: unmark)" if self.marked else "", drop=2),

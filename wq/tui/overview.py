@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Header, Label, Sparkline, Static
 
 from wq.client.errors import NotFound
 from wq.client.pressure import pressure
-from wq.client.shown import workers_and_leases
+from wq.client.shown import counted, workers_and_leases
 from wq.tui.footer import FittingFooter
 from wq.tui.format import age
 from wq.tui.polling import PollingScreen
@@ -65,21 +65,21 @@ def attention(
                     [
                         f"replica {replica['id']} lost",
                         f"no heartbeat for {age(replica['heartbeat_age_seconds'])}"
-                        + (f", {rescued} items being rescued" if rescued else ""),
+                        + (f", {counted(rescued, 'item')} being rescued" if rescued else ""),
                     ],
                 )
             )
     failed = sum(bucket["failed"] for bucket in stats["buckets"])
     if failed:
         # Failures, not items: an item retried and failed again counts twice.
-        said = f"{failed} failure{'s' if failed != 1 else ''} in the last hour"
+        said = f"{counted(failed, 'failure')} in the last hour"
         rows.append(("items:failed", [said, "enter: the failed items"]))
     backing_off = sum(pool.get("backing_off", 0) for pool in pools)
     if backing_off:
         rows.append(
             (
                 "pools:backing-off",
-                [f"{backing_off} items backing off", "after failed tries; enter: Pools"],
+                [f"{counted(backing_off, 'item')} backing off", "after failed tries; enter: Pools"],
             )
         )
     pending = stats.get("pending_events", 0)
