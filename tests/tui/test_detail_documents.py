@@ -13,7 +13,8 @@ from textual.widgets import DataTable, Log, Static
 from tests.tui.canned import ITEMS, NOW, CannedServer, canned_api, item
 from tests.tui.conftest import until
 from wq.tui.app import WqApp
-from wq.tui.detail import PREVIEW_LINES, ItemDetailScreen
+from wq.tui.detail import ItemDetailScreen
+from wq.tui.detail_documents import PREVIEW_LINES
 from wq.tui.entry import HistoryEntryScreen
 
 OUTPUT = "step 1 done\nstep 2 done\nall done"

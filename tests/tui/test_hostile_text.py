@@ -13,7 +13,8 @@ from textual.widgets import DataTable, Static
 from tests.tui.canned import NOW, CannedServer, canned_api, item
 from tests.tui.conftest import table_on_screen, until
 from wq.tui.app import WqApp
-from wq.tui.detail import Details, ItemDetailScreen
+from wq.tui.detail import ItemDetailScreen
+from wq.tui.detail_documents import Details
 from wq.tui.status import StatusLine
 
 HOSTILE_ERROR = "\x1b[2J\x1b]52;c;cHduZWQ=\x07 [/oops] [link=https://evil.example]x[/link]"
