@@ -178,7 +178,8 @@ def test_logout_leaves_the_local_daemons_own_token(daemon: RunningDaemon) -> Non
     # Removing it locked every command out until the daemon restarted.
     cache_home = daemon.root / "cache"
     result = invoke(["logout", "--url", daemon.url], cli_env(cache_home))
-    assert result.code == 1 and result.stdout == "", result
+    # Refused (5), as the documented exit codes say; it exited 1, a failure.
+    assert result.code == 5 and result.stdout == "", result
     assert result.stderr.splitlines() == [
         f"wq: error: that is the local daemon's own token for {daemon.url}; it is removed "
         "when the daemon stops",

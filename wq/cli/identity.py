@@ -81,7 +81,7 @@ def login(
 
 def logout(url: UrlOption = None) -> None:
     """Remove the cached token for this server (not the local daemon's own)."""
-    from wq.client.errors import EXIT_FAILURE
+    from wq.client.errors import EXIT_CONFLICT
     from wq.client.settings import resolve_url
     from wq.client.token_cache import TokenCache
 
@@ -100,7 +100,7 @@ def logout(url: UrlOption = None) -> None:
         fail(
             f"that is the local daemon's own token for {server}; it is removed when the "
             "daemon stops",
-            EXIT_FAILURE,
+            EXIT_CONFLICT,  # refused, as the documented codes say: nothing failed
             hint="to send no credentials, use --no-auth",
         )
     if entry is None and not cache.path_for(server).exists():
