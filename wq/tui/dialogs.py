@@ -16,16 +16,20 @@ Answer = TypeVar("Answer")
 
 class Dialog(ModalScreen[Answer]):
     """A modal screen that closes with its first answer: a key behind it in the same
-    burst (enter pressed twice) finds it closing and is dropped, where a second
+    burst (enter or esc pressed twice) finds it closing and is dropped, where a second
     `dismiss` would pop the view under it (Textual's `ScreenStackError`, a crash)."""
 
     _answered = False
 
-    def answer_once(self, answer: Answer) -> None:
+    def answer_once(self, answer: Answer | None) -> None:
         """Close with `answer`, unless an answer was given already."""
         if not self._answered:
             self._answered = True
             self.dismiss(answer)
+
+    async def action_dismiss(self, result: Answer | None = None) -> None:
+        """The `dismiss` of a key binding (esc, q): closes once, as `answer_once`."""
+        self.answer_once(result)
 
 
 class ConfirmScreen(Dialog[bool]):

@@ -8,9 +8,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from wq.tui.dialogs import Dialog
 from wq.tui.format import changes, compact, moment
 
 
@@ -28,7 +28,7 @@ def entry_text(entry: dict[str, Any]) -> Text:
     return text
 
 
-class HistoryEntryScreen(ModalScreen[None]):
+class HistoryEntryScreen(Dialog[None]):
     """A history entry over the detail (enter on its row; esc closes)."""
 
     BINDINGS = [Binding("escape,enter,q", "dismiss", "Close")]  # noqa: RUF012

@@ -8,8 +8,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from wq.tui.dialogs import Dialog
 
 TITLE = "wq tui — keys"
 
@@ -112,7 +113,7 @@ def help_text() -> RenderableType:
     return Group(*parts, Text(""), Text(CLOSING))
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Dialog[None]):
     """Keys and commands."""
 
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]  # noqa: RUF012
