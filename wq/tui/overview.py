@@ -43,7 +43,7 @@ def now_line(stats: dict[str, Any], pools: list[dict[str, Any]]) -> str:
         + (f" (oldest {age(lane.get('oldest_wait_seconds'))})" if lane["depth"] else "")
         for lane in stats["lanes"]
     ]
-    projects = f"{len(pools)} project{'' if len(pools) == 1 else 's'} with work"
+    projects = f"{counted(len(pools), 'project')} with work"
     return f"{running} running · {' · '.join(lanes)} · {projects}"
 
 

@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Header
 
 from wq.client.pressure import pressure
+from wq.client.shown import counted
 from wq.tui.footer import FittingFooter
 from wq.tui.format import BAR_WIDTH, age, bar, short_middle
 from wq.tui.polling import PollingScreen
@@ -132,7 +133,7 @@ class PoolsScreen(PollingScreen):
                 for n in shown:
                     table.add_column(COLUMNS[n], key=COLUMNS[n])
                 fill(table, rows)
-        count = f"{len(data)} project{'' if len(data) == 1 else 's'} with work"
+        count = f"{counted(len(data), 'project')} with work"
         self.status.note(count, Part(f"sorted by {self.sort}", drop=1))
 
     def on_resize(self, event: events.Resize) -> None:
