@@ -146,3 +146,26 @@ def test_the_workers_claim_loads_what_it_takes_by_primary_key(
         assert not seq_scans(lines), report
         assert not any("Sort Key: (COALESCE" in line and "c." in line for line in lines), report
         assert sum(scan.read for scan in scans(lines)) <= 6 * LIMIT, report
+
+
+def test_a_claim_rewrites_its_rows_in_place(admitted: tuple[str, Engine]) -> None:
+    # No index holds a lease column and new pages keep room (fillfactor), so a claimed
+    # row's new version stays in its page with no new index entries (a HOT update):
+    # the claim writes its rows, not an entry in each of the table's indexes per row.
+    _, engine = admitted
+    sessions, now = _sessions(engine, analyzed=True), utcnow()
+    hot = text("SELECT pg_stat_get_xact_tuples_hot_updated('work_items'::regclass)")
+    with sessions.begin() as session:
+        before = session.execute(hot).scalar_one()
+        claims = leases.claim(
+            session,
+            owner="me",
+            limit=LIMIT,
+            types=["chain"],
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+        )
+        in_place = session.execute(hot).scalar_one() - before
+        session.rollback()
+    assert len(claims) == LIMIT
+    assert in_place == LIMIT

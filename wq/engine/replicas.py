@@ -21,8 +21,9 @@ from sqlalchemy import Select, delete, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 import wq
-from wq.engine.models import Replica, WorkItem, utcnow
+from wq.engine.models import ADMITTED, Replica, WorkItem, utcnow
 from wq.engine.outage import describe, is_unavailable
+from wq.engine.store import inline
 
 log = logging.getLogger("wq.engine")
 
@@ -71,8 +72,10 @@ def count_alive(session: Session, now: datetime) -> tuple[int, int]:
 
 
 def _leases_of(replica_id: str) -> Select[int]:
-    """Items leased by a replica (its workers are `<id>/worker-N`), on the lease index."""
+    """Items leased by a replica (its workers are `<id>/worker-N`), among the admitted
+    items (only they hold leases)."""
     return select(func.count()).where(
+        WorkItem.admission == inline(ADMITTED),
         or_(
             WorkItem.lease_owner == replica_id,
             # Escaped: a host name's `_` is no wildcard matching another replica's workers.

@@ -20,8 +20,9 @@ from wq.engine.events import drain_events, items_with_pending_events
 from wq.engine.failed_counts import fold
 from wq.engine.items import settle
 from wq.engine.metrics import metrics_of
-from wq.engine.models import ACTIVE, IDLE, WorkItem, WorkItemStatus, utcnow
+from wq.engine.models import ACTIVE, ADMITTED, IDLE, WorkItem, WorkItemStatus, utcnow
 from wq.engine.registry import TypeRegistry
+from wq.engine.store import inline
 from wq.engine.wakeup import ITEMS_ADMITTED, signal
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ def sweep_once(
         # stay locked until commit, so a heartbeat cannot slip in between.
         expired = session.execute(
             select(WorkItem.id, WorkItem.lease_owner)
-            .where(WorkItem.leased_until < now)
+            # Among the admitted items: only they hold leases (and no index holds one).
+            .where(WorkItem.admission == inline(ADMITTED), WorkItem.leased_until < now)
             .with_for_update(skip_locked=True)
         ).all()
         if expired:

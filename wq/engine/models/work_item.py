@@ -108,7 +108,7 @@ class WorkItem(Base):
             sqlite_where=text("admission = 'queued'"),
             postgresql_where=text("admission = 'queued'"),
         ),
-        # In-flight counts per project and lane, and the claim scan.
+        # In-flight counts per project and lane, and the leases that run out.
         Index(
             "ix_work_items_in_flight",
             "project",
@@ -142,13 +142,9 @@ class WorkItem(Base):
         ),
         Index("ix_work_items_type_phase", "type", "phase"),
         Index("ix_work_items_project_phase", "project", "phase"),
-        # Lease expiry (sweep, next due): leased items only.
-        Index(
-            "ix_work_items_leased_until",
-            "leased_until",
-            sqlite_where=text("leased_until IS NOT NULL"),
-            postgresql_where=text("leased_until IS NOT NULL"),
-        ),
+        # No index holds a lease column: a claim then rewrites its row in place (a HOT
+        # update on PostgreSQL, migration 0016). Lease expiry is read among the admitted
+        # items (ix_work_items_in_flight): only an admitted item is ever leased.
     )
 
     @validates("project")
