@@ -55,7 +55,7 @@ from wq.engine.admission import dispatch
 from wq.engine.archive import claim
 from wq.engine.audit import prune
 from wq.engine.config import parse_config
-from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.db import MIGRATION_TIMEOUTS, make_engine, make_sessionmaker
 from wq.engine.models import utcnow
 from wq.engine.registry import TypeRegistry
 from wq.engine.sweep import sweep_once
@@ -372,8 +372,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def prepared(url: str, args: argparse.Namespace, *, big: bool, seeded: bool) -> dict[str, int]:
     """Migrate and seed a database (unless it was seeded before); its row counts and
     the rows the measured prune deletes (the same on both, or the figure compares
-    different work)."""
-    engine = make_engine(url, pool_size=2)
+    different work). Seeding runs without the daemon's statement timeout: a day of
+    audit rows is one statement, longer than that on a slow machine."""
+    engine = make_engine(url, pool_size=2, timeouts=MIGRATION_TIMEOUTS)
     try:
         if not seeded:
             schema.upgrade(engine)
