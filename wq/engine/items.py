@@ -309,6 +309,9 @@ def cancel(
     trigger = {"source": "api", "action": "cancel"}
     hook = registry.get(item.type).cancel_requested if item.type in registry else None
     if hook is not None and item.admission == ADMITTED and hook(session, item, now):
+        if not session.is_modified(item):
+            # Asked before and not done yet: its worker is on it, nothing changes.
+            return "requested", item
         item.run_after = now
         audit(
             session,

@@ -8,8 +8,9 @@ worker follows it (after a lost lease or a daemon restart) finds the same run.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from wq.engine import items
 from wq.engine.models import CANCELLED, COMPLETED, FAILED
@@ -25,7 +26,7 @@ from wq.types.task.runners import (
     RunStatus,
     run_id_for,
 )
-from wq.types.task.runners.command import TemplateError
+from wq.types.task.runners.command import NO_RUN_DIRECTORY, TemplateError
 from wq.types.task.settings import TaskSettings
 
 Executor = Callable[[ActionContext], None]
@@ -33,11 +34,17 @@ Executor = Callable[[ActionContext], None]
 log = logging.getLogger(__name__)
 
 
-def _elsewhere(task: TaskItem, ctx: ActionContext) -> str:
+def _elsewhere(task: TaskItem, ctx: ActionContext, status: RunStatus) -> str:
     """Why a run another process started may be missing here: its runs_dir is not
-    this one's (each replica's `runs_dir` must be one directory they share)."""
+    this one's (each replica's `runs_dir` must be one directory they share). Not when
+    its directory is here and only its supervisor is gone."""
     started_in = (task.started_by or "").partition("/")[0]
-    if task.runner != "command" or not started_in or started_in == ctx.actor.partition("/")[0]:
+    if (
+        task.runner != "command"
+        or not status.reason.startswith(NO_RUN_DIRECTORY)
+        or not started_in
+        or started_in == ctx.actor.partition("/")[0]
+    ):
         return ""
     return (
         f" (started by {started_in}, another process: replicas must share"
@@ -61,9 +68,16 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
             # Retried as an unreachable runner is, so failed after `max_attempts`.
             raise RetryLater(f"runner {name!r} is not configured here") from None
 
-    def finish(ctx: ActionContext, phase: str, status: RunStatus, summary: str) -> None:
+    def finish(
+        ctx: ActionContext,
+        phase: str,
+        status: RunStatus,
+        summary: str,
+        *,
+        at: datetime | None = None,
+    ) -> None:
         task = _task(ctx)
-        task.finished_at = ctx.now
+        task.finished_at = at or ctx.now
         task.exit_status = status.exit_code
         task.log_tail = status.log_tail
         task.next_check_at = None
@@ -159,10 +173,16 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
                 return
             task.next_check_at = ctx.now + timedelta(seconds=settings.poll_interval_seconds)
             ctx.found_nothing_new()
-        elif status.state == SUCCEEDED:
+        else:
+            ended(ctx, status)
+
+    def ended(ctx: ActionContext, status: RunStatus) -> None:
+        """Finish the task as its run ended by itself."""
+        if status.state == SUCCEEDED:
             finish(ctx, COMPLETED, status, "exit status 0")
         elif status.state == MISSING:
-            finish(ctx, FAILED, status, f"the run was lost: {status.reason}{_elsewhere(task, ctx)}")
+            elsewhere = _elsewhere(_task(ctx), ctx, status)
+            finish(ctx, FAILED, status, f"the run was lost: {status.reason}{elsewhere}")
         else:
             finish(ctx, FAILED, status, f"exit status {status.exit_code} {status.reason}".strip())
 
@@ -174,13 +194,25 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         run_id = task.run_id if task.running else run_id_for(task.id, task.run_generation + 1)
         assert run_id is not None
         try:
+            if task.running:
+                status = runner.poll(run_id)
+                if status.state not in (RUNNING, MISSING):
+                    # It ended before the cancel reached it (its worker had not looked
+                    # yet): it ends as it ran, a success included.
+                    task.cancel_requested = False
+                    ended(ctx, status)
+                    return
+            asked = time.monotonic()
             runner.cancel(run_id)
             status = runner.poll(run_id)
         except RunnerUnavailable as err:
             raise RetryLater(f"cannot reach the run to cancel it: {err}") from None
         task.cancel_requested = False
         if task.running:
-            finish(ctx, CANCELLED, status, "cancelled")
+            # It ended when the cancel came back (a run that ignores TERM is killed
+            # a grace later), not when the action began.
+            stopped = ctx.now + timedelta(seconds=time.monotonic() - asked)
+            finish(ctx, CANCELLED, status, "cancelled", at=stopped)
         else:
             items.set_phase(
                 ctx.session,
