@@ -48,6 +48,9 @@ STARTING_GRACE_SECONDS = 60.0
 EXEC_GRACE_SECONDS = 5.0
 # How long a run's supervisor is waited for once its exit status is written (it exits then).
 REAP_WAIT_SECONDS = 1.0
+# How a missing run is reported when its directory is not there (another replica's
+# runs_dir is not this one's: `wq.types.task.executors` says so).
+NO_RUN_DIRECTORY = "no run directory"
 
 
 class TemplateError(ValueError):
@@ -243,7 +246,7 @@ class CommandRunner:
         """The run's state from its directory (works from any process on this machine)."""
         run_dir = self._dir(run_id)
         if not run_dir.is_dir():
-            return RunStatus(MISSING, reason=f"no run directory {run_dir}")
+            return RunStatus(MISSING, reason=f"{NO_RUN_DIRECTORY} {run_dir}")
         self._reap()
         for _ in range(2):
             result = self._read(run_dir / "exit.json")
