@@ -26,3 +26,12 @@ def test_a_lost_replica_shows_the_leases_it_still_holds_not_its_last_report() ->
     rows = dict(replica_rows(replicas))
     assert rows["wq-1:1"][3:5] == ["3/10", "3"]
     assert rows["wq-2:1"][3:5] == ["-", "1"]
+
+
+def test_a_lost_replica_has_no_uptime() -> None:
+    # It stopped with its last heartbeat: counting on from its start would say it is up.
+    replicas = [replica(1), replica(2, state="lost")]
+    header, alive, lost = plain_text(replicas_view(replicas, False)).splitlines()
+    up = header.index("UP")
+    assert alive[up:].strip() not in ("", "-")
+    assert lost[up:].strip() == "-"

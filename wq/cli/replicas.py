@@ -51,7 +51,8 @@ def replicas_view(replicas: list[dict[str, Any]], wide: bool) -> Any:
             *workers_and_leases(replica),
             _events(replica),
             "-" if rtt is None else f"{rtt:.1f} ms",
-            age(replica.get("started_at")),
+            # A lost one stopped with its last heartbeat: it is not up.
+            "-" if replica["state"] == "lost" else age(replica.get("started_at")),
         ]
         if wide:
             row += [replica["version"], replica["host"], text(replica["pid"])]
