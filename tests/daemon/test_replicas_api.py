@@ -16,7 +16,7 @@ from tests.support.chain import Behaviour, chain_registry
 from wq.daemon.runtime import Runtime
 from wq.engine.metrics import Metrics
 from wq.engine.metrics_db import DatabaseCollector
-from wq.engine.models import Replica, WorkItem, utcnow
+from wq.engine.models import ADMITTED, Replica, WorkItem, utcnow
 from wq.engine.replicas import LOST_KEPT, ReplicaHeartbeat, ReplicaReport
 
 REPORT = ReplicaReport(workers_busy=1, workers_total=4, consumes_events=True, last_event_at=None)
@@ -32,7 +32,8 @@ def beating(store: Store, replica_id: str, at: datetime | None = None) -> Replic
 
 
 def leased_to(store: Store, owners: list[str]) -> None:
-    """One submitted item leased to each of these owners (`<replica>/worker-N`)."""
+    """One submitted item leased to each of these owners (`<replica>/worker-N`),
+    admitted as every leased item is."""
     config = make_config(store.url)
     registry = chain_registry(Behaviour())
     for owner in owners:
@@ -42,7 +43,12 @@ def leased_to(store: Store, owners: list[str]) -> None:
             session.execute(
                 update(WorkItem)
                 .where(WorkItem.id == item.id)
-                .values(lease_owner=owner, leased_until=utcnow() + timedelta(seconds=30))
+                .values(
+                    admission=ADMITTED,
+                    admitted_at=utcnow(),
+                    lease_owner=owner,
+                    leased_until=utcnow() + timedelta(seconds=30),
+                )
             )
 
 
