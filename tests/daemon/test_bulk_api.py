@@ -83,11 +83,31 @@ def test_ids_narrow_the_selection_to_what_was_confirmed(
     first, second = failed_items(runtime, "team/a", "boom", 2)
     active = submit(runtime.sessions, runtime.registry, runtime.config, "team/a").item
     assert active is not None
-    # An id that does not match the selector (an active item for a retry) is left out.
-    body = {"ids": [str(second), str(active.id)]}
+    # An id that does not match the selector (an active item for a retry, an item of
+    # another project, one that does not exist) is left alone and told apart.
+    unknown = uuid.uuid4()
+    other = failed_items(runtime, "team/b", "boom", 1)[0]
+    body = {"project": "team/a", "ids": [str(second), str(active.id), str(unknown), str(other)]}
     results = client.post("/api/work-items/retry", json=body).json()["results"]
-    assert [(r["id"], r["outcome"]) for r in results] == [(str(second), "retried")]
-    assert phases(runtime, [first, second]) == ["failed", "active"]
+    assert [(r["id"], r["outcome"], r["error"]) for r in results] == [
+        (str(second), "retried", None),
+        (str(active.id), "skipped", f"work item {active.id} is active, not failed"),
+        (str(unknown), "skipped", f"work item {unknown} not found"),
+        (str(other), "skipped", f"work item {other} does not match the selector's other fields"),
+    ]
+    assert phases(runtime, [first, second, other]) == ["failed", "active", "failed"]
+    # So does a dry run, and a cancel of an item that has ended meanwhile.
+    listed = client.post("/api/work-items/retry", json={**body, "dry_run": True}).json()
+    assert [r["outcome"] for r in listed["results"]] == ["skipped"] * 4
+    ended = client.post("/api/work-items/cancel", json={"ids": [str(first)]}).json()
+    assert ended["results"] == [
+        {
+            "id": str(first),
+            "type": "chain",
+            "outcome": "skipped",
+            "error": f"work item {first} is failed, not active",
+        }
+    ]
 
 
 def test_a_selector_that_names_nothing_is_refused(runtime: Runtime, client: TestClient) -> None:

@@ -107,6 +107,45 @@ def statement(
     )
 
 
+def unmatched(
+    session: Session,
+    action: str,
+    selector: Selector,
+    selected: Iterable[uuid.UUID],
+    *,
+    types: Iterable[str],
+    registry: TypeRegistry,
+) -> list[Outcome]:
+    """A `skipped` outcome for each named id (`selector.ids`) that was not selected, in
+    the order given, saying why: not found (or of a type the caller may not act on,
+    as one at a time), in another phase, or outside the selector's other fields."""
+    if selector.ids is None:
+        return []
+    chosen = set(selected)
+    missing = [item_id for item_id in dict.fromkeys(selector.ids) if item_id not in chosen]
+    if not missing:
+        return []
+    allowed = set(types) & set(registry.names)
+    rows = session.execute(
+        select(WorkItem.id, WorkItem.type, WorkItem.phase).where(WorkItem.id.in_(missing))
+    )
+    found = {row.id: row for row in rows if row.type in allowed}
+    wanted = _phase(action, selector.phase)
+    outcomes = []
+    for item_id in missing:
+        row = found.get(item_id)
+        if row is None:
+            outcomes.append(Outcome(item_id, "", "skipped", f"work item {item_id} not found"))
+            continue
+        why = (
+            f"is {row.phase}, not {wanted}"
+            if row.phase != wanted
+            else "does not match the selector's other fields"
+        )
+        outcomes.append(Outcome(item_id, row.type, "skipped", f"work item {item_id} {why}"))
+    return outcomes
+
+
 def act(
     sessions: sessionmaker[Session],
     action: str,

@@ -108,7 +108,8 @@ class BulkOutcomePublic(BaseModel):
 
 
 class BulkPublic(BaseModel):
-    """Every selected item's outcome, oldest first; `more`: others match beyond `limit`."""
+    """Every selected item's outcome, oldest first, then each named id left out
+    (`skipped`, with why); `more`: others match beyond `limit`."""
 
     results: list[BulkOutcomePublic]
     more: bool
@@ -140,7 +141,20 @@ def _run(
     )
     with runtime.read_sessions() as session:
         rows = [(row.id, row.type) for row in session.execute(query)]
-    selected, more = rows[: body.limit], len(rows) > body.limit
+        selected, more = rows[: body.limit], len(rows) > body.limit
+        # Named ids left out are told apart, unless they may be among the `more`.
+        skipped = (
+            []
+            if more
+            else bulk.unmatched(
+                session,
+                action,
+                selector,
+                [item_id for item_id, _ in selected],
+                types=types,
+                registry=runtime.registry,
+            )
+        )
     if body.dry_run:
         outcomes = [bulk.Outcome(item_id, item_type, "selected") for item_id, item_type in selected]
     else:
@@ -158,7 +172,9 @@ def _run(
             before=permitted,
         )
     return BulkPublic(
-        results=[BulkOutcomePublic.model_validate(vars(outcome)) for outcome in outcomes],
+        results=[
+            BulkOutcomePublic.model_validate(vars(outcome)) for outcome in [*outcomes, *skipped]
+        ],
         more=more,
     )
 
