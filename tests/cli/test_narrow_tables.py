@@ -106,3 +106,16 @@ def test_wide_status_at_60_and_80_columns_keeps_the_detail_and_error_and_8_digit
     at_80 = shown(list_view([wide], True), 80)
     assert " ".join(at_80[0].split()) == "ID PROJECT PHASE ADMISSION UPDATED DETAIL ERROR"
     assert " ".join(at_80[2].split()) == ("008e33c6 group/app completed done - echo exit status 1")
+
+
+def test_a_multi_line_error_folds_at_60_columns_and_loses_no_character() -> None:
+    """It read `cancel` / `sleepi` / `100 s`: rich wrapped the cell wider than it then
+    cut it."""
+    wide = {**ITEM, "project": "waitp", "phase": "cancelled", "lane": "normal", "seq": 15}
+    wide |= {"details": {"kind": "sleep"}, "error": "cancelled\nsleeping 100 s"}
+    for width in (60, 64, 70):
+        lines = shown(list_view([wide], True), width)
+        assert max(map(len, lines)) <= width
+        start = lines[0].index("ERROR")
+        error = "".join(line[start:].strip() for line in lines[2:])
+        assert error.replace(" ", "") == "cancelledsleeping100s", (width, lines)

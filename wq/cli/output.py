@@ -248,11 +248,12 @@ def _fitting_table() -> type[Any]:
             view.columns, view.rows = [], []
             widths = [_one_line(column, console, options) for column in columns]
             pinned = _kept_whole(columns, widths, room)
+            widths = _folding_widths(columns, widths, pinned, room)
             for column, width, whole in zip(columns, widths, pinned, strict=True):
                 view.add_column(
                     column.header,
                     overflow=column.overflow,
-                    min_width=width if whole else column.min_width,
+                    min_width=width if whole else min(column.min_width or 0, width),
                     max_width=width,
                 )
             for cells in zip(*(list(column.cells) for column in columns), strict=True):
@@ -299,6 +300,27 @@ def _kept_whole(columns: list[Any], widths: list[int], room: int) -> list[bool]:
         used += more
         whole[index] = True
     return whole
+
+
+def _folding_widths(
+    columns: list[Any], widths: list[int], pinned: list[bool], room: int
+) -> list[int]:
+    """The widths the folding columns get: their one-line widths while the room holds
+    them, else shared out (the narrowest raised first, none below its header's longest
+    word). The table is then as wide as the room: left to shrink a table itself, rich
+    wraps a cell for one width and cuts it to a narrower one, and text is lost."""
+    folding = [index for index, whole in enumerate(pinned) if not whole]
+    given = list(widths)
+    for index in folding:
+        given[index] = columns[index].min_width or 1
+    left = room - sum(given) - _BETWEEN_COLUMNS * (len(columns) - 1)
+    folding.sort(key=widths.__getitem__)
+    for done, index in enumerate(folding):
+        share = max(left // (len(folding) - done), 0)
+        more = min(widths[index] - given[index], share)
+        given[index] += more
+        left -= more
+    return given
 
 
 def _one_line_width(columns: list[Any], console: Console, options: ConsoleOptions) -> int:
