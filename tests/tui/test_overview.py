@@ -270,7 +270,8 @@ def test_needs_attention_narrows_again_when_a_long_row_leaves() -> None:
         assert isinstance(screen, OverviewScreen)
         table = screen.query_one("#attention", DataTable)
         await until(pilot, lambda: table.row_count >= 2, message="the long row")
-        assert what_width(table) > 60
+        shown = [table.render_line(y).text for y in range(table.size.height)]
+        assert any("…" in line and "6 queued" in line and "oldest waits" in line for line in shown)
         server.pools = [pool("team/api", 4, 6, 0, 600.0)]
         screen.schedule(0)
         await until(
@@ -283,3 +284,25 @@ def test_needs_attention_narrows_again_when_a_long_row_leaves() -> None:
         assert any("team/api: pool full" in line and "oldest" in line for line in shown), shown
 
     run(scenario, server)
+
+
+def test_a_long_project_gives_way_to_the_detail_at_80_and_100_columns() -> None:
+    """The detail read `oldest waits 14` at 100 columns (the unit cut off) and was off
+    an 80-column screen; Pools and Items cut a long project in the middle instead."""
+    name = "busy/very-long-group-name/sub-project-with-a-really-long-name"
+    server = CannedServer(pools=[pool(name, 4, 1, 0, 840.0)])
+
+    async def main(width: int) -> None:
+        app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, OverviewScreen), message="overview")
+            table = app.screen.query_one("#attention", DataTable)
+            await until(pilot, lambda: table.row_count >= 2, message="the full pool")
+            await pilot.pause()
+            shown = [table.render_line(y).text for y in range(table.size.height)]
+            row = next(line for line in shown if "pool full" in line)
+            assert "busy/very" in row and "…" in row and "1 queued" in row, shown
+            assert row.rstrip().endswith("oldest waits 14m"), shown
+
+    for width in (80, 100):
+        asyncio.run(main(width))

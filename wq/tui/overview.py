@@ -19,15 +19,20 @@ from wq.client.errors import NotFound
 from wq.client.pressure import pressure
 from wq.client.shown import counted, workers_and_leases
 from wq.tui.footer import FittingFooter
-from wq.tui.format import age
+from wq.tui.format import age, short_middle
 from wq.tui.polling import PollingScreen
 from wq.tui.status import StatusLine
 from wq.tui.table import RowTable, fill, selected_key
+from wq.tui.widths import give_way, room, widest
 
 SERIES = (("created", "created"), ("completed", "done"), ("failed", "failed"))
 WINDOW, STEP = "1h", "1m"
 # Full pools listed at most: the rest are one row away in Pools.
 MAX_FULL_POOLS = 5
+# A project cut to fit "needs attention" keeps at least this much of its name, and the
+# column at least this much of its rows.
+MIN_PROJECT = 12
+MIN_WHAT = 30
 
 
 def _is_full(pool: dict[str, Any]) -> bool:
@@ -48,12 +53,17 @@ def now_line(stats: dict[str, Any], pools: list[dict[str, Any]]) -> str:
 
 
 def attention(
-    stats: dict[str, Any], pools: list[dict[str, Any]], replicas: list[dict[str, Any]]
+    stats: dict[str, Any],
+    pools: list[dict[str, Any]],
+    replicas: list[dict[str, Any]],
+    what_width: int | None = None,
 ) -> list[tuple[str, list[str]]]:
     """The rows of "needs attention": (where enter leads, [what, detail]).
 
     Each row's key is its own (`kind:what`, the kind saying where enter leads): a
-    table's rows need keys of their own, and two lost replicas are two rows.
+    table's rows need keys of their own, and two lost replicas are two rows. With
+    `what_width`, a full pool's project is cut in the middle so that its row's `what`
+    fits it (what follows the name, and the detail, stay whole).
     """
     rows: list[tuple[str, list[str]]] = []
     for replica in replicas:
@@ -98,12 +108,11 @@ def attention(
     for pool in full[:MAX_FULL_POOLS]:
         queued = pool["normal"]["queued"]
         waited = age(pool.get("oldest_queued_age_seconds"))
-        rows.append(
-            (
-                f"queue:{pool['project']}",
-                [f"{pool['project']}: pool full, {queued} queued", f"oldest waits {waited}"],
-            )
-        )
+        said = f": pool full, {queued} queued"
+        name = str(pool["project"])
+        if what_width is not None:
+            name = short_middle(name, max(what_width - len(said), MIN_PROJECT))
+        rows.append((f"queue:{pool['project']}", [name + said, f"oldest waits {waited}"]))
     if len(full) > MAX_FULL_POOLS:
         rows.append(
             ("pools:more-full", [f"{len(full) - MAX_FULL_POOLS} more full pools", "enter: Pools"])
@@ -180,8 +189,16 @@ class OverviewScreen(PollingScreen):
         self.query_one("#now", Static).update(now_line(stats, data["pools"]))
         replicas = data["replicas"] or []
         # Short tables whose rows come and go: a long project gone, its width goes too.
+        attention_table = self.query_one("#attention", DataTable)
         attention_rows = attention(stats, data["pools"], replicas)
-        fill(self.query_one("#attention", DataTable), attention_rows, narrow=True)
+        # The detail stays on screen: a long project gives way, as in Pools and Items.
+        detail = widest((cells[1] for _, cells in attention_rows), "detail")
+        longest = widest(cells[0] for _, cells in attention_rows)
+        (what_width,) = give_way(
+            room(attention_table, len(attention_rows)), [detail], [(MIN_WHAT, longest)]
+        )
+        attention_rows = attention(stats, data["pools"], replicas, what_width)
+        fill(attention_table, attention_rows, narrow=True)
         fill(self.query_one("#replicas", DataTable), replica_rows(replicas), narrow=True)
         alive = sum(replica["state"] == "alive" for replica in replicas)
         self.query_one("#replicas-title", Static).update(
