@@ -80,3 +80,22 @@ def test_space_marks_and_moves_to_the_next_row() -> None:
             assert screen.marked == {ITEMS[0]["id"], ITEMS[1]["id"]}
 
     asyncio.run(main())
+
+
+def test_one_marked_item_is_asked_about_in_the_singular() -> None:
+    """It read `Retry the 1 marked items?`."""
+    server = CannedServer()
+
+    async def main() -> None:
+        app = WqApp(canned_api(server), refresh=3600, clock=lambda: NOW, view="items")
+        async with app.run_test(size=(120, 36)) as pilot:
+            table = await table_on_screen(app, pilot, "#items")
+            await until(pilot, lambda: table.row_count == len(ITEMS), message="the items")
+            table.move_cursor(row=1)
+            await pilot.press("space", "r")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), message="asked")
+            question = app.screen
+            assert isinstance(question, ConfirmScreen)
+            assert question.question == "Retry the 1 marked item?"
+
+    asyncio.run(main())

@@ -19,6 +19,7 @@ from textual.binding import Binding, BindingType
 
 from wq.client.api import ApiClient
 from wq.client.errors import ClientError
+from wq.client.shown import counted
 from wq.client.vocabulary import ACTIONABLE_PHASES, ADMISSIONS, PHASES, phase_refusal
 from wq.tui.commands import ProjectCommands
 from wq.tui.dashboard import Dashboard
@@ -330,7 +331,7 @@ class WqApp(App[None]):
             if yes:
                 self._act_many(action, items, done)
 
-        question = f"{action.capitalize()} the {len(items)} marked items?"
+        question = f"{action.capitalize()} the {counted(len(items), 'marked item')}?"
         self.push_screen(ConfirmScreen(question), answered)
 
     @work(thread=True, exit_on_error=False, group="action")
@@ -352,7 +353,7 @@ class WqApp(App[None]):
         else:
             done_count = sum(1 for o in outcomes if o["outcome"] != "skipped")
             left = len(items) - done_count
-            note = f"{action}: {done_count} of {len(items)} marked items"
+            note = f"{action}: {done_count} of {counted(len(items), 'marked item')}"
             self.call_from_thread(
                 self.notify, note + (f", {left} not (not in a state for it)" if left else "")
             )
