@@ -57,6 +57,17 @@ def test_a_payload_file_with_an_infinite_number(tmp_path: Path, cache_home: Path
     assert_usage(submit(f"@{path}", cache_home), "1e999 is out of the range of a JSON number")
 
 
+def test_an_at_without_a_file_name_or_an_empty_file_says_so(
+    tmp_path: Path, cache_home: Path
+) -> None:
+    """`@` alone read `cannot read : Is a directory`; an empty file `not JSON:
+    Expecting value`."""
+    assert_usage(submit("@", cache_home), "@ needs a file name after it")
+    empty = tmp_path / "empty.json"
+    empty.write_text("\n")
+    assert_usage(submit(f"@{empty}", cache_home), f"{empty} is empty")
+
+
 @pytest.mark.parametrize("depth", [129, 100_000])
 def test_a_payload_nested_too_deep_is_a_usage_error(
     depth: int, tmp_path: Path, cache_home: Path

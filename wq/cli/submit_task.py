@@ -39,6 +39,8 @@ def read_payload(value: str | None) -> dict[str, Any]:
     text = value
     if value.startswith("@"):
         source = value[1:]
+        if not source:
+            usage_error("--payload: @ needs a file name after it (@FILE, or @- for standard input)")
         try:
             if source == "-":
                 data = read_bounded("--payload", "standard input", sys.stdin.buffer)
@@ -46,6 +48,9 @@ def read_payload(value: str | None) -> dict[str, Any]:
                 with Path(source).expanduser().open("rb") as stream:
                     data = read_bounded("--payload", source, stream)
             text = data.decode("utf-8")
+            if not text.strip():
+                name = "standard input" if source == "-" else source
+                usage_error(f"--payload: {name} is empty (give a JSON object, such as {{}})")
         except OSError as err:
             usage_error(f"--payload: cannot read {source}: {err.strerror or err}")
         except UnicodeDecodeError as err:
