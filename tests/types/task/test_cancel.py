@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
 
 from tests.conftest import Store
 from tests.engine.helpers import audit_types
 from tests.types.task.helpers import KINDS, program, submit, task, task_daemon, wait
+from wq.daemon.runtime import Runtime
 from wq.engine.models import utcnow
 
 # Ignores SIGTERM: a cancel has to wait out the kill grace and KILL it.
@@ -21,6 +27,22 @@ STUBBORN = {
         "time.sleep(600)\n"
     ),
 }
+
+
+@contextmanager
+def stubborn_running(
+    store: Store, tmp_path: Path
+) -> Iterator[tuple[Runtime, TestClient, dict[str, Any]]]:
+    """A daemon whose `stubborn` task is running, and the item."""
+    with task_daemon(store, tmp_path / "runs", kinds={**KINDS, "stubborn": STUBBORN}) as (
+        runtime,
+        client,
+    ):
+        item = submit(client, "stubborn")
+        run = wait(lambda: task(runtime, item["id"]).run_id, message="started")
+        log = tmp_path / "runs" / run / "output.log"
+        wait(lambda: log.exists() and "holding on" in log.read_text(), message="up")
+        yield runtime, client, item
 
 
 def test_a_cancel_that_comes_after_the_run_exited_0_leaves_it_completed(
@@ -46,14 +68,7 @@ def test_a_cancel_that_comes_after_the_run_exited_0_leaves_it_completed(
 def test_asking_again_to_cancel_a_running_task_records_one_request(
     store: Store, tmp_path: Path
 ) -> None:
-    with task_daemon(store, tmp_path / "runs", kinds={**KINDS, "stubborn": STUBBORN}) as (
-        runtime,
-        client,
-    ):
-        item = submit(client, "stubborn")
-        run = wait(lambda: task(runtime, item["id"]).run_id, message="started")
-        log = tmp_path / "runs" / run / "output.log"
-        wait(lambda: log.exists() and "holding on" in log.read_text(), message="up")
+    with stubborn_running(store, tmp_path) as (runtime, client, item):
         answers = [client.post(f"/api/work-items/{item['id']}/cancel") for _ in range(3)]
         assert [answer.status_code for answer in answers] == [202, 202, 202]
         assert {answer.json()["action"] for answer in answers} == {"requested"}
@@ -65,14 +80,7 @@ def test_asking_again_to_cancel_a_running_task_records_one_request(
 def test_a_cancelled_run_finished_when_it_ended_not_when_the_cancel_began(
     store: Store, tmp_path: Path
 ) -> None:
-    with task_daemon(store, tmp_path / "runs", kinds={**KINDS, "stubborn": STUBBORN}) as (
-        runtime,
-        client,
-    ):
-        item = submit(client, "stubborn")
-        run = wait(lambda: task(runtime, item["id"]).run_id, message="started")
-        log = tmp_path / "runs" / run / "output.log"
-        wait(lambda: log.exists() and "holding on" in log.read_text(), message="up")
+    with stubborn_running(store, tmp_path) as (runtime, client, item):
         asked = utcnow()
         assert client.post(f"/api/work-items/{item['id']}/cancel").status_code == 202
         started = time.monotonic()
