@@ -12,7 +12,7 @@ PostgreSQL only (the plan is PostgreSQL's).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, text
@@ -81,6 +81,18 @@ def _sessions(engine: Engine, analyzed: bool) -> sessionmaker[Session]:
     return make_sessionmaker(engine)
 
 
+def claim_ten(session: Session, now: datetime) -> list[leases.Claim]:
+    """The claim as the scheduler makes it, for LIMIT items."""
+    return leases.claim(
+        session,
+        owner="me",
+        limit=LIMIT,
+        types=["chain"],
+        now=now,
+        lease_until=now + timedelta(seconds=30),
+    )
+
+
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
 def test_a_claim_reads_the_items_it_takes_not_the_admitted_backlog(
     admitted: tuple[str, Engine], analyzed: bool
@@ -88,14 +100,7 @@ def test_a_claim_reads_the_items_it_takes_not_the_admitted_backlog(
     url, engine = admitted
     sessions, now = _sessions(engine, analyzed), utcnow()
     with capture(engine) as sent, sessions.begin() as session:
-        claims = leases.claim(
-            session,
-            owner="me",
-            limit=LIMIT,
-            types=["chain"],
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-        )
+        claims = claim_ten(session, now)
         seqs = [
             int(seq)
             for seq in session.execute(
@@ -157,14 +162,7 @@ def test_a_claim_rewrites_its_rows_in_place(admitted: tuple[str, Engine]) -> Non
     hot = text("SELECT pg_stat_get_xact_tuples_hot_updated('work_items'::regclass)")
     with sessions.begin() as session:
         before = session.execute(hot).scalar_one()
-        claims = leases.claim(
-            session,
-            owner="me",
-            limit=LIMIT,
-            types=["chain"],
-            now=now,
-            lease_until=now + timedelta(seconds=30),
-        )
+        claims = claim_ten(session, now)
         in_place = session.execute(hot).scalar_one() - before
         session.rollback()
     assert len(claims) == LIMIT
