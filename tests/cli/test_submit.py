@@ -11,6 +11,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+import typer
+
 from tests.cli.daemon import BLOCKED, PROJECT, RunningDaemon, base_env, cli_env, free_port, invoke
 from tests.support.signals import default_sigint
 from tests.support.waiting import wait_for
@@ -233,3 +236,18 @@ def test_options_before_the_type_are_the_types_own(daemon: RunningDaemon, cache_
     mine = [*mr_args(branch, *change)[1:], "--url", daemon.url]
     here = invoke(["submit", "--url", elsewhere, *mine], env(daemon, cache_home))
     assert here.code == 0 and here.stdout.startswith("unchanged mr item"), here
+
+
+def test_waiting_on_an_item_cancelled_without_an_error_says_only_that(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # It read "ended cancelled: no error".
+    item = {
+        "id": "6c2e1d9f-9d66-4b66-8e54-72f1d6e2d8b2", "type": "task", "project": "demo",
+        "phase": "cancelled", "admission": "done", "lane": "normal", "error": None,
+    }  # fmt: skip
+    with pytest.raises(typer.Exit) as exited:
+        report(None, {"action": "created", "item": item}, Output.table, wait=True,
+               wait_timeout=5, done=lambda _: None)  # fmt: skip
+    assert exited.value.exit_code == 1
+    assert capsys.readouterr().err == f"wq: error: item {item['id']} ended cancelled\n"

@@ -133,7 +133,8 @@ def report(
     if machine:
         typer.echo(dump({"action": action, "item": item}, mode), nl=False)
     if outcome is None:
-        fail(f"item {item['id']} ended {item['phase']}: {item.get('error') or 'no error'}", 1)
+        error = item.get("error")
+        fail(f"item {item['id']} ended {item['phase']}" + (f": {error}" if error else ""), 1)
     if not machine:
         typer.echo(printable(outcome))
 
