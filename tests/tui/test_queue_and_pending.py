@@ -96,6 +96,24 @@ def test_queue_alone_shows_the_most_pressed_project(daemon: RunningDaemon) -> No
     run(daemon, scenario)
 
 
+def test_queue_with_more_than_one_word_is_refused() -> None:
+    """`:queue a b c` showed the queue of `a`, saying nothing of the rest."""
+
+    async def main() -> None:
+        app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
+        async with app.run_test(size=(120, 36)) as pilot:
+            app.run_command("queue team/api team/web")
+            await until(pilot, lambda: errors(app), message="a notice")
+            assert errors(app) == ["one project at most: :queue [PROJECT] (got 2)"]
+            assert not isinstance(app.screen, QueueScreen)
+
+    asyncio.run(main())
+
+
+def errors(app: WqApp) -> list[str]:
+    return [str(n.message) for n in app._notifications if n.severity == "error"]
+
+
 def test_queue_view_shows_the_admitted_items(daemon: RunningDaemon) -> None:
     # GitLab answers slowly: the item holds its slot while its executor waits.
     daemon.gitlab.add_latency(None, "group%2Fproject", 20.0)

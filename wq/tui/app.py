@@ -211,6 +211,9 @@ class WqApp(App[None]):
         elif verb in ("p", "pools"):
             self._show_now("pools")
         elif verb in ("u", "queue"):
+            if len(args) > 1:  # a project name holds no space: this is a typo
+                self._refuse(f"one project at most: :{verb} [PROJECT] (got {len(args)})")
+                return
             if not args:
                 self.queue_project = None  # `:queue` alone: the most pressed project
             self.show_queue(args[0] if args else None)
