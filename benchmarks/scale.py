@@ -9,16 +9,18 @@ failed ones from the last day, the last day of audit rows
 with their details and three dimension rows each, and `--audit` archived audit rows
 over those days. Seeding is set-based SQL, one day at a time.
 
-Then, alternating between the two in each of `--rounds` rounds, with a real `wq daemon`
-on each (INFO logging on, pools that admit nothing, so nothing runs behind the
-measurements): the median latency of GET item, the list (first page; `phase=active`;
-one project; `phase=failed`), an item's history, `/api/pools`, `/api/stats` for 24 h
-and a `/metrics` scrape (its database gauges read at every scrape); and in this
-process: an admission pass, a sweep pass, the prune of the expired day and an archiver
-claim (both rolled back, so that every round does the same work). Last, once per
-database, the drain of `--drain` new no-op items (`throughput.py`'s engine run).
+Then, in each of `--rounds` rounds, each figure on one database right after the other
+(the order swapped every round), with a real `wq daemon` on each (INFO logging on,
+pools that admit nothing, so nothing runs behind the measurements): the median latency
+of GET item, the list (first page; `phase=active`; one project; `phase=failed`), an
+item's history, `/api/pools`, `/api/stats` for 24 h and a `/metrics` scrape (its
+database gauges read at every scrape); and in this process: an admission pass, a sweep
+pass, the prune of the expired day and an archiver claim (both rolled back, so that
+every round does the same work). Last, the drain of `--drain` new no-op items
+(`throughput.py`'s engine run), twice on each database: baseline, big, big, baseline.
 
-Each figure is printed with its ratio big/baseline; the goal is <= 1.25x for each.
+Each figure is printed with its ratio big/baseline, the median of the rounds' ratios;
+the goal is <= 1.25x for each.
 `--json` prints the report as JSON; `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of
 every statement behind each figure on the big database (`scale_explain.py`).
 
@@ -119,6 +121,11 @@ RECENT_FAILED = NEW_ITEMS.format(
     created_at="now() - make_interval(secs => g * 17)",
     dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
 )
+# The working set's items a drain admitted, queued again (`drained`).
+REQUEUE_WORKING_SET = """
+UPDATE work_items SET admission = 'queued', admitted_at = NULL
+ WHERE project LIKE 'seed/%' AND admission = 'admitted'
+"""
 # An item's audit trail: ten rows a few seconds apart; the ninth ends its phase.
 EVENTS = [
     "created",
@@ -358,7 +365,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--active", type=int, default=10_000, help="active items (both)")
     parser.add_argument("--projects", type=int, default=100, help="projects of the active items")
     parser.add_argument("--drain", type=int, default=10_000, help="new items drained at the end")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (3)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (5)")
     parser.add_argument("--requests", type=int, default=30, help="timed calls per figure (30)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--explain", action="store_true", help="EXPLAIN on the big database")
@@ -390,7 +397,9 @@ def prepared(url: str, args: argparse.Namespace, *, big: bool, seeded: bool) -> 
 
 
 def measure(args: argparse.Namespace, urls: dict[str, str], root: Path) -> dict[str, Any]:
-    """Every figure of both databases, alternating per round."""
+    """Every figure of both databases: each figure on one right after the other, the
+    order of the two swapped every round, so that a machine whose speed drifts within
+    minutes weighs on both alike."""
     for name in urls:
         (root / name).mkdir()
     daemons = {
@@ -401,13 +410,19 @@ def measure(args: argparse.Namespace, urls: dict[str, str], root: Path) -> dict[
         tokens = {name: daemon.wait_ready() for name, daemon in daemons.items()}
         engines = {name: make_engine(url, pool_size=4) for name, url in urls.items()}
         samples = {name: sample_of(engine) for name, engine in engines.items()}
+        calls = {
+            name: http_measures(daemons[name].base, tokens[name], samples[name])
+            | engine_measures(engines[name], url)
+            for name, url in urls.items()
+        }
         for round_number in range(1, args.rounds + 1):
-            for name, url in urls.items():
-                calls = http_measures(daemons[name].base, tokens[name], samples[name])
-                calls |= engine_measures(engines[name], url)
-                for what, call in calls.items():
-                    figures[name].setdefault(what, []).append(median_ms(call, args.requests))
-                log(f"round {round_number}: {name} measured")
+            order = list(urls) if round_number % 2 else list(reversed(urls))
+            for what in calls[order[0]]:
+                for name in order:
+                    figures[name].setdefault(what, []).append(
+                        median_ms(calls[name][what], args.requests)
+                    )
+            log(f"round {round_number} of {args.rounds} measured")
         if args.explain:
             big = urls["big"]
             config = parse_config(daemon_document(big), "scale")
@@ -423,7 +438,10 @@ def measure(args: argparse.Namespace, urls: dict[str, str], root: Path) -> dict[
 def drained(url: str, items: int) -> float:
     """Items per second draining `items` new no-op items through the engine.
 
-    The no-op items of an earlier run on a kept database are removed first.
+    The no-op items of an earlier drain are removed first. The
+    drain's admission passes admit some of the working set's queued items too (its
+    pools are large, and nothing here runs an `mr` action): they go back to the queue
+    afterwards, so that a kept database is measured again as it was seeded.
     """
     engine = make_engine(url, pool_size=1)
     try:
@@ -436,6 +454,10 @@ def drained(url: str, items: int) -> float:
                     )
                 )
             conn.execute(text("DELETE FROM work_items WHERE type = 'bench_noop'"))
+        # What the deletes left behind is vacuumed, as autovacuum would have by the next
+        # drain (a server may run without it): every drain starts from the same tables.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE work_items, work_item_statuses, audit_log"))
     finally:
         engine.dispose()
     result = run_wq(
@@ -451,30 +473,41 @@ def drained(url: str, items: int) -> float:
         timeout=600,
         on_phase=log,
     )
+    engine = make_engine(url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(REQUEUE_WORKING_SET))
+    finally:
+        engine.dispose()
     return float(result.items_per_second)
 
 
+def paired_ratio(base: list[float], big: list[float]) -> float | None:
+    """The median of the rounds' big/base ratios: each round measured the two one right
+    after the other, so a ratio compares them at the machine's speed of that moment."""
+    ratios = [b / a for a, b in zip(base, big, strict=True) if a]
+    return round(statistics.median(ratios), 2) if ratios else None
+
+
 def report(
-    figures: dict[str, Any], drains: dict[str, float], counts: dict[str, Any]
+    figures: dict[str, Any], drains: dict[str, list[float]], counts: dict[str, Any]
 ) -> dict[str, Any]:
     rows = {}
     for what in figures["base"]:
-        base = statistics.median(figures["base"][what])
-        big = statistics.median(figures["big"][what])
         rows[what] = {
-            "base_ms": round(base, 3),
-            "big_ms": round(big, 3),
-            "ratio": round(big / base, 2) if base else None,
+            "base_ms": round(statistics.median(figures["base"][what]), 3),
+            "big_ms": round(statistics.median(figures["big"][what]), 3),
+            "ratio": paired_ratio(figures["base"][what], figures["big"][what]),
             "spread_big_ms": [
                 round(min(figures["big"][what]), 3),
                 round(max(figures["big"][what]), 3),
             ],
         }
     rows["drain (items/s)"] = {
-        "base_per_second": round(drains["base"]),
-        "big_per_second": round(drains["big"]),
+        "base_per_second": round(statistics.median(drains["base"])),
+        "big_per_second": round(statistics.median(drains["big"])),
         # A throughput: the ratio is baseline over big, so that above 1 is slower too.
-        "ratio": round(drains["base"] / drains["big"], 2),
+        "ratio": paired_ratio(drains["big"], drains["base"]),
     }
     return {"rows": counts, "figures": rows, "goal": GOAL}
 
@@ -515,7 +548,10 @@ def main(argv: list[str] | None = None) -> int:
             counts[name] = prepared(url, args, big=name == "big", seeded=seeded)
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wq-scale-")))
         figures = measure(args, urls, root)
-        drains = {name: drained(url, args.drain) for name, url in urls.items()}
+        drains: dict[str, list[float]] = {name: [] for name in urls}
+        for order in (list(urls), list(reversed(urls))):
+            for name in order:
+                drains[name].append(drained(urls[name], args.drain))
     result = report(figures, drains, counts)
     result["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     if args.json:
