@@ -38,7 +38,9 @@ class WorkerClaims:
     full: bool
 
 
-def _entity(registry: TypeRegistry) -> Any:
+def item_entity(registry: TypeRegistry) -> Any:
+    """`WorkItem` with the models of every registered type, to load an item of any type
+    with its details in one statement."""
     models = [
         model
         for model in (registry.get(name).model for name in registry.names)
@@ -52,7 +54,7 @@ def item_query(registry: TypeRegistry) -> Select[Any]:
 
     Its `item_ids` parameter (expanding) names the items.
     """
-    entity = _entity(registry)
+    entity = item_entity(registry)
     return (
         select(entity)
         .where(entity.id.in_(bindparam("item_ids", expanding=True)))
@@ -77,7 +79,7 @@ def item_loads(registry: TypeRegistry) -> ItemLoads:
     changed after that snapshot and before the claim locked it, the worker's fence
     finds another stamp and reads the item again.
     """
-    entity = _entity(registry)
+    entity = item_entity(registry)
     claimed = leases.CLAIM_PG.cte("claimed")
     return ItemLoads(
         items=item_query(registry),
