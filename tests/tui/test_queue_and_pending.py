@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Static
 from tests.cli.daemon import PROJECT, RunningDaemon
 from tests.tui.canned import NOW, canned_api, item_id
 from tests.tui.conftest import database, table_on_screen, until
+from tests.tui.test_items_command import notices
 from tests.tui.test_views import project_of, rows, run, table_of
 from wq.client.pressure import most_pressed
 from wq.engine.models import PendingEvent, WorkItem, utcnow
@@ -103,15 +104,11 @@ def test_queue_with_more_than_one_word_is_refused() -> None:
         app = WqApp(canned_api(), refresh=3600, clock=lambda: NOW)
         async with app.run_test(size=(120, 36)) as pilot:
             app.run_command("queue team/api team/web")
-            await until(pilot, lambda: errors(app), message="a notice")
-            assert errors(app) == ["one project at most: :queue [PROJECT] (got 2)"]
+            await until(pilot, lambda: notices(app), message="a notice")
+            assert notices(app) == ["one project at most: :queue [PROJECT] (got 2)"]
             assert not isinstance(app.screen, QueueScreen)
 
     asyncio.run(main())
-
-
-def errors(app: WqApp) -> list[str]:
-    return [str(n.message) for n in app._notifications if n.severity == "error"]
 
 
 def test_queue_view_shows_the_admitted_items(daemon: RunningDaemon) -> None:
