@@ -438,10 +438,10 @@ def measure(args: argparse.Namespace, urls: dict[str, str], root: Path) -> dict[
 def drained(url: str, items: int) -> float:
     """Items per second draining `items` new no-op items through the engine.
 
-    The no-op items of an earlier drain are removed first. The
-    drain's admission passes admit some of the working set's queued items too (its
-    pools are large, and nothing here runs an `mr` action): they go back to the queue
-    afterwards, so that a kept database is measured again as it was seeded.
+    The no-op items of an earlier drain are removed first. The drain's admission
+    passes admit some of the working set's queued items too (its pools are large, and
+    nothing here runs an `mr` action): they go back to the queue afterwards, so that a
+    kept database is measured again as it was seeded.
     """
     engine = make_engine(url, pool_size=1)
     try:
