@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
-from sqlalchemy.orm import Session, joinedload, with_polymorphic
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session, joinedload
 from sqlalchemy.orm.attributes import set_committed_value
 
 from wq.engine import leases, store
 from wq.engine.audit import AuditRecord, audit
+from wq.engine.item_loading import item_entity, item_query
 from wq.engine.models import WorkItem
 from wq.engine.registry import TypeRegistry
 
@@ -36,30 +37,6 @@ class WorkerClaims:
 
     claims: list[leases.Claim]
     full: bool
-
-
-def item_entity(registry: TypeRegistry) -> Any:
-    """`WorkItem` with the models of every registered type, to load an item of any type
-    with its details in one statement."""
-    models = [
-        model
-        for model in (registry.get(name).model for name in registry.names)
-        if model is not WorkItem
-    ]
-    return with_polymorphic(WorkItem, models) if models else WorkItem
-
-
-def item_query(registry: TypeRegistry) -> Select[Any]:
-    """One query for items of any registered type, with their details and dimensions.
-
-    Its `item_ids` parameter (expanding) names the items.
-    """
-    entity = item_entity(registry)
-    return (
-        select(entity)
-        .where(entity.id.in_(bindparam("item_ids", expanding=True)))
-        .options(joinedload(entity.statuses))
-    )
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from wq.engine import jsontext, on_commit, store
-from wq.engine.claims import item_entity
 from wq.engine.envelope import Event, contains_nul, without_nul
 from wq.engine.event_inserts import insert_events
 from wq.engine.group_writes import GroupWrites
+from wq.engine.item_loading import item_entity
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import ADMITTED, TERMINAL_PHASES, PendingEvent, WorkItem, utcnow

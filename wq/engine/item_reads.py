@@ -14,9 +14,9 @@ from typing import Any
 from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
-from wq.engine.claims import item_query
 from wq.engine.db import READ_ONLY_OPTION
 from wq.engine.fence import lock_lease
+from wq.engine.item_loading import item_query
 from wq.engine.models import WorkItem
 from wq.engine.registry import TypeRegistry
 
