@@ -188,19 +188,23 @@ def _runs_query(
     bucket: ColumnElement[int],
     item_types: Sequence[str] | None,
 ) -> Select[int, float]:
-    """The ends' runs: the end's time minus its item's `admitted_at`."""
+    """The ends' runs: the end's time minus its item's `admitted_at`.
+
+    The window's newest ends are read first and each one's item looked up by its key
+    (a subquery per row): a join let PostgreSQL start from the items instead, a scan
+    of every item ever kept when its statistics said few carry `admitted_at`. An end
+    whose item is gone, never admitted or of another type has no run (NULL, skipped by
+    the caller): with `item_types`, the runs are those of the newest `MAX_DURATIONS`
+    ends of any type.
+    """
     audit = AuditEntry
-    duration = _seconds_between(session, audit.at, WorkItem.admitted_at)
-    wheres = [*filters, WorkItem.admitted_at.is_not(None)]
+    item = WorkItem.__table__.alias("ended_item")
+    wheres = [item.c.id == audit.work_item_id]
     if item_types is not None:
-        wheres.append(WorkItem.type.in_(item_types))
-    return (
-        select(bucket, duration)
-        .join(WorkItem, WorkItem.id == audit.work_item_id)
-        .where(*wheres)
-        .order_by(audit.at.desc())
-        .limit(MAX_DURATIONS)
-    )
+        wheres.append(item.c.type.in_(item_types))
+    admitted_at = select(item.c.admitted_at).where(*wheres).scalar_subquery()
+    duration = _seconds_between(session, audit.at, admitted_at)
+    return select(bucket, duration).where(*filters).order_by(audit.at.desc()).limit(MAX_DURATIONS)
 
 
 def _waits_query(
