@@ -2,11 +2,13 @@
 
 Two PostgreSQL databases get the same working set: `--active` active `mr` items over
 `--projects` projects (four in five queued, the rest idle) and a twentieth as many
-failed ones from the last day, the last day of audit rows
-(unarchived, as archival keeps up) and one day of rows just past `audit.retention_days`
-(what the next prune deletes). The big one also gets the history a deployment keeps:
-`--items` terminal `mr` items over 30 days (90 % completed, 7 % failed, 3 % cancelled)
-with their details and three dimension rows each, and `--audit` archived audit rows
+failed ones from the last day, the last day of audit rows (unarchived, as archival
+keeps up; a fifth are phase changes, the failed items' the day's ends) and one day of
+rows just past `audit.retention_days` (what the next prune deletes). The big one also
+gets the history a deployment keeps: `--items` terminal `mr` items over 30 days (90 %
+completed, 7 % failed, 3 % cancelled; no `admitted_at`, so that the planner's
+statistics say few items were ever admitted) with their details and three dimension
+rows each, and `--audit` archived audit rows
 over those days. Seeding is set-based SQL, one day at a time.
 
 Then, in each of `--rounds` rounds, each figure on one database right after the other
@@ -70,10 +72,10 @@ DIMENSIONS = ("mr_open", "ci_green", "approved")
 NEW_ITEMS = """
 WITH new AS (
     INSERT INTO work_items (id, type, project, phase, attempts, error, admission, seq, lane,
-                            autonomous, queued_at, created_at, updated_at, stamp)
+                            autonomous, queued_at, admitted_at, created_at, updated_at, stamp)
     SELECT gen_random_uuid(), 'mr', :prefix || lpad((g % :projects)::text, 3, '0'),
            {phase}, 0, {error}, {admission}, {seq}, 'normal', false, {queued_at},
-           {created_at}, {created_at}, 0
+           {admitted_at}, {created_at}, {created_at}, 0
       FROM generate_series(CAST(:first AS integer), CAST(:last AS integer)) AS g
     RETURNING id, created_at
 ), details AS (
@@ -97,6 +99,7 @@ ACTIVE = NEW_ITEMS.format(
     admission="CASE WHEN g % 5 = 0 THEN 'idle' ELSE 'queued' END",
     seq="CASE WHEN g % 5 = 0 THEN NULL ELSE nextval('wq_admission_seq') END",
     queued_at="CASE WHEN g % 5 = 0 THEN NULL ELSE now() - make_interval(secs => g) END",
+    admitted_at="NULL",
     created_at="now() - make_interval(secs => g)",
     dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
 )
@@ -107,6 +110,7 @@ HISTORY = NEW_ITEMS.format(
     admission="'done'",
     seq="NULL",
     queued_at="NULL",
+    admitted_at="NULL",
     created_at="now() - make_interval(secs => :newest + (CAST(:day AS integer) - 1) * :slice"
     " + g % :slice)",
     dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
@@ -118,6 +122,7 @@ RECENT_FAILED = NEW_ITEMS.format(
     admission="'done'",
     seq="NULL",
     queued_at="NULL",
+    admitted_at="now() - make_interval(secs => g * 17 - 5)",
     created_at="now() - make_interval(secs => g * 17)",
     dimensions=", ".join(f"('{name}')" for name in DIMENSIONS),
 )
@@ -156,19 +161,23 @@ SELECT w.created_at + make_interval(secs => k * 3),
    AND w.created_at <= now() - make_interval(secs => :newest + (CAST(:day AS integer) - 1) * :slice)
 """
 # Rows of the working set's items at a given age: the last day, or the day to prune.
+# A fifth are phase changes, to the item's phase: the failed items' are the day's ends.
 WORKING_AUDIT = """
 WITH active AS (
-    SELECT array_agg(id ORDER BY id) AS ids, array_agg(project ORDER BY id) AS projects
+    SELECT array_agg(id ORDER BY id) AS ids, array_agg(project ORDER BY id) AS projects,
+           array_agg(phase ORDER BY id) AS phases
       FROM work_items WHERE project LIKE 'seed/%'
 )
 INSERT INTO audit_log (at, event_type, work_item_id, actor, new_state, trigger, metadata,
                        archived_at)
 SELECT now() - make_interval(secs => :from_seconds + (g * 86399.0 / :rows)),
-       (ARRAY['created', 'admitted', 'released', 'action_completed'])[1 + g % 4],
+       (ARRAY['created', 'admitted', 'released', 'action_completed', 'phase_changed'])[1 + g % 5],
        active.ids[1 + g % :active], 'seed',
-       jsonb_build_object('phase', 'active', 'project', active.projects[1 + g % :active]),
+       jsonb_build_object('phase', CASE WHEN g % 5 = 4 THEN active.phases[1 + g % :active]
+                                        ELSE 'active' END,
+                          'project', active.projects[1 + g % :active]),
        '{"source": "seed"}',
-       CASE WHEN g % 4 = 1 THEN jsonb_build_object('queued_seconds', g % 600) END,
+       CASE WHEN g % 5 = 1 THEN jsonb_build_object('queued_seconds', g % 600) END,
        CASE WHEN :archived THEN now() END
   FROM generate_series(1, CAST(:rows AS integer)) AS g CROSS JOIN active
 """
