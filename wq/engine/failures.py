@@ -71,7 +71,9 @@ def record_failure(
         item.attempts, settings.backoff_base_seconds, settings.backoff_max_seconds
     )
     if isinstance(err, RetryLater | Requeue) and err.retry_after:
-        delay = max(delay, err.retry_after)
+        # What a server asks for, up to the longest backoff: a Retry-After of years (or
+        # of `inf`) would hold the item's slot that long.
+        delay = max(delay, min(err.retry_after, settings.backoff_max_seconds))
     item.run_after = now + timedelta(seconds=delay)
     item.lease_owner = item.lease_token = None
     item.leased_until = None

@@ -27,10 +27,12 @@ DASHBOARD = "https://dashboard.example.com"
 class Harness:
     """The mr type wired to a store and the fake GitLab, with a running manager."""
 
-    def __init__(self, store: Store, registry: TypeRegistry) -> None:
+    def __init__(
+        self, store: Store, registry: TypeRegistry, processing: dict[str, Any] | None = None
+    ) -> None:
         self.store = store
         self.registry = registry
-        config = make_config(store.url, processing={"workers": 2})
+        config = make_config(store.url, processing={"workers": 2, **(processing or {})})
         self.manager = ProcessingManager(store.sessions, registry, config)
 
     def submit(self, **overrides: Any) -> tuple[str, uuid.UUID]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from sqlalchemy import select
 
@@ -201,7 +199,7 @@ def test_reconcile_restores_drifted_title_and_follows_a_merge_on_gitlab(
     assert harness.item(item_id).admission == "done"
 
 
-def test_transient_errors_back_off_and_429_honours_retry_after(
+def test_transient_errors_back_off_and_count_as_failures(
     harness: Harness, gitlab: FakeGitLab
 ) -> None:
     gitlab.fail_next("POST", r"/repository/commits", 502)
@@ -218,13 +216,29 @@ def test_transient_errors_back_off_and_429_honours_retry_after(
         ).scalars()
         assert ["502" in trigger["error"] for trigger in failures] == [True]
 
-    gitlab.fail_next("POST", r"/merge_requests$", 429, retry_after=30)
-    _, other = harness.submit(source_branch="wq/other")
-    wait_for(lambda: harness.item(other).attempts == 1, message="429 recorded")
-    waiting = harness.item(other)
-    assert waiting.run_after is not None
-    assert waiting.run_after >= utcnow() + timedelta(seconds=25)
-    assert "429" in (waiting.error or "") and waiting.phase == "active"
+
+@pytest.mark.parametrize(
+    ("asked", "waits"), [("30", 30), ("inf", 60), ("1e12", 60), ("3000000000", 60)]
+)
+def test_a_429_waits_its_retry_after_up_to_the_longest_backoff(
+    store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch, asked: str, waits: int
+) -> None:
+    # A server asking for forever neither breaks the failure's record (a wait too long
+    # for a date) nor parks the item, and its slot, for years.
+    registry = mr_registry(monkeypatch, gitlab_url=gitlab.url)
+    harness = Harness(store, registry, processing={"backoff_max_seconds": 60})
+    gitlab.fail_next("POST", r"/merge_requests$", 429, headers={"Retry-After": asked})
+    harness.manager.start()
+    try:
+        _, item_id = harness.submit()
+        wait_for(lambda: harness.item(item_id).attempts == 1, message="429 recorded")
+        waiting = harness.item(item_id)
+        assert waiting.run_after is not None and waiting.phase == "active"
+        assert "429" in (waiting.error or "")
+        left = (waiting.run_after - utcnow()).total_seconds()
+        assert waits - 5 <= left <= waits, left
+    finally:
+        harness.manager.stop(grace=2)
 
 
 def test_permanent_errors_fail_the_item_with_a_readable_message(
