@@ -46,9 +46,11 @@ class CiStage:
         gitlab: FakeGitLab,
         monkeypatch: pytest.MonkeyPatch,
         job_retry: dict[str, Any] | None,
+        processing: dict[str, Any] | None = None,
         **settings: Any,
     ) -> None:
         self.store, self.gitlab = store, gitlab
+        self.processing = processing
         extra = settings if job_retry is None else {"job_retry": job_retry, **settings}
         self.registry = mr_registry(monkeypatch, gitlab_url=gitlab.url, **extra)
         harness = self._harness()
@@ -60,7 +62,7 @@ class CiStage:
             harness.manager.stop(grace=2)
 
     def _harness(self) -> Harness:
-        return Harness(self.store, self.registry)
+        return Harness(self.store, self.registry, self.processing)
 
     def pipeline(self, *jobs: dict[str, Any]) -> Pipeline:
         """A pipeline on the item's branch with these jobs (see FakeGitLab.add_pipeline)."""

@@ -366,7 +366,11 @@ def test_a_job_failing_while_the_executor_runs_is_kept(stage: CiStage, gitlab: F
     assert stage.jobs_list() == []
 
 
-def test_a_429_is_retried_after_the_time_gitlab_asks(stage: CiStage, gitlab: FakeGitLab) -> None:
+def test_a_429_is_retried_after_the_time_gitlab_asks(
+    store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The longest backoff above the time asked: it bounds what a server may ask for.
+    stage = CiStage(store, gitlab, monkeypatch, JOB_RETRY, {"backoff_max_seconds": 60})
     pipeline = stage.pipeline(
         {"name": "clone", "status": "failed", "trace": trace("git-clone-failure")}
     )
