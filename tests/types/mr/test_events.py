@@ -413,6 +413,21 @@ def test_a_far_future_timestamp_is_refused_and_cannot_freeze_the_item(
     assert _jobs(store, item_id) == []
 
 
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_a_timestamp_past_the_dates_a_database_holds_cannot_wedge_the_item(
+    store: Store, monkeypatch: pytest.MonkeyPatch, stamp: str
+) -> None:
+    # Year 0 or 10000 once in UTC: stored, such a time could not be read back, and every
+    # later event of the item failed to apply. It counts as no time at all.
+    registry = mr_registry(monkeypatch)
+    item_id = new_item(store, registry)
+    deliver(store, registry, mr_event("update", updated_at=stamp))
+    deliver(store, registry, build_event(5, finished_at=stamp))
+    now = datetime.now(UTC)
+    assert deliver(store, registry, mr_event("close", updated_at=now.isoformat())) == 1
+    assert item(store, item_id).phase == "cancelled"
+
+
 def test_the_allowed_skew_is_configurable(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     registry = mr_registry(monkeypatch)
     new_item(store, registry)

@@ -61,7 +61,8 @@ MAX_INT64 = 2**63 - 1
 
 
 def parse_time(value: Any) -> datetime | None:
-    """GitLab's timestamps: ISO 8601, `2024-05-01 12:00:00 UTC` or `... +0200`."""
+    """GitLab's timestamps: ISO 8601, `2024-05-01 12:00:00 UTC` or `... +0200`; None for
+    anything else, and for a time outside the years 1 to 9999 in UTC."""
     if not isinstance(value, str) or not value or len(value) > 64:
         return None
     text = value.replace(" UTC", "+00:00").replace("Z", "+00:00")
@@ -72,7 +73,14 @@ def parse_time(value: Any) -> datetime | None:
             parsed = datetime.strptime(value, "%Y-%m-%d %H:%M:%S %z")
         except ValueError:
             return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        # In UTC, as it is stored: year 1 at +14:00 is year 0 there, which no database
+        # column holds (PostgreSQL stores it, then it cannot be read back).
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return None
 
 
 def _text(value: Any, limit: int = 255) -> str | None:
