@@ -187,8 +187,8 @@ def log(message: str) -> None:
     print(f"... {message}", file=sys.stderr, flush=True)
 
 
-def seed_working_set(engine: Engine, active: int, projects: int, audit_per_day: int) -> None:
-    """The active items and the two days of audit rows both databases hold."""
+def seed_working_set(engine: Engine, active: int, projects: int) -> None:
+    """The active and the recently failed items both databases hold."""
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL synchronous_commit = off"))
         conn.execute(
@@ -199,22 +199,23 @@ def seed_working_set(engine: Engine, active: int, projects: int, audit_per_day: 
             text(RECENT_FAILED),
             {"prefix": "seed/p", "projects": projects, "first": 1, "last": max(1, active // 20)},
         )
-    for label, start, archived in (
-        ("the last day", 0, False),
-        ("the day past retention", RETENTION_DAYS * DAY + 60, True),
-    ):
-        with engine.begin() as conn:
-            conn.execute(text("SET LOCAL synchronous_commit = off"))
-            conn.execute(
-                text(WORKING_AUDIT),
-                {
-                    "from_seconds": start,
-                    "rows": audit_per_day,
-                    "archived": archived,
-                    "active": active,
-                },
-            )
-        log(f"working set: {audit_per_day:,} audit rows for {label}")
+
+
+# The working set's two days of audit rows: (what, seconds before now, archived).
+PAST_RETENTION = ("the day past retention", RETENTION_DAYS * DAY + 60, True)
+LAST_DAY = ("the last day", 0, False)
+
+
+def seed_working_audit(engine: Engine, active: int, rows: int, day: tuple[str, int, bool]) -> None:
+    """One day of the working set's audit rows (`PAST_RETENTION` or `LAST_DAY`)."""
+    label, start, archived = day
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL synchronous_commit = off"))
+        conn.execute(
+            text(WORKING_AUDIT),
+            {"from_seconds": start, "rows": rows, "archived": archived, "active": active},
+        )
+    log(f"working set: {rows:,} audit rows for {label}")
 
 
 def seed_history(engine: Engine, items: int, audit: int, projects: int) -> None:
@@ -228,7 +229,9 @@ def seed_history(engine: Engine, items: int, audit: int, projects: int) -> None:
     ages = {"newest": DAY + 60, "slice": (RETENTION_DAYS - 2) * DAY // RETENTION_DAYS}
     per_item = max(1, min(len(EVENTS), round(audit / max(1, items))))
     started = time.monotonic()
-    for day in range(1, RETENTION_DAYS + 1):
+    # Oldest first: audit rows lie on disk in the order they were written, as a
+    # deployment's do (the planner reads that order off `at` to cost its index).
+    for done, day in enumerate(range(RETENTION_DAYS, 0, -1), start=1):
         first = (day - 1) * per_day + 1
         with engine.begin() as conn:
             conn.execute(text("SET LOCAL synchronous_commit = off"))
@@ -244,8 +247,8 @@ def seed_history(engine: Engine, items: int, audit: int, projects: int) -> None:
                 | ages,
             )
             conn.execute(text(AUDIT), {"day": day, "per_item": per_item, "archived": True} | ages)
-        if day % 5 == 0:
-            log(f"history: day {day} of {RETENTION_DAYS} ({time.monotonic() - started:.0f} s)")
+        if done % 5 == 0:
+            log(f"history: day {done} of {RETENTION_DAYS} ({time.monotonic() - started:.0f} s)")
 
 
 def analyze(engine: Engine) -> dict[str, int]:
@@ -394,9 +397,12 @@ def prepared(url: str, args: argparse.Namespace, *, big: bool, seeded: bool) -> 
     try:
         if not seeded:
             schema.upgrade(engine)
-            seed_working_set(engine, args.active, args.projects, args.audit // RETENTION_DAYS)
+            per_day = args.audit // RETENTION_DAYS
+            seed_working_set(engine, args.active, args.projects)
+            seed_working_audit(engine, args.active, per_day, PAST_RETENTION)
             if big:
                 seed_history(engine, args.items, args.audit, args.projects)
+            seed_working_audit(engine, args.active, per_day, LAST_DAY)
         counts = analyze(engine)
         with rolled_back(engine) as session:
             counts["pruned"] = prune(session, retention_days=RETENTION_DAYS, now=utcnow())
