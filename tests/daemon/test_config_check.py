@@ -160,6 +160,30 @@ def test_config_check_names_every_unset_variable_at_once(tmp_path: Path) -> None
     ]
 
 
+def test_a_secret_with_a_trailing_newline_is_refused_by_its_key_without_its_value(
+    tmp_path: Path,
+) -> None:
+    # A Kubernetes Secret made from a file keeps the file's newline: sent in a header,
+    # the HTTP library refused it with an error quoting the token, which the item's
+    # error, its audit rows and the log then kept.
+    config = write(tmp_path / "wq.yml", NEEDS_THREE_VARIABLES)
+    secrets = {"HOOK_SECRET": "hook-value", "TOKEN_A": "glpat-aaaa", "TOKEN_B": "glpat-bbbb"}
+    for variable, key in (
+        ("TOKEN_B", "handled_types.mr.projects.org/b.token_env"),
+        ("HOOK_SECRET", "events.webhook_secret_env"),
+    ):
+        env = clean_env(tmp_path, **{**secrets, variable: secrets[variable] + "\n"})
+        check = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
+        assert check.returncode == 1, check.stdout
+        said = (
+            f"wq: error: config {config}: {key}: environment variable {variable} holds a"
+            " space or control character (a trailing newline?)"
+        )
+        assert error_lines(check.stderr) == [said]
+        assert refused_start(config, env, cwd=tmp_path) == said
+        assert secrets[variable] not in check.stderr + check.stdout
+
+
 def test_config_check_says_what_a_start_would_warn_of(tmp_path: Path) -> None:
     # A file for replicas (listening on every address) without a database, and without
     # handled types: the daemon starts, warning of both; the check says the same first.

@@ -306,19 +306,37 @@ def parse_config(data: Any, source: str) -> Config:
     return config
 
 
+def secret_problem(variable: str) -> str | None:
+    """Why the secret in environment variable `variable` cannot be used, or None.
+
+    Unset or empty; or with a space or control character at either end or inside, such
+    as the newline a secret made from a file keeps: sent in a header it is refused by
+    the HTTP library, whose error quotes the value, or never matches what a peer sends.
+    The value itself is never part of the answer.
+    """
+    value = os.environ.get(variable)
+    if not value:
+        return f"environment variable {variable} is not set"
+    if value != value.strip() or any(ord(char) < 32 or ord(char) == 127 for char in value):
+        return (
+            f"environment variable {variable} holds a space or control character"
+            " (a trailing newline?)"
+        )
+    return None
+
+
 def require_webhook_secret(config: Config) -> None:
-    """Raise ConfigError when the config names a webhook secret variable that is not set.
+    """Raise ConfigError when the config names a webhook secret variable that is not set
+    (or holds what `secret_problem` refuses).
 
     A start (and `wq config check`) asks this; commands that only reach the database
     (`wq db migrate`, `wq db current`) do not need the secret, as they do not need the
     types' tokens.
     """
     secret_env = config.events.webhook_secret_env
-    if secret_env and not os.environ.get(secret_env):
-        raise ConfigError(
-            f"config {config.source}: events.webhook_secret_env: environment variable "
-            f"{secret_env} is not set"
-        )
+    problem = secret_problem(secret_env) if secret_env else None
+    if problem:
+        raise ConfigError(f"config {config.source}: events.webhook_secret_env: {problem}")
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

@@ -9,7 +9,7 @@ from tests.conftest import Store
 from tests.fakes.gitlab import FakeGitLab
 from tests.support.waiting import wait_for
 from tests.types.mr.harness import DASHBOARD, PROJECT, Harness
-from tests.types.mr.helpers import mr_registry
+from tests.types.mr.helpers import TOKEN, mr_registry
 from wq.engine.models import AuditEntry, utcnow
 
 
@@ -258,6 +258,23 @@ def test_permanent_errors_fail_the_item_with_a_readable_message(
         assert "glpat" not in item.error
     finally:
         harness.manager.stop(grace=2)
+
+
+def test_an_answer_quoting_the_token_is_kept_without_it(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    # A proxy in front of GitLab that echoes the request's headers in its error page.
+    echoed = {"message": f"rejected PRIVATE-TOKEN: {TOKEN} (policy)"}
+    gitlab.fail_next("POST", r"/merge_requests$", 403, body=echoed)
+    _, item_id = harness.submit()
+    wait_for(lambda: harness.item(item_id).phase == "failed", message="failed")
+    error = harness.item(item_id).error or ""
+    assert "rejected PRIVATE-TOKEN: [token] (policy)" in error, error
+    with harness.store.sessions() as session:
+        triggers = session.execute(
+            select(AuditEntry.trigger).where(AuditEntry.work_item_id == item_id)
+        ).scalars()
+        assert not [trigger for trigger in triggers if TOKEN in str(trigger)]
 
 
 def test_a_lost_answer_to_the_mr_creation_is_adopted_not_duplicated(

@@ -23,6 +23,9 @@ TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
 
 
 _seen = threading.local()  # the Retry-After of this thread's last 429 answer
+# The tokens this process has sent: an answer quoting one (a proxy echoing the request's
+# headers) has it cut from the error kept in the item, its audit rows and the log.
+_sent_tokens: set[str] = set()
 
 
 def _remember_retry_after(response: requests.Response, *_: Any, **__: Any) -> None:
@@ -52,6 +55,7 @@ def client(settings: MrSettings, project: str) -> gitlab.Gitlab:
         url, token = settings.gitlab_for(project)
     except LookupError as err:
         raise PermanentFailure(str(err)) from None
+    _sent_tokens.add(token)
     return _Gitlab(
         url,
         private_token=token,
@@ -78,10 +82,13 @@ def is_transient(err: BaseException) -> bool:
 
 
 def describe(err: BaseException) -> str:
-    """A readable one-line account of a GitLab error."""
-    if isinstance(err, GitlabError):
-        return f"GitLab answered {err.response_code}: {err.error_message}"
-    return f"cannot reach GitLab: {type(err).__name__}"
+    """A readable one-line account of a GitLab error, without any token it quotes."""
+    if not isinstance(err, GitlabError):
+        return f"cannot reach GitLab: {type(err).__name__}"
+    said = f"GitLab answered {err.response_code}: {err.error_message}"
+    for token in tuple(_sent_tokens):  # a copy: workers add theirs meanwhile
+        said = said.replace(token, "[token]")
+    return said
 
 
 @contextmanager

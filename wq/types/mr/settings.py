@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from wq.engine.config import Bytes, Capacity, ConfigError, Count, Seconds, validation_reason
+from wq.engine.config import (
+    Bytes,
+    Capacity,
+    ConfigError,
+    Count,
+    Seconds,
+    secret_problem,
+    validation_reason,
+)
 from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES, JobRetryConfig
 from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 
@@ -85,9 +93,7 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> MrSettings:
     except JobRetryConfigError as err:
         raise ConfigError(f"{prefix}.{err}") from None
     for key, entry in settings.projects.items():
-        if not os.environ.get(entry.token_env):
-            raise ConfigError(
-                f"{prefix}.projects.{key}.token_env: environment variable {entry.token_env} "
-                "is not set"
-            )
+        problem = secret_problem(entry.token_env)
+        if problem:
+            raise ConfigError(f"{prefix}.projects.{key}.token_env: {problem}")
     return settings

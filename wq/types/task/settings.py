@@ -17,7 +17,14 @@ from jsonschema import Draft202012Validator, SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from wq.engine import config as engine_config
-from wq.engine.config import ConfigError, Count, Seconds, SecondsOrZero, validation_reason
+from wq.engine.config import (
+    ConfigError,
+    Count,
+    Seconds,
+    SecondsOrZero,
+    secret_problem,
+    validation_reason,
+)
 from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -271,12 +278,9 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
             raise _fail(prefix, "grafana.kind", f"unknown kind {grafana.kind!r}")
         if settings.kinds[grafana.kind].scope != "project":
             raise _fail(prefix, "grafana.kind", "the incident kind must be project-scoped")
-        if grafana.secret_env and not os.environ.get(grafana.secret_env):
-            raise _fail(
-                prefix,
-                "grafana.secret_env",
-                f"environment variable {grafana.secret_env} is not set",
-            )
+        problem = secret_problem(grafana.secret_env) if grafana.secret_env else None
+        if problem:
+            raise _fail(prefix, "grafana.secret_env", problem)
     for index, schedule in enumerate(settings.schedules):
         where = f"schedules.{index}"
         if schedule.kind not in settings.kinds:
