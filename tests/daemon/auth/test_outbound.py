@@ -71,3 +71,49 @@ def test_an_unreachable_sender_is_said_as_such() -> None:
             fetch_json(client, f"http://127.0.0.1:{port}/jwks", what="the keys")
     finally:
         client.close()
+
+
+class DrippingSender:
+    """A server whose answer comes a byte at a time, each well within a read timeout;
+    it counts the bytes it sent before the client hung up."""
+
+    BYTES = 300  # 30 s of them, if let
+    GAP = 0.1
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.sent = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/jwks"
+
+    def _serve(self) -> None:
+        connection, _ = self.listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            try:
+                while self.sent < self.BYTES:
+                    connection.sendall(b" ")
+                    self.sent += 1
+                    threading.Event().wait(self.GAP)
+            except OSError:
+                pass  # the client hung up
+
+
+def test_a_trickling_answer_is_given_up_within_the_timeout() -> None:
+    # An issuer that answers a byte at a time held every request waiting on its keys
+    # (the local token's too, once they had the request threads) for as long as it went on.
+    sender = DrippingSender()
+    sender.thread.start()
+    client = make_client(timeout=1)
+    try:
+        with pytest.raises(AuthenticationUnavailable, match="timed out"):
+            fetch_json(client, sender.url, what="the keys")
+    finally:
+        client.close()
+        sender.listener.close()
+    sender.thread.join(timeout=40)
+    assert sender.sent < DrippingSender.BYTES // 5, sender.sent

@@ -30,7 +30,7 @@ from wq.daemon.auth.core import (
     AuthenticationUnavailable,
     Principal,
 )
-from wq.daemon.auth.outbound import bounded_content, describe
+from wq.daemon.auth.outbound import bounded_content, describe, exchange_deadline
 from wq.daemon.auth.rules import RuleSet
 
 log = logging.getLogger(__name__)
@@ -152,12 +152,13 @@ class OpenShiftTier:
     def _lookup(self, token: str) -> tuple[str, list[str]]:
         url = self.api_url + USERS_TILDE
         self.lookups += 1
+        deadline = exchange_deadline(self.client)
         try:
             with self.client.stream(
                 "GET", url, headers={"Authorization": f"Bearer {token}"}
             ) as response:
                 status = response.status_code
-                content = bounded_content(response) if status == 200 else b""
+                content = bounded_content(response, deadline) if status == 200 else b""
         except httpx.HTTPError as err:
             log.warning("OpenShift API at %s: %s", self.api_url, describe(err))
             raise AuthenticationUnavailable(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 from typing import Any
 
 import httpx
@@ -17,6 +18,8 @@ import wq
 from wq.daemon.auth.core import AuthenticationUnavailable
 
 MAX_DOCUMENT_BYTES = 1 << 20
+# The whole of an exchange when the client names no read timeout.
+DEFAULT_SECONDS = 10.0
 
 
 def make_client(*, timeout: float, ca_file: str | None = None) -> httpx.Client:
@@ -39,14 +42,25 @@ def describe(err: Exception) -> str:
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
-def bounded_content(response: httpx.Response) -> bytes | None:
+def exchange_deadline(client: httpx.Client) -> float:
+    """When an exchange starting now must be over (`time.monotonic()`): within the
+    client's timeout, however its answer trickles in."""
+    return time.monotonic() + (client.timeout.read or DEFAULT_SECONDS)
+
+
+def bounded_content(response: httpx.Response, deadline: float) -> bytes | None:
     """The body of a streamed answer, or None past `MAX_DOCUMENT_BYTES` (read no further:
-    the length an answer announces is only its sender's word)."""
+    the length an answer announces is only its sender's word). Past `deadline`
+    (`time.monotonic()`), `httpx.ReadTimeout`: a client's timeout bounds each read, and a
+    server sending a byte at a time would otherwise hold the caller, and every request
+    waiting on the same keys, for as long as it likes."""
     content = bytearray()
     for chunk in response.iter_bytes():
         content += chunk
         if len(content) > MAX_DOCUMENT_BYTES:
             return None
+        if time.monotonic() > deadline:
+            raise httpx.ReadTimeout("the answer took too long", request=response.request)
     return bytes(content)
 
 
@@ -55,13 +69,14 @@ def fetch_json(
 ) -> dict[str, Any]:
     """GET a JSON object, or AuthenticationUnavailable naming `what` and the reason."""
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else None
+    deadline = exchange_deadline(client)
     try:
         with client.stream("GET", url, headers=headers) as response:
             if response.status_code != 200:
                 raise AuthenticationUnavailable(
                     f"cannot fetch {what} from {url}: HTTP {response.status_code}"
                 )
-            content = bounded_content(response)
+            content = bounded_content(response, deadline)
             if content is None:
                 raise AuthenticationUnavailable(f"{what} from {url} is too large")
     except httpx.HTTPError as err:
