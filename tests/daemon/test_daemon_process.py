@@ -286,6 +286,21 @@ def test_embedded_daemon_serves_and_stops_cleanly_on_sigterm(
 
 
 @pytest.mark.usefixtures("no_system_config")
+def test_a_hang_up_shuts_the_daemon_down_as_sigterm_does(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    # `wq daemon` in a terminal that is closed, or an SSH session that drops: the signal's
+    # default killed it at once, leaving its local token file and its replica row behind.
+    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    daemon.wait_healthy()
+    path, _ = read_token(tmp_path, daemon.url)
+    code = daemon.terminate(signal.SIGHUP, EMBEDDED_GRACE_SECONDS)
+    assert code == 0, f"exit code {code} after SIGHUP:\n{daemon.log()}"
+    assert not path.exists(), "the local token file outlived the daemon"
+    assert "stopped" in daemon.log()
+
+
+@pytest.mark.usefixtures("no_system_config")
 def test_kept_alive_connection_answers_without_nagle_delay(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:

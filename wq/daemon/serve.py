@@ -226,4 +226,7 @@ def run_daemon(config: Config, *, host: str | None = None, port: int | None = No
     # makes that a no-op, so a clean shutdown exits 0.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: None)
+    # A closed terminal or SSH session hangs up: shut down as on SIGTERM (leases given
+    # back, the local token removed), not killed by the signal's default.
+    signal.signal(signal.SIGHUP, lambda _, frame: server.handle_exit(signal.SIGTERM, frame))
     server.run(sockets=[sock])
