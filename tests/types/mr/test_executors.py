@@ -10,7 +10,8 @@ from tests.fakes.gitlab import FakeGitLab
 from tests.support.waiting import wait_for
 from tests.types.mr.harness import DASHBOARD, PROJECT, Harness
 from tests.types.mr.helpers import TOKEN, mr_registry
-from wq.engine.models import AuditEntry, utcnow
+from wq.engine.models import AuditEntry, WorkItem, utcnow
+from wq.types.mr.models import MrItem
 
 
 def test_full_chain_creates_branch_commit_mr_and_dashboard_note(
@@ -258,6 +259,32 @@ def test_permanent_errors_fail_the_item_with_a_readable_message(
         assert "glpat" not in item.error
     finally:
         harness.manager.stop(grace=2)
+
+
+def test_the_reconcile_moves_the_head_pipeline_forward_only(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    # GitLab's MR answer may lag behind the pipeline events: an older head read from it
+    # made the newest pipeline's failed jobs look stale, and let an older pipeline in.
+    _, item_id = harness.submit()
+    harness.settled(item_id)
+    pipeline = gitlab.add_pipeline(PROJECT, "wq/sync-1")
+
+    def reconciled_with_head(head: int) -> int | None:
+        with harness.store.sessions.begin() as session:
+            found = session.get(WorkItem, item_id)
+            assert isinstance(found, MrItem)
+            found.head_pipeline_id = head
+        done = harness.actions(item_id).count("reconcile_mr")
+        harness.due_now(item_id, "needs_reconcile")
+        wait_for(
+            lambda: harness.actions(item_id).count("reconcile_mr") > done,
+            message="reconciled",
+        )
+        return harness.settled(item_id).head_pipeline_id
+
+    assert reconciled_with_head(pipeline.id + 100) == pipeline.id + 100
+    assert reconciled_with_head(pipeline.id - 1) == pipeline.id
 
 
 def test_an_answer_quoting_the_token_is_kept_without_it(

@@ -315,8 +315,12 @@ def reconcile_mr(ctx: ActionContext) -> None:
                 return
             sync_fields(mr, item)
             pipeline = getattr(mr, "head_pipeline", None)
-            if isinstance(pipeline, dict) and pipeline.get("id"):
-                item.head_pipeline_id = int(pipeline["id"])
+            if isinstance(pipeline, dict) and isinstance(pipeline.get("id"), int):
+                # Forward only, as events move it: GitLab's answer may lag behind the
+                # pipeline events already applied (pipeline ids only grow).
+                head = item.head_pipeline_id
+                if head is None or pipeline["id"] > head:
+                    item.head_pipeline_id = pipeline["id"]
             if item.auto_merge and mr.detailed_merge_status == "mergeable":
                 refusal = _merge(mr)
                 if refusal is None:
