@@ -184,6 +184,32 @@ def test_a_secret_with_a_trailing_newline_is_refused_by_its_key_without_its_valu
         assert secrets[variable] not in check.stderr + check.stdout
 
 
+def test_aliases_within_aliases_are_refused_before_anything_walks_them(tmp_path: Path) -> None:
+    # Nine aliases of nine aliases, seven deep, in a kind's payload schema: 4.8 million
+    # schemas once expanded, which the schema's own check walked for hours.
+    levels = ["        a0: &a0 {type: string}"] + [
+        f"        a{n}: &a{n} {{anyOf: [{', '.join([f'*a{n - 1}'] * 9)}]}}" for n in range(1, 8)
+    ]
+    config = write(
+        tmp_path / "bomb.yml",
+        "handled_types:\n  task:\n    kinds:\n      x:\n        scope: project\n"
+        "        command: [sh, -c, 'true']\n        payload_schema:\n"
+        "          type: object\n          properties:\n"
+        + "\n".join("    " + level for level in levels)
+        + "\n",
+    )
+    env = clean_env(tmp_path)
+    try:
+        check = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("wq config check still walking the expanded document") from None
+    assert check.returncode == 1, check.stdout
+    assert error_lines(check.stderr) == [
+        f"wq: error: config {config}: not valid YAML: more than 1,000,000 values once its"
+        " aliases are expanded"
+    ]
+
+
 def test_config_check_says_what_a_start_would_warn_of(tmp_path: Path) -> None:
     # A file for replicas (listening on every address) without a database, and without
     # handled types: the daemon starts, warning of both; the check says the same first.

@@ -367,8 +367,35 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load_yaml(text: str) -> Any:
-    """`yaml.safe_load`, refusing a key given twice in a mapping."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)
+    """`yaml.safe_load`, refusing a key given twice in a mapping, and a document that
+    holds more than `MAX_CONFIG_VALUES` values once its aliases are expanded."""
+    document = yaml.load(text, Loader=_UniqueKeyLoader)
+    _refuse_expansion(document)
+    return document
+
+
+# Values a config document may hold, its aliases expanded: real ones hold hundreds.
+# Aliases of aliases ("billion laughs") stay small in memory, the parser sharing what
+# an alias names, but everything that walks the document (validation, a kind's payload
+# schema) walks every expanded value, for hours.
+MAX_CONFIG_VALUES = 1_000_000
+
+
+def _refuse_expansion(document: Any) -> None:
+    """Raise `yaml.YAMLError` once the walk of `document` passes `MAX_CONFIG_VALUES`."""
+    pending = [document]
+    values = 0
+    while pending:
+        value = pending.pop()
+        values += 1
+        if values > MAX_CONFIG_VALUES:
+            raise yaml.YAMLError(
+                f"more than {MAX_CONFIG_VALUES:,} values once its aliases are expanded"
+            )
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
 
 
 # A config file bigger than this is refused unread (`-c /dev/zero`, a log named by
