@@ -90,6 +90,16 @@ def test_a_wq_like_answer_with_a_wrong_field_names_the_field(tmp_path: Path) -> 
     assert "0.normal.in_flight: expected an integer, got a string" in result.stderr
 
 
+def test_a_long_wrong_list_is_judged_by_its_first_wrong_entry(tmp_path: Path) -> None:
+    # Every wrong entry of 100,000 made a set of errors of its own: 2 GB of memory for an
+    # answer of 1 MB (and the OOM killer for 30 MB), to say "(and 2099999 more)".
+    page = {"items": [{"id": "x"}] * 100_000, "next_cursor": None}
+    with ForeignServer(document=page) as server:
+        result = invoke(["status", "--url", server.url], cli_env(tmp_path, WQ_TOKEN="t"))
+    assert_unexpected(result, server.url, "status")
+    assert "GET /api/work-items: items.0.type: missing (and 20 more)" in result.stderr, result
+
+
 def test_a_real_process_exits_1_without_traceback(tmp_path: Path) -> None:
     with ForeignServer("list") as server:
         result = run(["pools", "--url", server.url], base_env(tmp_path, WQ_TOKEN="t"), tmp_path)

@@ -12,15 +12,21 @@ answer arrives, and each model builds its validator on first use.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 
 class Shape(BaseModel):
     """A JSON object the client reads; unknown keys are allowed (newer servers add some)."""
 
     model_config = ConfigDict(strict=True, defer_build=True)
+
+
+T = TypeVar("T")
+# A list read up to its first wrong entry: a wrong answer (another server at the URL)
+# of a hundred thousand entries made as many sets of errors, gigabytes for a megabyte.
+Listed = Annotated[list[T], Field(fail_fast=True)]
 
 
 # ------------------------------------------------------------------ work items
@@ -61,7 +67,7 @@ class WorkItemPublic(Shape):
     created_at: str
     updated_at: str
     details: dict[str, Any]
-    dimensions: list[DimensionPublic]
+    dimensions: Listed[DimensionPublic]
 
 
 class WorkItemRef(Shape):
@@ -74,7 +80,7 @@ class WorkItemRef(Shape):
 class WorkItemPage(Shape):
     """One page of items."""
 
-    items: list[WorkItemPublic]
+    items: Listed[WorkItemPublic]
     next_cursor: str | None
 
 
@@ -115,7 +121,7 @@ class AuditEntryPublic(Shape):
 class HistoryPage(Shape):
     """One page of an item's history."""
 
-    entries: list[AuditEntryPublic]
+    entries: Listed[AuditEntryPublic]
     next_cursor: str | None
 
 
@@ -132,7 +138,7 @@ class PendingEventPublic(Shape):
 class PendingEventPage(Shape):
     """One page of an item's pending events."""
 
-    events: list[PendingEventPublic]
+    events: Listed[PendingEventPublic]
     next_cursor: str | None
 
 
@@ -163,7 +169,7 @@ class PoolPublic(Shape):
     failed: int = 0
 
 
-class Pools(RootModel[list[PoolPublic]]):
+class Pools(RootModel[Listed[PoolPublic]]):
     """Every project's pool."""
 
     model_config = ConfigDict(strict=True, defer_build=True)
@@ -193,7 +199,7 @@ class ReplicaPublic(Shape):
     db_round_trip_ms: float | None
 
 
-class Replicas(RootModel[list[ReplicaPublic]]):
+class Replicas(RootModel[Listed[ReplicaPublic]]):
     """Every replica."""
 
     model_config = ConfigDict(strict=True, defer_build=True)
@@ -214,7 +220,7 @@ class BulkOutcomePublic(Shape):
 class BulkPublic(Shape):
     """A bulk retry's or cancel's outcomes; `more`: others match beyond the limit."""
 
-    results: list[BulkOutcomePublic]
+    results: Listed[BulkOutcomePublic]
     more: bool
 
 
@@ -252,8 +258,8 @@ class StatsPublic(Shape):
     start: str
     end: str
     step_seconds: int
-    buckets: list[BucketPublic]
-    lanes: list[LaneNowPublic]
+    buckets: Listed[BucketPublic]
+    lanes: Listed[LaneNowPublic]
     pending_events: int = 0
 
 
@@ -272,7 +278,7 @@ class QueueEntryPublic(Shape):
     run_after: str | None = None
 
 
-class QueueEntries(RootModel[list[QueueEntryPublic]]):
+class QueueEntries(RootModel[Listed[QueueEntryPublic]]):
     """A project's queue."""
 
     model_config = ConfigDict(strict=True, defer_build=True)
@@ -281,7 +287,7 @@ class QueueEntries(RootModel[list[QueueEntryPublic]]):
 class QueuePagePublic(Shape):
     """One page of a lane's queue."""
 
-    entries: list[QueueEntryPublic]
+    entries: Listed[QueueEntryPublic]
     next_cursor: str | None
 
 
