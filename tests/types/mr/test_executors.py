@@ -180,6 +180,21 @@ def test_a_merge_gitlab_refuses_for_now_leaves_the_item_active(
     assert gitlab.merge_request(PROJECT, iid).state == "merged"
 
 
+def test_the_merge_names_the_commit_gitlab_said_was_mergeable(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    # Without the commit, GitLab merges whatever the branch holds by then: a push between
+    # the look and the merge would go in unchecked. With it, GitLab refuses (409).
+    _, item_id = harness.submit(auto_merge=True)
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+    head = gitlab.merge_request(PROJECT, iid).sha
+    harness.due_now(item_id, "needs_reconcile")
+    wait_for(lambda: harness.item(item_id).phase == "completed", message="merged")
+    (merge,) = [r for r in gitlab.requests if r.method == "PUT" and r.path.endswith("/merge")]
+    assert {**merge.query, **(merge.json or {})}.get("sha") == head, merge
+
+
 def test_reconcile_restores_drifted_title_and_follows_a_merge_on_gitlab(
     harness: Harness, gitlab: FakeGitLab
 ) -> None:

@@ -347,9 +347,14 @@ MERGE_REFUSALS = frozenset({405, 406, 409, 422})
 
 
 def _merge(mr: Any) -> str | None:
-    """Merge the MR; None when merged, else why GitLab refused it for now."""
+    """Merge the MR; None when merged, else why GitLab refused it for now.
+
+    The merge names the commit GitLab said was mergeable: one pushed since is refused
+    (409, the branch moved) instead of merged unchecked.
+    """
     try:
-        mr.merge()
+        sha = getattr(mr, "sha", None)
+        mr.merge(**({"sha": sha} if sha else {}))
     except GitlabMRClosedError as err:
         if err.response_code not in MERGE_REFUSALS:
             raise
