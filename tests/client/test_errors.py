@@ -47,6 +47,16 @@ def test_retry_after_becomes_a_hint() -> None:
 
 
 @pytest.mark.parametrize(
+    "header", ["99999999", "-1", "1e9", "Wed, 21 Oct 2026 07:28:00 GMT", "\x1b[2J"]
+)
+def test_a_retry_after_no_person_should_read_as_is_says_later(header: str) -> None:
+    # What another server at the URL puts there is its own: years, a date, escapes.
+    for status in (429, 503):
+        error = error_for_status(status, {"error": "busy"}, what="GET", retry_after=header)
+        assert error.hint == "try again later", error.hint
+
+
+@pytest.mark.parametrize(
     ("body", "expected"),
     [
         ({"message": "gitlab style"}, "gitlab style"),

@@ -121,12 +121,25 @@ def error_for_status(
         return NotFound(said("not found"), status=status)
     if status == 409:
         return Conflict(said("conflict"), status=status)
+    hint = _retry_hint(retry_after)
     if status == 429:
-        hint = f"try again in {retry_after}s" if retry_after else None
         return Refused(said("refused"), hint=hint, status=status)
     if status in (400, 405, 413, 415, 422):
         return InvalidRequest(said("invalid request"), status=status)
     if status == 503:
-        hint = f"try again in {retry_after}s" if retry_after else None
         return ServerError(said("service unavailable"), hint=hint, status=status)
     return ServerError(f"server error {status} on {what}: {reason}", status=status)
+
+
+# The longest wait a hint names in seconds (a wq daemon asks for a few).
+MAX_HINTED_SECONDS = 3600
+
+
+def _retry_hint(retry_after: str | None) -> str | None:
+    """The hint of a Retry-After: its seconds when a few, else only "later" (a date, a
+    wait of years or a terminal's escapes from another server are not printed)."""
+    if not retry_after:
+        return None
+    if retry_after.isascii() and retry_after.isdigit() and int(retry_after) <= MAX_HINTED_SECONDS:
+        return f"try again in {int(retry_after)}s"
+    return "try again later"
