@@ -180,7 +180,9 @@ def test_a_requeued_item_is_admitted_again_when_its_wait_ends_not_at_the_poll(
     requeued it passes over its project then."""
     behaviour = Behaviour(requeue_times={"step1": 1}, requeue_seconds=0.5)
     registry = chain_registry(behaviour, cheap=cheap)
-    config = make_config(store.url, processing={**POLL, "backoff_base_seconds": 0.1})
+    # The longest backoff above the wait asked for: it bounds what an action may ask.
+    backoff = {"backoff_base_seconds": 0.1, "backoff_max_seconds": 1.0}
+    config = make_config(store.url, processing={**POLL, **backoff})
     manager = started(ProcessingManager(store.sessions, registry, config), managers)
     intake = submit(manager.sessions, registry, config, "g/p")
     assert intake.item is not None
