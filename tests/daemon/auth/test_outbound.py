@@ -1,5 +1,6 @@
 """Documents fetched for authentication (OIDC discovery and keys, OpenShift's users/~)
-are read no further than their bound, whatever length their sender announces."""
+are read no further than their bound, whatever length their sender announces, and no
+longer than the client's timeout, however slowly they come."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import pytest
 from wq.daemon.auth import AuthenticationUnavailable
 from wq.daemon.auth.outbound import MAX_DOCUMENT_BYTES, fetch_json, make_client
 
-CHUNK = b"[" * 65536
-ENDLESS = 64 * MAX_DOCUMENT_BYTES  # what the sender would send if let
-
 
 class EndlessSender:
-    """A server whose one answer is a 200 without a length that goes on and on; it
-    counts what it could send before the client hung up."""
+    """A server whose one answer is a 200 without a length that goes on: `CHUNK` after
+    `CHUNK`, `GAP` seconds apart, up to `LIMIT` bytes; it counts what it could send
+    before the client hung up."""
+
+    CHUNK, GAP, LIMIT = b"[" * 65536, 0.0, 64 * MAX_DOCUMENT_BYTES
 
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -35,11 +36,19 @@ class EndlessSender:
             connection.recv(65536)
             connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
             try:
-                while self.sent < ENDLESS:
-                    connection.sendall(CHUNK)
-                    self.sent += len(CHUNK)
+                while self.sent < self.LIMIT:
+                    connection.sendall(self.CHUNK)
+                    self.sent += len(self.CHUNK)
+                    if self.GAP:
+                        threading.Event().wait(self.GAP)
             except OSError:
                 pass  # the client hung up
+
+
+class DrippingSender(EndlessSender):
+    """A byte at a time, each well within a read timeout: 30 s of them, if let."""
+
+    CHUNK, GAP, LIMIT = b" ", 0.1, 300
 
 
 @pytest.fixture
@@ -73,36 +82,6 @@ def test_an_unreachable_sender_is_said_as_such() -> None:
         client.close()
 
 
-class DrippingSender:
-    """A server whose answer comes a byte at a time, each well within a read timeout;
-    it counts the bytes it sent before the client hung up."""
-
-    BYTES = 300  # 30 s of them, if let
-    GAP = 0.1
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.sent = 0
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/jwks"
-
-    def _serve(self) -> None:
-        connection, _ = self.listener.accept()
-        with connection:
-            connection.recv(65536)
-            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
-            try:
-                while self.sent < self.BYTES:
-                    connection.sendall(b" ")
-                    self.sent += 1
-                    threading.Event().wait(self.GAP)
-            except OSError:
-                pass  # the client hung up
-
-
 def test_a_trickling_answer_is_given_up_within_the_timeout() -> None:
     # An issuer that answers a byte at a time held every request waiting on its keys
     # (the local token's too, once they had the request threads) for as long as it went on.
@@ -116,4 +95,4 @@ def test_a_trickling_answer_is_given_up_within_the_timeout() -> None:
         client.close()
         sender.listener.close()
     sender.thread.join(timeout=40)
-    assert sender.sent < DrippingSender.BYTES // 5, sender.sent
+    assert sender.sent < DrippingSender.LIMIT // 5, sender.sent
