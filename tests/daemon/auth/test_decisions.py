@@ -255,6 +255,18 @@ def test_stats_count_only_the_types_the_caller_may_read(api: Api) -> None:
     assert created("reader") == (1, 1)  # the hidden type is neither counted nor queued
 
 
+def test_a_bulk_action_on_a_type_named_outright_needs_its_permission(api: Api) -> None:
+    failed = api.item(phase="failed")
+    body = {"type": "chain", "dry_run": True}
+    # Retry on another type only: told so, not "no items match".
+    refused = api.call("POST", "/api/work-items/retry", "mr-ops", json=body)
+    assert refused.status_code == 403, refused.text
+    assert "retry" in refused.json()["error"] and "chain" in refused.json()["error"]
+    answered = api.call("POST", "/api/work-items/retry", "ops", json=body)
+    assert answered.status_code == 200, answered.text
+    assert [r["id"] for r in answered.json()["results"]] == [str(failed)]
+
+
 # --------------------------------------------------------------------------- point 12: actor
 
 

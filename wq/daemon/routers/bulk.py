@@ -11,7 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from wq.daemon.auth import Principal, authorize_item, authorize_lookup
+from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ProjectName, RuntimeDep
 from wq.daemon.routers.submissions import only_post
@@ -122,6 +122,10 @@ def _run(
     action: str,
     body: RetryRequest | CancelRequest,
 ) -> BulkPublic:
+    if body.type is not None and body.type in runtime.registry.names:
+        # A type named outright is refused as such: leaving it out of the selection
+        # answered "no items match" to a caller who may not act on it.
+        authorize(request, principal, "retry", body.type)
     selector = bulk.Selector(
         phase=body.phase,
         type=body.type,
