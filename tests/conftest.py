@@ -57,6 +57,24 @@ def throwaway_pg_database(prefix: str) -> Iterator[str]:
         admin.dispose()
 
 
+@contextlib.contextmanager
+def filled_pg_database(prefix: str, *statements: str) -> Iterator[tuple[str, Engine]]:
+    """A throwaway PostgreSQL database migrated just now, `work_items` without
+    autovacuum (no autoanalyze may hand the planner statistics meanwhile), each of
+    `statements` run in order in one transaction; its URL and an engine on it."""
+    with throwaway_pg_database(prefix) as url:
+        engine = make_engine(url, pool_size=2)
+        try:
+            schema.upgrade(engine)
+            with engine.begin() as conn:
+                conn.execute(text("ALTER TABLE work_items SET (autovacuum_enabled = false)"))
+                for statement in statements:
+                    conn.execute(text(statement))
+            yield url, engine
+        finally:
+            engine.dispose()
+
+
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
     """The URL of a moto server (server mode, HTTP on 127.0.0.1) shared by the session."""

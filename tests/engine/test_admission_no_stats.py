@@ -22,12 +22,11 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy import Engine, text
 
-from tests.conftest import make_config, throwaway_pg_database
+from tests.conftest import filled_pg_database, make_config
 from tests.support.plans import Plan, Sent, capture, explain, scans, seq_scans
-from wq.engine import schema
 from wq.engine.admission import dispatch
 from wq.engine.config import Config
-from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.db import make_sessionmaker
 from wq.engine.models import ALERT_LANE, NORMAL_LANE, utcnow
 
 pytestmark = pytest.mark.postgres
@@ -83,21 +82,12 @@ def assert_no_statistics(engine: Engine) -> None:
 @pytest.fixture(scope="module")
 def backlog() -> Iterator[Backlog]:
     """ITEMS queued items over PROJECTS projects, in a database migrated just now."""
-    with throwaway_pg_database("wq_nostats") as url:
-        engine = make_engine(url, pool_size=2)
-        try:
-            schema.upgrade(engine)
-            with engine.begin() as conn:
-                # No autoanalyze may hand the planner statistics during the test.
-                conn.execute(text("ALTER TABLE work_items SET (autovacuum_enabled = false)"))
-                conn.execute(text(FILL))
-            assert_no_statistics(engine)
-            config = make_config(
-                url, pools={"default": {"capacity": CAPACITY, "alert_capacity": ALERT_CAPACITY}}
-            )
-            yield Backlog(url, engine, config)
-        finally:
-            engine.dispose()
+    with filled_pg_database("wq_nostats", FILL) as (url, engine):
+        assert_no_statistics(engine)
+        config = make_config(
+            url, pools={"default": {"capacity": CAPACITY, "alert_capacity": ALERT_CAPACITY}}
+        )
+        yield Backlog(url, engine, config)
 
 
 def requeue(engine: Engine) -> None:

@@ -18,12 +18,12 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import throwaway_pg_database
+from tests.conftest import filled_pg_database
 from tests.support.chain import Behaviour, chain_registry
 from tests.support.plans import capture, explain, scans, seq_scans
-from wq.engine import leases, schema
+from wq.engine import leases
 from wq.engine.claims import claim_for_workers, item_loads
-from wq.engine.db import make_engine, make_sessionmaker
+from wq.engine.db import make_sessionmaker
 from wq.engine.models import utcnow
 
 pytestmark = pytest.mark.postgres
@@ -48,16 +48,8 @@ FROM generate_series(1, {ITEMS}) AS s(i)
 @pytest.fixture(scope="module")
 def admitted() -> Iterator[tuple[str, Engine]]:
     """ITEMS admitted items in a database migrated just now."""
-    with throwaway_pg_database("wq_claimplan") as url:
-        engine = make_engine(url, pool_size=2)
-        try:
-            schema.upgrade(engine)
-            with engine.begin() as conn:
-                conn.execute(text("ALTER TABLE work_items SET (autovacuum_enabled = false)"))
-                conn.execute(text(FILL))
-            yield url, engine
-        finally:
-            engine.dispose()
+    with filled_pg_database("wq_claimplan", FILL) as database:
+        yield database
 
 
 def expected_first(engine: Engine) -> list[int]:

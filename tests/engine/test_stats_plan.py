@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from tests.conftest import throwaway_pg_database
+from tests.conftest import filled_pg_database
 from tests.support.plans import capture, explain, scans
-from wq.engine import schema, stats
-from wq.engine.db import make_engine
+from wq.engine import stats
 from wq.engine.models import utcnow
 
 pytestmark = pytest.mark.postgres
@@ -75,21 +74,11 @@ FROM work_items w WHERE w.admitted_at IS NOT NULL;
 
 @pytest.fixture(scope="module")
 def history() -> Iterator[tuple[str, Engine]]:
-    with throwaway_pg_database("wq_statsplan") as url:
-        engine = make_engine(url, pool_size=2)
-        try:
-            schema.upgrade(engine)
-            with engine.begin() as conn:
-                conn.execute(text("ALTER TABLE work_items SET (autovacuum_enabled = false)"))
-                conn.execute(text(FILL))
-                # The items' statistics from before the day's ends: as far as the
-                # planner knows, no item has an `admitted_at`.
-                conn.execute(text("ANALYZE work_items"))
-                conn.execute(text(ENDS))
-                conn.execute(text("ANALYZE audit_log"))
-            yield url, engine
-        finally:
-            engine.dispose()
+    # The items' statistics from before the day's ends: as far as the planner knows,
+    # no item has an `admitted_at`.
+    fills = (FILL, "ANALYZE work_items", ENDS, "ANALYZE audit_log")
+    with filled_pg_database("wq_statsplan", *fills) as database:
+        yield database
 
 
 @pytest.mark.parametrize("item_types", [None, ["chain"]], ids=["all types", "one type"])
