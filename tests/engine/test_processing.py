@@ -225,6 +225,8 @@ def test_failures_back_off_then_fail_and_retry_brings_the_item_back(
 def test_backoff_grows_and_is_capped() -> None:
     assert [backoff_delay(n, 5, 600) for n in (1, 2, 3, 4)] == [5, 10, 20, 40]
     assert backoff_delay(20, 5, 600) == 600
+    # An item that keeps trying through a long outage counts past what a float holds.
+    assert backoff_delay(5000, 5.0, 600.0) == 600
 
 
 def test_failed_action_waits_for_its_backoff(store: Store) -> None:

@@ -1,8 +1,9 @@
 """A failed action: back off, go back to the queue, or fail the item.
 
 Transient failures (`RetryLater`, anything unexpected) are counted and the item waits
-out a backoff that doubles per attempt, keeping its slot, until `max_attempts`; a
-`PermanentFailure` fails it at once. An action that could not even begin (`Requeue`)
+out a backoff that doubles per attempt, keeping its slot, until `max_attempts` (or for
+as long as it takes, for a `RetryLater` that keeps trying); a `PermanentFailure` fails
+it at once. An action that could not even begin (`Requeue`)
 gives its slot back and waits in the queue at its old place. Workers and batches both
 record failures here, under the item's lease fence.
 """
@@ -27,7 +28,9 @@ log = logging.getLogger("wq.engine.processing")
 
 def backoff_delay(attempts: int, base: float, maximum: float) -> float:
     """Seconds to wait before retrying after the given number of failed attempts."""
-    return float(min(maximum, base * 2 ** max(0, attempts - 1)))
+    # The exponent is bounded: an item that keeps trying through a week-long outage
+    # counts a thousand attempts, and 2.0 ** 1024 is more than a float holds.
+    return float(min(maximum, base * 2.0 ** min(max(0, attempts - 1), 64)))
 
 
 # How long after a requeued item's run_after its project's admission pass comes.
@@ -59,8 +62,9 @@ def record_failure(
     item.error = message
     trigger = {"source": "worker", "action": action, "error": message}
     requeue = isinstance(err, Requeue)
+    gives_up = not (isinstance(err, RetryLater) and err.keep_trying)
     if not requeue and (
-        isinstance(err, PermanentFailure) or item.attempts >= settings.max_attempts
+        isinstance(err, PermanentFailure) or (gives_up and item.attempts >= settings.max_attempts)
     ):
         reason = (
             "permanent failure" if isinstance(err, PermanentFailure) else "max attempts reached"

@@ -119,11 +119,17 @@ class RetryLater(Exception):
     """A transient failure: count the attempt and try again after a backoff.
 
     `retry_after` (seconds) is a lower bound the remote side asked for (HTTP 429).
+    `keep_trying` is for a periodic look after something that exists (an open MR): its
+    failures back off as any others, up to the longest backoff, but never fail the item
+    at `max_attempts`, so that an outage of the remote side ends no item.
     """
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, keep_trying: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.keep_trying = keep_trying
 
 
 class Requeue(Exception):

@@ -240,6 +240,28 @@ def test_a_trace_fetch_failing_once_is_tried_again(
     assert [(o, b) for o, b, _, _ in stage.outcomes()] == [("retried", clone.id)]
 
 
+def test_a_gitlab_outage_longer_than_the_attempts_does_not_fail_the_item(
+    stage: CiStage, gitlab: FakeGitLab
+) -> None:
+    """The MR is open: its failed jobs wait out an outage however many attempts it
+    takes, the item staying active, and are retried once GitLab answers."""
+    pipeline = stage.pipeline(
+        {"name": "clone", "status": "failed", "trace": trace("git-clone-failure")}
+    )
+    clone = stage.job(pipeline, "clone")
+    gitlab.fail_next("GET", r"/jobs/\d+/trace$", 503, times=None)
+    stage.fail(clone)
+
+    def outage_outlasted() -> None:
+        wait_for(lambda: stage.item().attempts > 6, message="more failures than max_attempts")
+        assert stage.item().phase == "active", stage.item().error
+        gitlab.clear_faults()
+
+    item = stage.run(outage_outlasted)
+    assert (item.phase, item.attempts, item.error) == ("active", 0, None)
+    assert [(o, b) for o, b, _, _ in stage.outcomes()] == [("retried", clone.id)]
+
+
 def test_a_missing_job_is_dropped(stage: CiStage, gitlab: FakeGitLab) -> None:
     pipeline = stage.pipeline()
     gone = stage.history(pipeline, "clone", 1, trace="x\n")

@@ -195,6 +195,27 @@ def test_the_merge_names_the_commit_gitlab_said_was_mergeable(
     assert {**merge.query, **(merge.json or {})}.get("sha") == head, merge
 
 
+def test_a_gitlab_outage_longer_than_the_attempts_does_not_fail_a_reconciled_item(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    """The periodic reconcile of an open MR retries through an outage: the item stays
+    active, its error saying why, and is merged once GitLab answers again."""
+    _, item_id = harness.submit(auto_merge=True)
+    iid = harness.settled(item_id).mr_iid
+    assert iid is not None
+    max_attempts = harness.manager.config.processing.max_attempts
+    gitlab.fail_next("GET", rf"/merge_requests/{iid}$", 503, times=None)
+    harness.due_now(item_id, "needs_reconcile")
+    wait_for(lambda: harness.item(item_id).attempts > max_attempts + 1, message="outage outlasted")
+    waiting = harness.item(item_id)
+    assert waiting.phase == "active", waiting.error
+    assert "reconcile_mr: GitLab answered 503" in (waiting.error or "")
+
+    gitlab.clear_faults()
+    wait_for(lambda: harness.item(item_id).phase == "completed", message="merged after it")
+    assert gitlab.merge_request(PROJECT, iid).state == "merged"
+
+
 def test_reconcile_restores_drifted_title_and_follows_a_merge_on_gitlab(
     harness: Harness, gitlab: FakeGitLab
 ) -> None:

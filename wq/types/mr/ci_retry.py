@@ -16,8 +16,9 @@ through the list (oldest build first, each build id once) and decides each job:
 
 A 404 drops the job. A transient failure (5xx, 429, timeout) keeps the job: when
 nothing was retried in this run the action fails with RetryLater (the engine retries it
-with backoff, nothing is lost); when something was, the run is kept (its retries stay
-audited) and the dimension stays due, so the next run comes at once. Every retry, skip,
+with backoff for as long as GitLab fails, never failing the item for it); when
+something was, the run is kept (its retries stay audited) and the dimension stays due,
+so the next run comes at once. Every retry, skip,
 report and deferral is audited with its reason and matcher and counted per matcher.
 """
 
@@ -311,7 +312,10 @@ def retry_ci_jobs(ctx: ActionContext) -> None:
     seen = _jobs(item.status(DIMENSION))
     kept = [job for job in seen if run.handle(job)]
     if run.transient is not None and run.retried == 0:
-        raise RetryLater(str(run.transient), retry_after=run.transient.retry_after)
+        # The MR is open: its jobs are retried once GitLab answers, however long that takes.
+        raise RetryLater(
+            str(run.transient), retry_after=run.transient.retry_after, keep_trying=True
+        )
     run.write()
     # Jobs a build event added meanwhile stay for the next run.
     done = {job["build_id"] for job in seen}

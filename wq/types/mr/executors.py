@@ -305,10 +305,14 @@ def check_empty_diff(ctx: ActionContext) -> None:
 
 
 def reconcile_mr(ctx: ActionContext) -> None:
-    """Merge when GitLab says mergeable and auto-merge was asked; fix drifted fields."""
+    """Merge when GitLab says mergeable and auto-merge was asked; fix drifted fields.
+
+    A transient GitLab error is retried with backoff for as long as it lasts: the MR is
+    open, and an outage must not fail the items looking after it.
+    """
     item, settings = _unpack(ctx)
     if item.mr_iid is not None:
-        with translated():
+        with translated(keep_trying=True):
             project = client(settings, item.project).projects.get(item.project, lazy=True)
             mr = project.mergerequests.get(item.mr_iid)
             if _ended(ctx, item, mr):

@@ -92,15 +92,19 @@ def describe(err: BaseException) -> str:
 
 
 @contextmanager
-def translated() -> Iterator[None]:
-    """Turn GitLab and network errors into the engine's retry/fail exceptions."""
+def translated(*, keep_trying: bool = False) -> Iterator[None]:
+    """Turn GitLab and network errors into the engine's retry/fail exceptions.
+
+    `keep_trying`: transient errors never fail the item (a periodic look after an open
+    MR, which a GitLab outage must not end).
+    """
     try:
         yield
     except (GitlabError, requests.exceptions.RequestException) as err:
         message = describe(err)
         if is_transient(err):
             retry_after = retry_after_seen() if isinstance(err, GitlabError) else None
-            raise RetryLater(message, retry_after=retry_after) from None
+            raise RetryLater(message, retry_after=retry_after, keep_trying=keep_trying) from None
         raise PermanentFailure(message) from None
 
 
