@@ -254,6 +254,25 @@ def test_transient_errors_back_off_and_count_as_failures(
         assert ["502" in trigger["error"] for trigger in failures] == [True]
 
 
+def test_an_answer_that_is_not_json_is_retried_not_fatal(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    """A proxy's page in GitLab's place (a maintenance page, a login portal) says
+    nothing of the MR: the action is tried again, and the item is not failed."""
+    gitlab.fail_next("POST", r"/merge_requests$", 200, body="<html>Maintenance</html>")
+    _, item_id = harness.submit()
+    wait_for(lambda: harness.item(item_id).mr_iid is not None, message="created after the page")
+    with harness.store.sessions() as session:
+        failures = session.execute(
+            select(AuditEntry.trigger).where(
+                AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_failed"
+            )
+        ).scalars()
+        assert [trigger["error"] for trigger in failures] == [
+            "ensure_mr: GitLab's answer could not be read (not JSON)"
+        ]
+
+
 @pytest.mark.parametrize(
     ("asked", "waits"), [("30", 30), ("inf", 60), ("1e12", 60), ("3000000000", 60)]
 )

@@ -1,8 +1,8 @@
 """GitLab access for MR executors: python-gitlab clients and error classification.
 
-5xx, timeouts, connection errors and 429 (honouring Retry-After) are transient and
-retried with backoff; 401, 403 and 404 are permanent and end up on the item as a
-readable error. Tokens never appear in messages.
+5xx, timeouts, connection errors, 429 (honouring Retry-After) and answers that are not
+JSON are transient and retried with backoff; 401, 403 and 404 are permanent and end up
+on the item as a readable error. Tokens never appear in messages.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import gitlab
 import requests
-from gitlab.exceptions import GitlabError
+from gitlab.exceptions import GitlabError, GitlabParsingError
 
 from wq.engine.registry import PermanentFailure, RetryLater
 from wq.types.mr.settings import MrSettings
@@ -75,8 +75,14 @@ def retry_after_seen() -> float | None:
 
 
 def is_transient(err: BaseException) -> bool:
-    """True for errors worth retrying later."""
+    """True for errors worth retrying later.
+
+    An answer that is not JSON is one: a proxy's page in GitLab's place (maintenance,
+    a login portal) says nothing of the request, which is tried again.
+    """
     if isinstance(err, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    if isinstance(err, GitlabParsingError):
         return True
     return isinstance(err, GitlabError) and err.response_code in TRANSIENT_CODES
 
@@ -85,6 +91,8 @@ def describe(err: BaseException) -> str:
     """A readable one-line account of a GitLab error, without any token it quotes."""
     if not isinstance(err, GitlabError):
         return f"cannot reach GitLab: {type(err).__name__}"
+    if isinstance(err, GitlabParsingError):
+        return "GitLab's answer could not be read (not JSON)"
     said = f"GitLab answered {err.response_code}: {err.error_message}"
     for token in tuple(_sent_tokens):  # a copy: workers add theirs meanwhile
         said = said.replace(token, "[token]")
