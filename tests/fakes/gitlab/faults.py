@@ -22,6 +22,7 @@ class FaultRule:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     drop: bool = False
+    drip: float = 0.0  # > 0: answer 200 and a byte of body each `drip` seconds, for ever
 
     def matches(self, method: str, path: str) -> bool:
         """Whether the rule applies to this method and raw path."""
@@ -61,6 +62,13 @@ class FaultsMixin(GitLabState):
         """Close the connection without answering (a reset / network failure)."""
         self._add_rule(method, path, times, drop=True)
 
+    def drip_next(
+        self, method: str | None, path: str, *, every: float, times: int | None = 1
+    ) -> None:
+        """Answer 200 at once, then send the body a byte every `every` seconds, never
+        ending it (a server or proxy that stalls without going quiet)."""
+        self._add_rule(method, path, times, drip=every)
+
     def add_latency(
         self, method: str | None, path: str, seconds: float, *, times: int | None = None
     ) -> None:
@@ -84,7 +92,7 @@ class FaultsMixin(GitLabState):
             for rule in list(self._rules):
                 if not rule.matches(method, path):
                     continue
-                is_fault = rule.drop or rule.status is not None
+                is_fault = rule.drop or rule.drip > 0 or rule.status is not None
                 if is_fault and fault is not None:
                     continue
                 if is_fault:

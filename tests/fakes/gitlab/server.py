@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
@@ -106,6 +107,8 @@ class FakeGitLab(
         if response is None:
             return None
         status, payload, extra = response
+        if isinstance(payload, Iterator):
+            return status, {"Content-Type": "application/json", **extra}, payload
         if isinstance(payload, bytes):
             data, content_type = payload, "application/octet-stream"
         elif isinstance(payload, str):
@@ -142,6 +145,9 @@ class FakeGitLab(
             if fault.drop:
                 entry.status = 0
                 return None
+            if fault.drip:
+                entry.status = 200
+                return 200, _dripping(fault.drip), {}
             assert fault.status is not None
             payload = fault.body if fault.body is not None else INJECTED_BODIES.get(fault.status)
             entry.status = fault.status
@@ -264,3 +270,10 @@ class FakeGitLab(
             "Link": ", ".join(links),
         }
         return 200, chunk, headers
+
+
+def _dripping(every: float) -> Iterator[bytes]:
+    """A body that never ends: a space every `every` seconds (until the client leaves)."""
+    while True:
+        yield b" "
+        time.sleep(every)

@@ -273,6 +273,31 @@ def test_an_answer_that_is_not_json_is_retried_not_fatal(
         ]
 
 
+def test_a_gitlab_that_drips_its_answer_holds_a_worker_no_longer_than_the_timeout(
+    store: Store, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read of a byte a second is within the read timeout: only a limit on the
+    whole call frees the worker (and lets the shutdown's bound on a call hold)."""
+    registry = mr_registry(monkeypatch, gitlab_url=gitlab.url, request_timeout_seconds=1)
+    harness = Harness(store, registry)
+    gitlab.drip_next("POST", r"/merge_requests$", every=0.2)
+    harness.manager.start()
+    try:
+        _, item_id = harness.submit()
+        wait_for(lambda: harness.item(item_id).mr_iid is not None, message="created after it")
+    finally:
+        harness.manager.stop(grace=2)
+    with harness.store.sessions() as session:
+        failures = session.execute(
+            select(AuditEntry.trigger).where(
+                AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_failed"
+            )
+        ).scalars()
+        assert [trigger["error"] for trigger in failures] == [
+            "ensure_mr: cannot reach GitLab: no whole answer within 1 s"
+        ]
+
+
 @pytest.mark.parametrize(
     ("asked", "waits"), [("30", 30), ("inf", 60), ("1e12", 60), ("3000000000", 60)]
 )

@@ -17,6 +17,7 @@ import requests
 from gitlab.exceptions import GitlabError, GitlabParsingError
 
 from wq.engine.registry import PermanentFailure, RetryLater
+from wq.types.mr.call_deadline import CallTimeout, DeadlineSession
 from wq.types.mr.settings import MrSettings
 
 TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
@@ -61,6 +62,7 @@ def client(settings: MrSettings, project: str) -> gitlab.Gitlab:
         private_token=token,
         timeout=settings.request_timeout_seconds,
         retry_transient_errors=False,
+        session=DeadlineSession(settings.request_timeout_seconds),
     )
 
 
@@ -89,6 +91,8 @@ def is_transient(err: BaseException) -> bool:
 
 def describe(err: BaseException) -> str:
     """A readable one-line account of a GitLab error, without any token it quotes."""
+    if isinstance(err, CallTimeout):
+        return f"cannot reach GitLab: {err}"
     if not isinstance(err, GitlabError):
         return f"cannot reach GitLab: {type(err).__name__}"
     if isinstance(err, GitlabParsingError):
