@@ -269,3 +269,29 @@ def test_a_running_job_outlives_an_api_outage(
         fake.finish(run_id, succeeded=True, log="fixed\n")
         done = wait(lambda: (t := task(runtime, item["id"])).phase != "active" and t, message="x")
     assert done.phase == "completed", done.error
+
+
+def test_a_cancel_outlasts_an_api_outage(
+    store: Store, tmp_path: Path, fake: FakeKubernetes
+) -> None:
+    """A cancel that cannot reach the API (more tries than `max_attempts`) failed the
+    task, freeing its slot while its Job ran on; now it is tried until the API answers."""
+    kinds = {
+        **KINDS,
+        "issueLifecycle": {"scope": "repository", "runner": "kubernetes", "command": ["agent"]},
+    }
+    runners = {"kubernetes": runner_config(fake, tmp_path)}
+    with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (runtime, client):
+        item = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})
+        run_id = wait(lambda: task(runtime, item["id"]).run_id, message="the Job")
+        fake.down = True
+        assert client.post(f"/api/work-items/{item['id']}/cancel").status_code == 202
+        attempts = runtime.config.processing.max_attempts
+        wait(lambda: task(runtime, item["id"]).attempts > attempts + 1, message="tries")
+        waiting = task(runtime, item["id"])
+        assert waiting.phase == "active", waiting.error
+        assert "cannot reach the run to cancel it" in (waiting.error or "")
+        fake.down = False
+        done = wait(lambda: (t := task(runtime, item["id"])).phase != "active" and t, message="x")
+    assert done.phase == "cancelled", done.error
+    assert run_id in fake.deleted

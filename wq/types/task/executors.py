@@ -206,7 +206,11 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
             runner.cancel(run_id)
             status = runner.poll(run_id)
         except RunnerUnavailable as err:
-            raise RetryLater(f"cannot reach the run to cancel it: {err}") from None
+            # Tried until the runner answers: failing the task would free its slot
+            # while its run may go on.
+            raise RetryLater(
+                f"cannot reach the run to cancel it: {err}", keep_trying=True
+            ) from None
         task.cancel_requested = False
         if task.running:
             # It ended when the cancel came back (a run that ignores TERM is killed
