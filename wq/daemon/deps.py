@@ -123,6 +123,15 @@ class Permit:
     principal: Principal
     permission: str
     item_type: str | None
+    # Granted in some projects only: the handler checks the project (`check_project`).
+    in_some_projects: bool = False
+
+    def check_project(self, project: str) -> None:
+        """403 unless the permission covers this project (a rule limited to projects)."""
+        if self.in_some_projects:
+            authorize(
+                self.request, self.principal, self.permission, self.item_type, project=project
+            )
 
     @property
     def runtime(self) -> Runtime:
@@ -146,11 +155,12 @@ def require(permission: str, item_type: str | None = None) -> Callable[..., Awai
     (for `item_type`, if given), as a `Permit`.
 
     The decision is logged here, before the body is validated (a caller without the
-    permission is refused whatever it sent); the handler audits the allow in the
-    session it commits (`Permit.audit`). One dependency: the caller is authenticated
-    here too (each dependency costs FastAPI's resolution on the event loop, and a
-    session's generator two context managers), and the handler opens its session in
-    its own thread.
+    permission is refused whatever it sent), unless the caller holds it in some
+    projects only: then the handler checks the body's project (`Permit.check_project`).
+    The handler audits the allow in the session it commits (`Permit.audit`). One
+    dependency: the caller is authenticated here too (each dependency costs FastAPI's
+    resolution on the event loop, and a session's generator two context managers), and
+    the handler opens its session in its own thread.
     """
 
     async def check(
@@ -160,6 +170,10 @@ def require(permission: str, item_type: str | None = None) -> Callable[..., Awai
         principal = authenticated_at_once(request)
         if principal is None:
             principal = await run_in_threadpool(authenticate_request, request)
+        if not principal.allows(permission, item_type) and principal.allows_in_some_project(
+            permission, item_type
+        ):
+            return Permit(request, principal, permission, item_type, in_some_projects=True)
         authorize(request, principal, permission, item_type)
         return Permit(request, principal, permission, item_type)
 

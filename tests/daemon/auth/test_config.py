@@ -130,6 +130,15 @@ def test_no_section_means_no_rules() -> None:
             {"groups": ["a"], "permissions": ["read"], "types": ["mr"], "item_types": ["mr"]},
             "authorization.rules[2]: give item_types or types (deprecated), not both",
         ),
+        (
+            {"groups": ["a"], "permissions": ["read", "submit"], "projects": ["group/rpms"]},
+            "authorization.rules[2]: projects limits submit and retry only; grant read in a"
+            " rule without projects",
+        ),
+        (
+            {"groups": ["a"], "permissions": ["submit"], "projects": ["group/../rpms"]},
+            "authorization.rules[2].projects[0]:",
+        ),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )

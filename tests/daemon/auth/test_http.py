@@ -62,6 +62,13 @@ def setup(
                 "permissions": ["submit"],
                 "types": ["chain"],  # the deprecated spelling still works
             },
+            {  # a CI job's token: its own project (and those under it) only
+                "issuer": fake_oidc.issuer,
+                "claims": {"aud": AUD, "project_path": "group/alpha"},
+                "permissions": ["submit", "retry"],
+                "item_types": ["chain"],
+                "projects": ["group/alpha"],
+            },
         ],
         "openshift": {"api_url": fake_openshift.url},
     }
@@ -205,6 +212,35 @@ def test_submit_and_retry_follow_the_rules(setup: Setup) -> None:
         f"/api/work-items/{item_id}/retry", headers={"Authorization": f"Bearer {setup.admin}"}
     )
     assert retry.status_code == 409
+
+
+def test_a_rule_limited_to_projects_acts_on_their_items_only(setup: Setup) -> None:
+    ci = {"Authorization": f"Bearer {setup.jwt(sub='ci', project_path='group/alpha')}"}
+    admin = {"Authorization": f"Bearer {setup.admin}"}
+    post = setup.client.post
+    for project in ("group/alpha", "group/alpha/sub"):
+        created = post("/api/work-items/chain", json={"project": project}, headers=ci)
+        assert created.status_code == 201, created.text
+    own = created.json()["item"]["id"]
+    refused = post("/api/work-items/chain", json={"project": "group/alphabet"}, headers=ci)
+    assert refused.status_code == 403
+    assert refused.json()["error"] == (
+        "ci lacks the 'submit' permission on type 'chain' in project 'group/alphabet'"
+    )
+    foreign = post("/api/work-items/chain", json={"project": "group/beta"}, headers=admin)
+    foreign_id = foreign.json()["item"]["id"]
+    for action in ("cancel", "retry"):
+        answer = post(f"/api/work-items/{foreign_id}/{action}", headers=ci)
+        assert answer.status_code == 403, answer.text
+        assert "in project 'group/beta'" in answer.json()["error"]
+    assert post(f"/api/work-items/{own}/cancel", headers=ci).status_code == 200
+    assert post(f"/api/work-items/{own}/retry", headers=ci).status_code == 200
+    # In bulk the projects are not looked at one by one: nothing is selected.
+    bulk = post("/api/work-items/cancel", json={"project": "group/beta"}, headers=ci)
+    assert bulk.status_code == 200 and bulk.json()["results"] == [], bulk.text
+    shown = setup.get("/api/whoami", setup.jwt(sub="ci", project_path="group/alpha")).json()
+    rule = shown["authorization"]["matching_rules"][-1]
+    assert (rule["permissions"], rule["projects"]) == (["submit", "retry"], ["group/alpha"])
 
 
 def make_refusals(setup: Setup) -> list[str]:

@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from wq.engine.config import Config, ConfigError, Seconds, SecondsOrZero, validation_reason
+from wq.types.project import ProjectPath
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,9 @@ class RuleConfig(_Section):
     claims: dict[str, Any] | None = None
     permissions: Annotated[list[Permission], Field(min_length=1)]
     item_types: list[NonEmptyStr] = Field(default_factory=list)
+    # Limits `submit` and `retry` to items of these projects (each with the projects
+    # under it); empty: every project.
+    projects: list[ProjectPath] = Field(default_factory=list)
 
     @field_validator("issuer")
     @classmethod
@@ -129,6 +133,12 @@ class RuleConfig(_Section):
             raise ValueError("claims belong to issuer rules; a groups rule has none")
         if self.issuer is not None and "aud" not in (self.claims or {}):
             raise ValueError("an issuer rule must constrain aud in claims")
+        if self.projects and "read" in self.permissions:
+            # Lists, counts and pools are filtered by type only: a read limited to some
+            # projects would show the others' items there.
+            raise ValueError(
+                "projects limits submit and retry only; grant read in a rule without projects"
+            )
         return self
 
 

@@ -26,16 +26,40 @@ MAX_TOKEN_LENGTH = 8192
 
 
 @dataclass(frozen=True)
+class ProjectGrant:
+    """Permissions a rule with `projects` grants: on these types (`*`: all), and only
+    on items of these projects or of projects under them."""
+
+    permissions: frozenset[str]
+    item_types: frozenset[str]
+    projects: tuple[str, ...]
+
+    def covers(self, permission: str, item_type: str | None, project: str | None) -> bool:
+        """Whether it grants the permission on the type (any type: None) in the
+        project (some project: None)."""
+        if permission not in self.permissions:
+            return False
+        if item_type is not None and not ({item_type, ALL_TYPES} & self.item_types):
+            return False
+        return project is None or any(
+            project == name or project.startswith(f"{name}/") for name in self.projects
+        )
+
+
+@dataclass(frozen=True)
 class Principal:
     """An authenticated caller and what it may do, per item type (`*` for all).
 
     `claims` holds the claims of a JWT that matter to the rules (for whoami), `rules`
     the public form of the rules that matched (for whoami and the audit trail).
+    `project_grants` are the permissions granted on some projects only: they count
+    where the item's project is known (`allows(..., project=...)`), nowhere else.
     """
 
     identity: str
     tier: str
     permissions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    project_grants: Sequence[ProjectGrant] = ()
     groups: Sequence[str] = ()
     issuer: str | None = None
     claims: Mapping[str, Any] = field(default_factory=dict)
@@ -64,13 +88,30 @@ class Principal:
             return None
         return {name for name, granted in self.permissions.items() if permission in granted}
 
-    def allows(self, permission: str, item_type: str | None = None) -> bool:
-        """True when the permission is granted for the type (or for every type)."""
+    def allows(
+        self, permission: str, item_type: str | None = None, project: str | None = None
+    ) -> bool:
+        """True when the permission is granted for the type (or for every type).
+
+        Without `type`: on some type. Grants limited to some projects count only for
+        an item whose `project` is given.
+        """
         if permission in self.permissions.get(ALL_TYPES, frozenset()):
             return True
         if item_type is None:
-            return any(permission in granted for granted in self.permissions.values())
-        return permission in self.permissions.get(item_type, frozenset())
+            granted = any(permission in held for held in self.permissions.values())
+        else:
+            granted = permission in self.permissions.get(item_type, frozenset())
+        return granted or (
+            project is not None
+            and any(grant.covers(permission, item_type, project) for grant in self.project_grants)
+        )
+
+    def allows_in_some_project(self, permission: str, item_type: str | None = None) -> bool:
+        """True when the permission is granted for the type, if only in some projects."""
+        return self.allows(permission, item_type) or any(
+            grant.covers(permission, item_type, None) for grant in self.project_grants
+        )
 
     def effective_permissions(self, item_types: Sequence[str]) -> dict[str, list[str]]:
         """The sorted permissions held on each of these types (types with none left out)."""

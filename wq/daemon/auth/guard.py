@@ -73,9 +73,14 @@ def authenticate_request(request: Request) -> Principal:
     return principal
 
 
-def _lacks(principal: Principal, permission: str, item_type: str | None) -> str:
+def _lacks(
+    principal: Principal, permission: str, item_type: str | None, project: str | None = None
+) -> str:
     scope = f"on type {item_type!r}" if item_type else "on any type"
-    return f"{principal.identity} lacks the {permission!r} permission {scope}"
+    # The project is named to a caller who holds the permission in other projects.
+    in_others = project is not None and principal.allows_in_some_project(permission, item_type)
+    where = f" in project {project!r}" if in_others else ""
+    return f"{principal.identity} lacks the {permission!r} permission {scope}{where}"
 
 
 def authorize(
@@ -84,24 +89,28 @@ def authorize(
     permission: str,
     item_type: str | None = None,
     *,
+    project: str | None = None,
     session: Session | None = None,
 ) -> None:
-    """403 naming the missing permission unless the caller holds it (for the type, if given).
+    """403 naming the missing permission unless the caller holds it (for the type, if
+    given, and the project of the item concerned, if given).
 
     An allowed state-changing call is audited in `session`'s transaction when given.
     """
-    if not principal.allows(permission, item_type):
-        raise denied(principal, permission, item_type, _lacks(principal, permission, item_type))
+    if not principal.allows(permission, item_type, project):
+        message = _lacks(principal, permission, item_type, project)
+        raise denied(principal, permission, item_type, message)
     allowed(request, principal, permission, item_type, session=session)
 
 
 def authorize_lookup(principal: Principal, permission: str) -> None:
-    """Before an item is looked up: 403 unless the permission is held on some type.
+    """Before an item is looked up: 403 unless the permission is held on some type (if
+    only in some projects).
 
     A caller who may not use the permission at all learns nothing about which ids
     exist. The allow itself is logged by `authorize_item`, once the type is known.
     """
-    if not principal.allows(permission):
+    if not principal.allows_in_some_project(permission):
         raise denied(principal, permission, None, _lacks(principal, permission, None))
 
 
@@ -112,18 +121,20 @@ def authorize_item(
     item_id: uuid.UUID,
     item_type: str,
     *,
+    project: str | None = None,
     session: Session | None = None,
 ) -> None:
-    """The permission on one existing item; refused as 404 when the caller may not read it.
+    """The permission on one existing item (of `project`, for grants limited to some
+    projects); refused as 404 when the caller may not read it.
 
     A caller who may read the item's type is told what it lacks (403); to anyone
     else the item does not exist, exactly as an unknown id (the denial is audited).
     """
-    if principal.allows(permission, item_type):
+    if principal.allows(permission, item_type, project):
         allowed(request, principal, permission, item_type, session=session, item_id=item_id)
         return
     if principal.allows("read", item_type):
-        message, status = _lacks(principal, permission, item_type), 403
+        message, status = _lacks(principal, permission, item_type, project), 403
     else:
         message, status = f"work item {item_id} not found", 404
     raise denied(principal, permission, item_type, message, status=status, item_id=item_id)

@@ -7,7 +7,8 @@ coercion, ignoring the case of ASCII letters only, so `project_id: 42` matches `
 and `ref_protected: true` matches `"True"`, while Unicode lookalikes never match ASCII
 (the long s U+017F is not `s`, U+00DF is not `ss`, the Kelvin sign U+212A is not `k`);
 a claim missing from the token fails the rule. Callers get the union of what their matching rules
-grant, and nothing when none matches.
+grant, and nothing when none matches. A rule with `projects` grants `submit` and
+`retry` on items of those projects only (a CI job's token acts on its own project).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wq.daemon.auth.config import RuleConfig
-from wq.daemon.auth.core import ALL_TYPES, Principal
+from wq.daemon.auth.core import ALL_TYPES, Principal, ProjectGrant
 
 # str.lower and str.casefold also map non-ASCII characters onto ASCII (the Kelvin sign
 # to `k`, the long s to `s`, the sharp s to `ss`): a lookalike claim would match a rule.
@@ -54,6 +55,7 @@ class Rule:
     index: int
     permissions: tuple[str, ...]
     item_types: tuple[str, ...] = ()
+    projects: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     issuer: str | None = None
     claims: Mapping[str, Any] = field(default_factory=dict)
@@ -67,6 +69,7 @@ class Rule:
             index=index,
             permissions=tuple(dict.fromkeys(config.permissions)),
             item_types=tuple(dict.fromkeys(config.item_types)),
+            projects=tuple(dict.fromkeys(config.projects)),
             groups=tuple(config.groups or ()),
             issuer=config.issuer,
             claims=claims,
@@ -87,9 +90,20 @@ class Rule:
         )
 
     def grants(self) -> dict[str, frozenset[str]]:
-        """The permissions per item type this rule grants (`*` when it names none)."""
+        """The permissions per item type this rule grants on every project (`*` when it
+        names no type; none when it is limited to some projects)."""
+        if self.projects:
+            return {}
         permissions = frozenset(self.permissions)
         return {name: permissions for name in self.item_types or (ALL_TYPES,)}
+
+    def project_grant(self) -> ProjectGrant | None:
+        """What the rule grants when it is limited to some projects."""
+        if not self.projects:
+            return None
+        return ProjectGrant(
+            frozenset(self.permissions), frozenset(self.item_types or (ALL_TYPES,)), self.projects
+        )
 
     def public(self) -> dict[str, Any]:
         """The rule as whoami shows it (the config's shape; `item_types: []` means all)."""
@@ -98,7 +112,13 @@ class Rule:
             if self.issuer is None
             else {"issuer": self.issuer, "claims": dict(self.claims)}
         )
-        return {**who, "permissions": list(self.permissions), "item_types": list(self.item_types)}
+        shown = {**who, "permissions": list(self.permissions), "item_types": list(self.item_types)}
+        return {**shown, "projects": list(self.projects)} if self.projects else shown
+
+
+def project_grants(rules: Iterable[Rule]) -> tuple[ProjectGrant, ...]:
+    """What the rules limited to some projects grant."""
+    return tuple(grant for rule in rules if (grant := rule.project_grant()) is not None)
 
 
 def union(rules: Iterable[Rule]) -> dict[str, frozenset[str]]:
@@ -156,6 +176,7 @@ class RuleSet:
             identity=identity,
             tier=tier,
             permissions=union(matching),
+            project_grants=project_grants(matching),
             groups=tuple(groups),
             rules=tuple(rule.public() for rule in matching),
         )
@@ -175,6 +196,7 @@ class RuleSet:
             identity=identity,
             tier=tier,
             permissions=union(matching),
+            project_grants=project_grants(matching),
             issuer=issuer,
             claims=self.relevant_claims(issuer_names, claims),
             rules=tuple(rule.public() for rule in matching),

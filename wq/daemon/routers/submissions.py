@@ -51,6 +51,7 @@ def _endpoint(item_type: ItemType) -> Any:
     async def create_item(
         payload: Any, permit: Annotated[Permit, Depends(require("submit", item_type.name))]
     ) -> Response:
+        permit.check_project(submission.project_of(payload))
         reads: LoopReads | None = permit.request.app.state.loop_reads
         if reads is not None and submission.unchanged is not None:
             found = await unchanged_on_loop(reads, submission.unchanged, payload, permit.record())

@@ -308,7 +308,9 @@ def retry_item(
     item = session.get(WorkItem, item_id)
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
-    authorize_item(request, principal, "retry", item.id, item.type, session=session)
+    authorize_item(
+        request, principal, "retry", item.id, item.type, project=item.project, session=session
+    )
     item = item_service.retry(
         session, item_id, registry=runtime.registry, now=utcnow(), actor=principal.actor
     )
@@ -346,7 +348,9 @@ def cancel_item(
     item = session.get(WorkItem, item_id)
     if item is None:
         raise item_service.ItemNotFound(str(item_id))
-    authorize_item(request, principal, "retry", item.id, item.type, session=session)
+    authorize_item(
+        request, principal, "retry", item.id, item.type, project=item.project, session=session
+    )
     action, item = item_service.cancel(
         session, item_id, registry=runtime.registry, now=utcnow(), actor=principal.actor
     )
