@@ -326,6 +326,43 @@ def test_callers_with_no_keys_share_one_fetch_and_its_failure(
     assert outcome(auth, token) == "x"
 
 
+def test_a_fetch_that_hangs_holds_no_other_caller_for_long(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer
+) -> None:
+    """With no keys held, callers coming while a fetch hangs are told to try again
+    after a short wait, not held (each with a request thread) until it times out."""
+    token = fake_oidc.token(sub="x", aud=AUD)
+    fake_oidc.gate = threading.Event()
+    try:
+        first, _ = in_threads(1, lambda: outcome(auth, token))
+        wait_for(lambda: fake_oidc.count(DISCOVERY_PATH) == 1, message="the discovery fetch")
+        assert (
+            outcome(auth, token) == f"the keys of issuer {fake_oidc.issuer} are still being fetched"
+        )
+    finally:
+        fake_oidc.gate.set()
+    first[0].join(timeout=10)
+    assert outcome(auth, token) == "x"
+
+
+def test_an_issuer_failing_again_and_again_is_asked_less_and_less_often(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer, clock: Clock
+) -> None:
+    """Each failure in a row is remembered twice as long: tokens naming a dead issuer
+    do not start a fetch (and its timeout) every second."""
+    token = fake_oidc.token(sub="x", aud=AUD)
+    fake_oidc.fail_next(DISCOVERY_PATH, 502, count=3)
+    for wait in (0, FAILURE_MEMORY_SECONDS, 2 * FAILURE_MEMORY_SECONDS):
+        clock.advance(wait)
+        assert "HTTP 502" in outcome(auth, token)
+    assert fake_oidc.count(DISCOVERY_PATH) == 3
+    clock.advance(2 * FAILURE_MEMORY_SECONDS)  # the third failure is remembered for 4 s
+    assert "HTTP 502" in outcome(auth, token)
+    assert fake_oidc.count(DISCOVERY_PATH) == 3
+    clock.advance(2 * FAILURE_MEMORY_SECONDS)
+    assert outcome(auth, token) == "x"
+
+
 def test_a_held_key_is_used_while_a_refetch_hangs(
     auth: Authenticator, fake_oidc: FakeOidcIssuer, clock: Clock
 ) -> None:

@@ -57,8 +57,15 @@ def fits(jwk: dict[str, Any], alg: str) -> bool:
 
 
 # A fetch that failed while no keys are held answers the callers of the next second
-# too: each would otherwise wait out a timeout of its own, one after another.
+# too: each would otherwise wait out a timeout of its own, one after another. Each
+# failure in a row doubles that (up to FAILURE_MEMORY_MAX_SECONDS): anyone can send a
+# token naming the issuer, and each fetch of an issuer that hangs holds a request
+# thread for the whole timeout.
 FAILURE_MEMORY_SECONDS = 1.0
+FAILURE_MEMORY_MAX_SECONDS = 30.0
+# While no keys are held, a caller waits this long at most for the fetch under way
+# (503 after it): a fetch that hangs must not hold every request thread with it.
+FETCH_WAIT_SECONDS = 1.0
 
 
 class _KeySet:
@@ -137,6 +144,7 @@ class KeySource:
         self._cond = threading.Condition()
         self._fetching = False  # a fetch is under way (its thread alone changes the state)
         self._failure: tuple[float, AuthenticationUnavailable] | None = None
+        self._failures_in_row = 0
         self._jwks_uri: str | None = None
         self._held = _KeySet([])
         self._next_refresh: float | None = None
@@ -185,6 +193,7 @@ class KeySource:
     def _fetch_if(self, wanted: Callable[[float], bool], fetch: Callable[[float], None]) -> None:
         """Run `fetch` while `wanted` holds, one at a time. While another runs, return
         at once when keys are held (the caller uses them), else wait for its outcome."""
+        waited_until = time.monotonic() + FETCH_WAIT_SECONDS
         with self._cond:
             while True:
                 now = self._clock()
@@ -194,10 +203,16 @@ class KeySource:
                     break
                 if self._held.keys and self._issuer is not None:
                     return
-                self._cond.wait(timeout=1.0)
+                left = waited_until - time.monotonic()
+                if left <= 0:
+                    raise AuthenticationUnavailable(
+                        f"the keys of issuer {self.name} are still being fetched"
+                    )
+                self._cond.wait(timeout=left)
             if self._failure is not None and not self._held.keys:
                 failed_at, failure = self._failure
-                if now - failed_at < FAILURE_MEMORY_SECONDS:
+                memory = FAILURE_MEMORY_SECONDS * 2.0 ** min(self._failures_in_row - 1, 10)
+                if now - failed_at < min(memory, FAILURE_MEMORY_MAX_SECONDS):
                     raise AuthenticationUnavailable(str(failure))
             self._fetching = True
         failed: AuthenticationUnavailable | None = None
@@ -210,6 +225,7 @@ class KeySource:
             with self._cond:
                 self._fetching = False
                 self._failure = None if failed is None else (self._clock(), failed)
+                self._failures_in_row = 0 if failed is None else self._failures_in_row + 1
                 self._cond.notify_all()
 
     def _refresh_due(self, now: float) -> bool:
