@@ -158,6 +158,25 @@ def test_the_local_daemons_token_is_found_as_localhost_too(tmp_path: Path) -> No
     assert loopback_alias("https://wq.example.com") is None
 
 
+@pytest.mark.parametrize("spoilt", ["readable by others", "expired", "not JSON"])
+def test_a_localhost_login_that_cannot_be_used_is_not_replaced_by_the_local_token(
+    tmp_path: Path, spoilt: str
+) -> None:
+    """Someone logged in as themselves at `localhost` whose file went bad is told so,
+    not quietly given the local daemon's token (every permission, as `local`)."""
+    cache = TokenCache(tmp_path)
+    cache.store("http://127.0.0.1:8080", "the-local-token", ttl_seconds=None)
+    path = cache.store("http://localhost:8080", "alices-login")
+    if spoilt == "readable by others":
+        path.chmod(0o644)
+    elif spoilt == "expired":
+        cache.store("http://localhost:8080", "alices-login", ttl_seconds=-1)
+    else:
+        path.write_text("{")
+    with pytest.raises(AuthenticationRequired):
+        Credentials("http://localhost:8080", cache=cache, login=None, environ={}).current()
+
+
 def test_a_token_file_others_can_read_is_not_used(tmp_path: Path) -> None:
     """wq writes 0600: a file others can read has been changed, and its token may have
     been read; it is named, not used (as ssh refuses a key others can read)."""

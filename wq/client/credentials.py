@@ -149,6 +149,10 @@ class Credentials:
         server = self.server
         cached = self.cache.load(server)
         if cached is None:
+            if self.cache.path_for(server).exists():
+                # A login of this spelling, expired or spoilt: said as such (or renewed),
+                # never quietly replaced by the local daemon's token.
+                return None
             # The local daemon writes its token under the address it listens on
             # (127.0.0.1); `localhost` is the same daemon to whoever types it.
             server = loopback_alias(server) or server
