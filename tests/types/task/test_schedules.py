@@ -7,13 +7,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from tests.conftest import Store, make_config
 from tests.types.task.helpers import task_settings
+from wq.engine.config import ConfigError
 from wq.engine.models import WorkItem
 from wq.engine.registry import TickContext, TypeRegistry
-from wq.types.task import TaskRuntime, register
+from wq.types.task import TaskRuntime, register, schedules
 from wq.types.task.models import TaskItem, TaskScheduleTick
 from wq.types.task.schedules import latest_tick, produce
 
@@ -125,3 +127,65 @@ def test_two_replicas_make_one_task_per_tick(store: Store, tmp_path: Path) -> No
     with store.sessions() as session:
         count = len(list(session.execute(select(WorkItem.id)).scalars()))
     assert count == 7  # six 5-minute ticks and one hourly
+
+
+STRICT = {
+    "scope": "project",
+    "command": ["/bin/true"],
+    "payload_schema": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"n": {"type": "integer"}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "key", "reason"),
+    [
+        (
+            {"project": "sched", "kind": "strict", "cron": "* * * * *", "payload": {"n": 1}},
+            "schedules.0.payload",
+            "payload: Additional properties are not allowed ('source', 'tick' were unexpected)"
+            " (the kind's payload_schema, with `source` and `tick` added)",
+        ),
+        (
+            {"project": "../x", "kind": "echo", "cron": "* * * * *"},
+            "schedules.0.project",
+            "",
+        ),
+        (
+            {"project": "sched", "kind": "echo", "cron": "* * * * *", "payload": {"tick": 1}},
+            "schedules.0.payload",
+            "tick: set by the schedule on each task it makes",
+        ),
+    ],
+)
+def test_a_schedule_that_could_never_make_its_task_refuses_the_start(
+    tmp_path: Path, schedule: dict[str, Any], key: str, reason: str
+) -> None:
+    """It failed on every tick instead, with a traceback, and the schedules after it
+    never made anything."""
+    settings = task_settings(tmp_path / "runs", schedules=[schedule])
+    settings["kinds"] = {**settings["kinds"], "strict": STRICT}
+    with pytest.raises(ConfigError) as refused:
+        register(TypeRegistry(), settings, source="test")
+    assert f"handled_types.task.{key}: {reason}" in str(refused.value)
+
+
+def test_a_schedule_whose_task_fails_holds_back_no_other(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry, config, bundle = setup(store, tmp_path)
+    made = schedules.submit_task
+
+    def failing_for_echo(session: Any, create: Any, **kwargs: Any) -> Any:
+        if create.kind == "echo":
+            raise RuntimeError("the database refused it")
+        return made(session, create, **kwargs)
+
+    monkeypatch.setattr(schedules, "submit_task", failing_for_echo)
+    context = TickContext(store.sessions, registry, config, at(5, 0, 10))
+    assert [made.outcome for made in produce(context, bundle.settings)] == ["created"]
+    assert [task.kind for task in tasks(store)] == ["review"]
+    assert "not produced: the database refused it" in caplog.text

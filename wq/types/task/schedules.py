@@ -89,6 +89,11 @@ def produce(tick: TickContext, settings: TaskSettings) -> list[Produced]:
                 row.outcome = result.outcome
         except IntegrityError:
             continue  # another replica produced this tick
+        except Exception as err:
+            # One schedule whose task cannot be made (refused, or the database failing
+            # on it) does not hold back the others; it is tried again next interval.
+            log.warning("schedule %s: tick %s not produced: %s", key, due, err)
+            continue
         TICKS.of(tick.sessions).labels(
             project=schedule.project, kind=schedule.kind, outcome=result.outcome
         ).inc()

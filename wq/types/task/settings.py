@@ -25,6 +25,7 @@ from wq.engine.config import (
     secret_problem,
     validation_reason,
 )
+from wq.types.project import ProjectPath
 from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -180,11 +181,23 @@ class GrafanaConfig(_Strict):
 class ScheduleConfig(_Strict):
     """A cron schedule producing autonomous tasks of one kind for one project."""
 
-    project: Annotated[str, Field(min_length=1)]
+    project: Annotated[ProjectPath, Field(max_length=512)]
     kind: Name
     cron: Annotated[str, Field(min_length=1)]
-    repository: str | None = None
+    repository: Annotated[ProjectPath, Field(max_length=512)] | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("payload")
+    @classmethod
+    def _keys_of_its_own(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        taken = sorted(SCHEDULE_KEYS & payload.keys())
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: set by the schedule on each task it makes")
+        return payload
+
+
+# What a schedule adds to the payload of each task it makes.
+SCHEDULE_KEYS = frozenset({"source", "tick"})
 
 
 class IssueRule(_Strict):
@@ -292,6 +305,12 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
 
         if not croniter.is_valid(schedule.cron):
             raise _fail(prefix, f"{where}.cron", f"not a cron expression: {schedule.cron!r}")
+        # Checked as each tick's task will be, with what the schedule adds to it.
+        example = {**schedule.payload, "source": "schedule", "tick": "2026-01-01T00:00:00+00:00"}
+        problems = settings.kinds[schedule.kind].payload_problems(example)
+        if problems:
+            reason = f"{problems[0]} (the kind's payload_schema, with `source` and `tick` added)"
+            raise _fail(prefix, f"{where}.payload", reason)
     for index, rule in enumerate(settings.issue_rules):
         where = f"issue_rules.{index}"
         if rule.kind not in settings.kinds:
