@@ -366,7 +366,9 @@ def test_a_run_lost_from_another_process_says_replicas_must_share_the_runs_dir(
                     os.killpg(int(pids["pgid"]), signal.SIGKILL)
         lost = task(runtime, theirs["id"]).error or ""
         assert lost.startswith(f"the run was lost: no run directory {run_dirs[1]}")
-        assert "started by other-host:7, another process: replicas must share" in lost
+        assert (
+            "started by other-host:7, another process: replicas on one machine must share" in lost
+        )
         assert "handled_types.task.runners.command.runs_dir" in lost
         # A run this process started and lost is said to be lost, nothing more.
         assert "replicas" not in (task(runtime, ours["id"]).error or "")

@@ -47,7 +47,7 @@ def _elsewhere(task: TaskItem, ctx: ActionContext, status: RunStatus) -> str:
     ):
         return ""
     return (
-        f" (started by {started_in}, another process: replicas must share"
+        f" (started by {started_in}, another process: replicas on one machine must share"
         " handled_types.task.runners.command.runs_dir)"
     )
 
