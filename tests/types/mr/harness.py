@@ -78,6 +78,16 @@ class Harness:
             )
         sweep_once(self.store.sessions, self.registry, self.manager.config)
 
+    def failures(self, item_id: uuid.UUID) -> list[str]:
+        """The errors of the item's failed actions, oldest first."""
+        with self.store.sessions() as session:
+            triggers = session.execute(
+                select(AuditEntry.trigger)
+                .where(AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_failed")
+                .order_by(AuditEntry.id)
+            ).scalars()
+            return [trigger["error"] for trigger in triggers]
+
     def actions(self, item_id: uuid.UUID) -> list[str]:
         with self.store.sessions() as session:
             triggers = session.execute(

@@ -245,13 +245,7 @@ def test_transient_errors_back_off_and_count_as_failures(
     item = harness.item(item_id)
     # The 502 was counted; the success after it ended the run of failures.
     assert (item.attempts, item.error) == (0, None)
-    with harness.store.sessions() as session:
-        failures = session.execute(
-            select(AuditEntry.trigger).where(
-                AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_failed"
-            )
-        ).scalars()
-        assert ["502" in trigger["error"] for trigger in failures] == [True]
+    assert ["502" in error for error in harness.failures(item_id)] == [True]
 
 
 def test_an_answer_that_is_not_json_is_retried_not_fatal(
@@ -262,15 +256,7 @@ def test_an_answer_that_is_not_json_is_retried_not_fatal(
     gitlab.fail_next("POST", r"/merge_requests$", 200, body="<html>Maintenance</html>")
     _, item_id = harness.submit()
     wait_for(lambda: harness.item(item_id).mr_iid is not None, message="created after the page")
-    with harness.store.sessions() as session:
-        failures = session.execute(
-            select(AuditEntry.trigger).where(
-                AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_failed"
-            )
-        ).scalars()
-        assert [trigger["error"] for trigger in failures] == [
-            "ensure_mr: GitLab's answer could not be read (not JSON)"
-        ]
+    assert harness.failures(item_id) == ["ensure_mr: GitLab's answer could not be read (not JSON)"]
 
 
 def test_a_gitlab_that_drips_its_answer_holds_a_worker_no_longer_than_the_timeout(
@@ -287,15 +273,9 @@ def test_a_gitlab_that_drips_its_answer_holds_a_worker_no_longer_than_the_timeou
         wait_for(lambda: harness.item(item_id).mr_iid is not None, message="created after it")
     finally:
         harness.manager.stop(grace=2)
-    with harness.store.sessions() as session:
-        failures = session.execute(
-            select(AuditEntry.trigger).where(
-                AuditEntry.work_item_id == item_id, AuditEntry.event_type == "action_failed"
-            )
-        ).scalars()
-        assert [trigger["error"] for trigger in failures] == [
-            "ensure_mr: cannot reach GitLab: no whole answer within 1 s"
-        ]
+    assert harness.failures(item_id) == [
+        "ensure_mr: cannot reach GitLab: no whole answer within 1 s"
+    ]
 
 
 @pytest.mark.parametrize(
