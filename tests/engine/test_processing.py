@@ -151,11 +151,12 @@ def test_abandoned_lease_is_reclaimed_and_finished_once(store: Store, managers: 
 
 
 def test_heartbeat_keeps_a_long_action_leased(store: Store, managers: list[Any]) -> None:
-    # Three leases long. A lease of 0.45 s once lapsed under a loaded machine (SQLite
-    # heartbeats wait for the write lock): 0.9 s leaves a heartbeat more slack.
-    behaviour = Behaviour(sleep={"step1": 2.7})
-    manager = start(store, managers, behaviour, "holder", processing={"lease_seconds": 0.9})
-    start(store, managers, behaviour, "rival", processing={"lease_seconds": 0.9})
+    # Three leases long. Leases of 0.45 s and of 0.9 s lapsed under a loaded machine
+    # (the whole suite on two cores; SQLite heartbeats wait for the write lock): 1.5 s
+    # leaves a heartbeat (every third of a lease) more slack.
+    behaviour = Behaviour(sleep={"step1": 4.5})
+    manager = start(store, managers, behaviour, "holder", processing={"lease_seconds": 1.5})
+    start(store, managers, behaviour, "rival", processing={"lease_seconds": 1.5})
     item_id = submit(store.sessions, manager.registry, manager.config).item.id  # type: ignore[union-attr]
     wait_for(lambda: behaviour.actions_of(item_id), message="step1 started")
     seen = set()
