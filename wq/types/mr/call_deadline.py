@@ -116,8 +116,9 @@ def _attach_to_current(sock: socket.socket | None) -> None:
         call.attach(sock)
 
 
-class _WatchedHTTPConnection(HTTPConnection):
-    """A connection whose socket the calling thread's call may shut down."""
+class _Watched(HTTPConnection):
+    """A connection whose socket the calling thread's call may shut down (HTTP and,
+    mixed in first, HTTPS)."""
 
     def connect(self) -> None:
         super().connect()
@@ -128,20 +129,12 @@ class _WatchedHTTPConnection(HTTPConnection):
         super().request(*args, **kwargs)
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
+class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
     """The TLS connection likewise."""
-
-    def connect(self) -> None:
-        super().connect()
-        _attach_to_current(self.sock)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _attach_to_current(self.sock)
-        super().request(*args, **kwargs)
 
 
 class _WatchedHTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
+    ConnectionCls = _Watched
 
 
 class _WatchedHTTPSConnectionPool(HTTPSConnectionPool):
