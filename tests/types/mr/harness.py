@@ -52,6 +52,13 @@ class Harness:
             assert result.item_id is not None
             return result.outcome, result.item_id
 
+    def opened(self, **overrides: Any) -> tuple[uuid.UUID, int]:
+        """Submit an item and wait until its MR is open: the item's id and the MR's iid."""
+        _, item_id = self.submit(**overrides)
+        iid = self.settled(item_id).mr_iid
+        assert iid is not None
+        return item_id, iid
+
     def item(self, item_id: uuid.UUID) -> MrItem:
         with self.store.sessions() as session:
             item = session.get(WorkItem, item_id)

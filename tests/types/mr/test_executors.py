@@ -54,9 +54,7 @@ def test_no_dashboard_configured_means_no_note(
 def test_update_force_pushes_and_keeps_gitlabs_draft_state(
     harness: Harness, gitlab: FakeGitLab
 ) -> None:
-    _, item_id = harness.submit(draft=True)
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened(draft=True)
     assert gitlab.merge_request(PROJECT, iid).title == "Draft: Sync sources"
 
     new = [{"action": "update", "file_path": "sources", "content": "v3\n"}]
@@ -92,9 +90,7 @@ def test_empty_diff_before_creation_cancels_without_an_mr(
 
 
 def test_empty_after_force_push_closes_the_mr(harness: Harness, gitlab: FakeGitLab) -> None:
-    _, item_id = harness.submit()
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened()
     same = [{"action": "update", "file_path": "sources", "content": "v1\n"}]
     assert harness.submit(file_actions=same)[0] == "updated"
     wait_for(lambda: harness.item(item_id).phase == "cancelled", message="cancelled")
@@ -109,9 +105,7 @@ def test_an_empty_check_after_a_merge_it_missed_completes_the_item(
 ) -> None:
     """Merged on GitLab and the event missed: the merge deleted the source branch, whose
     compare is a 404. The check finds the MR merged first, rather than failing on it."""
-    _, item_id = harness.submit()
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened()
     gitlab.update_merge_request(PROJECT, iid, state="merged")
     assert "wq/sync-1" not in gitlab.project(PROJECT).branches
     harness.due_now(item_id, "needs_empty_check")
@@ -121,9 +115,7 @@ def test_an_empty_check_after_a_merge_it_missed_completes_the_item(
 
 
 def test_check_empty_diff_cycle_and_transient_errors(harness: Harness, gitlab: FakeGitLab) -> None:
-    _, item_id = harness.submit()
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened()
 
     gitlab.fail_next("GET", r"/repository/compare", 503)
     harness.due_now(item_id, "needs_empty_check")
@@ -167,9 +159,7 @@ def test_a_merge_gitlab_refuses_for_now_leaves_the_item_active(
 ) -> None:
     """GitLab refuses a merge in a race (a pipeline started, the branch moved, a
     conflict, merged meanwhile): the item is reconciled again, not failed."""
-    _, item_id = harness.submit(auto_merge=True)
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened(auto_merge=True)
     gitlab.fail_next("PUT", r"/merge$", refusal)
     harness.due_now(item_id, "needs_reconcile")
     refused = harness.settled(item_id)
@@ -185,9 +175,7 @@ def test_the_merge_names_the_commit_gitlab_said_was_mergeable(
 ) -> None:
     # Without the commit, GitLab merges whatever the branch holds by then: a push between
     # the look and the merge would go in unchecked. With it, GitLab refuses (409).
-    _, item_id = harness.submit(auto_merge=True)
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened(auto_merge=True)
     head = gitlab.merge_request(PROJECT, iid).sha
     harness.due_now(item_id, "needs_reconcile")
     wait_for(lambda: harness.item(item_id).phase == "completed", message="merged")
@@ -200,9 +188,7 @@ def test_a_gitlab_outage_longer_than_the_attempts_does_not_fail_a_reconciled_ite
 ) -> None:
     """The periodic reconcile of an open MR retries through an outage: the item stays
     active, its error saying why, and is merged once GitLab answers again."""
-    _, item_id = harness.submit(auto_merge=True)
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened(auto_merge=True)
     max_attempts = harness.manager.config.processing.max_attempts
     gitlab.fail_next("GET", rf"/merge_requests/{iid}$", 503, times=None)
     harness.due_now(item_id, "needs_reconcile")
@@ -219,9 +205,7 @@ def test_a_gitlab_outage_longer_than_the_attempts_does_not_fail_a_reconciled_ite
 def test_reconcile_restores_drifted_title_and_follows_a_merge_on_gitlab(
     harness: Harness, gitlab: FakeGitLab
 ) -> None:
-    _, item_id = harness.submit()
-    iid = harness.settled(item_id).mr_iid
-    assert iid is not None
+    item_id, iid = harness.opened()
     gitlab.update_merge_request(PROJECT, iid, title="Someone renamed it", description="x")
     harness.due_now(item_id, "needs_reconcile")
     harness.settled(item_id)
