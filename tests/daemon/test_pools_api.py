@@ -230,3 +230,34 @@ def test_pools_and_queue_show_items_backing_off_and_failed_counts(
     assert entries[str(queued)]["run_after"] is None
     one = client.get("/api/pools/team/app").json()
     assert (one["backing_off"], one["failed"]) == (2, 1)
+
+
+def test_dedup_keys_of_one_project_do_not_touch_another_projects_items(
+    pooled: tuple[Runtime, TestClient],
+) -> None:
+    # A caller allowed to submit to one project must not be able to turn another
+    # project's submission (an alert, say) into a dedup hit against its own item.
+    _, client = pooled
+    mine = client.post("/api/work-items/chain", json={"project": "team/app", "dedup_key": "k1"})
+    theirs = client.post("/api/work-items/chain", json={"project": "infra/dns", "dedup_key": "k1"})
+    assert (mine.status_code, theirs.status_code) == (201, 201), theirs.text
+    assert theirs.json()["action"] == "created"
+    assert theirs.json()["item"]["project"] == "infra/dns"
+
+
+def test_retry_of_an_item_whose_key_a_newer_item_holds_is_409(
+    pooled: tuple[Runtime, TestClient],
+) -> None:
+    runtime, client = pooled
+    body = {"project": "team/app", "dedup_key": "k1"}
+    first = client.post("/api/work-items/chain", json=body).json()["item"]["id"]
+    with runtime.sessions.begin() as session:
+        item = session.get(WorkItem, uuid.UUID(first))
+        assert item is not None
+        set_phase(session, item, "failed", actor="test", trigger={"source": "test"})
+    second = client.post("/api/work-items/chain", json=body)
+    assert second.json()["action"] == "created"
+    response = client.post(f"/api/work-items/{first}/retry")
+    assert response.status_code == 409, response.text
+    assert second.json()["item"]["id"] in response.json()["error"]
+    assert client.get(f"/api/work-items/{first}").json()["phase"] == "failed"

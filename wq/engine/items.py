@@ -161,10 +161,35 @@ def count_phase(session: Session, item_type: str, phase: str) -> None:
     )
 
 
-def _find_active_by_dedup_key(session: Session, dedup_key: str) -> WorkItem | None:
+def _active_with_dedup_key(session: Session, item: WorkItem) -> WorkItem | None:
+    """The active item holding this item's dedup key: keys are scoped by type and project."""
     return session.execute(
-        select(WorkItem).where(WorkItem.dedup_key == dedup_key, WorkItem.phase == inline(ACTIVE))
+        select(WorkItem).where(
+            WorkItem.type == item.type,
+            WorkItem.project == item.project,
+            WorkItem.dedup_key == item.dedup_key,
+            WorkItem.phase == inline(ACTIVE),
+            WorkItem.id != item.id,
+        )
     ).scalar_one_or_none()
+
+
+def _claim_dedup_key(session: Session, item: WorkItem) -> None:
+    """Make a retried item active again unless another active item holds its key."""
+    with session.no_autoflush:  # the item's own change would meet the index first
+        holder = _active_with_dedup_key(session, item)
+    if holder is None:
+        try:
+            with session.begin_nested():
+                session.flush()
+            return
+        except IntegrityError:  # a submission with the key committed meanwhile
+            with session.no_autoflush:
+                holder = _active_with_dedup_key(session, item)
+    raise ItemConflict(
+        f"work item {item.id} cannot be retried: active item "
+        f"{holder.id if holder else '(another)'} holds its dedup key"
+    )
 
 
 def queued_autonomous(session: Session, project: str) -> int:
@@ -201,7 +226,7 @@ def submit(
     if item.lane not in LANES:
         raise ValueError(f"lane must be one of {', '.join(LANES)}")
     if item.dedup_key:
-        existing = _find_active_by_dedup_key(session, item.dedup_key)
+        existing = _active_with_dedup_key(session, item)
         if existing is not None:
             return SubmitResult("dedup", existing)
     if item.autonomous:
@@ -224,7 +249,7 @@ def submit(
                 session.add(item)
                 session.flush()
         except IntegrityError:
-            existing = _find_active_by_dedup_key(session, item.dedup_key)
+            existing = _active_with_dedup_key(session, item)
             if existing is None:
                 raise
             return SubmitResult("dedup", existing)
@@ -276,6 +301,8 @@ def retry(
     item.error = None
     item.run_after = None
     item.admission = IDLE
+    if item.dedup_key:
+        _claim_dedup_key(session, item)
     trigger = {"source": "api", "action": "retry"}
     count_phase(session, item.type, ACTIVE)
     audit(

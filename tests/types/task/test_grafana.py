@@ -92,6 +92,21 @@ def test_firing_makes_one_incident_in_the_alert_lane_and_repeats_are_dedup_hits(
         assert counted(name, {"outcome": "dedup"}) == 1
 
 
+def test_another_projects_task_with_the_groups_key_neither_dedups_nor_cools_the_alert(
+    store: Store, tmp_path: Path
+) -> None:
+    # The key is a predictable hash of the groupKey: a caller who may submit tasks of
+    # one project must not be able to silence another project's alerts with it.
+    key = hashlib.sha256(b'{}:{alertname="HighLatency"}').hexdigest()
+    with task_daemon(store, tmp_path / "runs", start=False, grafana=GRAFANA) as (_, client):
+        ended = submit(client, "echo", project="elsewhere", dedup_key=key)
+        assert client.post(f"/api/work-items/{ended['id']}/cancel").status_code == 200
+        active = submit(client, "echo", project="elsewhere", dedup_key=key)
+        firing = post(client, notification())
+        assert firing.status_code == 201 and firing.json()["outcome"] == "created"
+        assert firing.json()["id"] != active["id"] and firing.json()["project"] == "shop"
+
+
 def test_resolved_is_ignored_and_a_finished_incident_cools_down(
     store: Store, tmp_path: Path
 ) -> None:

@@ -123,8 +123,12 @@ class WorkItem(Base):
             sqlite_where=text("phase NOT IN ('completed', 'cancelled')"),
             postgresql_where=text("phase NOT IN ('completed', 'cancelled')"),
         ),
+        # One active item per key within a type and project: a key never reaches
+        # into another project's work.
         Index(
-            "ix_work_items_dedup_key",
+            "ix_work_items_dedup_scope",
+            "type",
+            "project",
             "dedup_key",
             unique=True,
             sqlite_where=text("phase = 'active'"),

@@ -93,13 +93,18 @@ def _parse(document: Any) -> GrafanaNotification:
         ) from None
 
 
-def _in_cooldown(session: Session, key: str, ctx: WebhookContext, seconds: float) -> bool:
+def _in_cooldown(
+    session: Session, project: str, key: str, ctx: WebhookContext, seconds: float
+) -> bool:
+    """Whether the project's incident of this group ended within the cooldown."""
     if seconds <= 0:
         return False
     since = ctx.now - timedelta(seconds=seconds)
     recent = session.execute(
         select(WorkItem.id)
         .where(
+            WorkItem.type == "task",
+            WorkItem.project == project,
             WorkItem.dedup_key == key,
             WorkItem.phase.in_(sorted(TERMINAL_PHASES)),
             WorkItem.updated_at >= since,
@@ -133,7 +138,7 @@ def handle(
         return 200, {"outcome": "ignored", "reason": "resolved notifications are not acted on"}
     project = _project(notification, config)
     key = dedup_key(notification.groupKey)
-    if _in_cooldown(session, key, ctx, config.cooldown_seconds):
+    if _in_cooldown(session, project, key, ctx, config.cooldown_seconds):
         ALERTS.of(session).labels(outcome="cooldown").inc()
         return 200, {"outcome": "cooldown", "project": project}
     payload = _task(
