@@ -119,6 +119,25 @@ def test_cancel_terminates_the_group_and_unknown_runs_are_missing(tmp_path: Path
     assert local.poll("wq-test-1").state == MISSING
 
 
+def test_a_run_started_on_another_machine_is_neither_signalled_nor_judged_by_its_pids(
+    tmp_path: Path,
+) -> None:
+    """A runs_dir shared across machines: the other machine's process ids may name
+    unrelated processes here, so this replica never signals them and says why it
+    cannot watch the run."""
+    local = runner(tmp_path)
+    local.start(spec(program("import time; print('up', flush=True); time.sleep(600)")))
+    wait(lambda: "up" in local.poll("wq-test-1").log_tail, message="up")
+    elsewhere = runner(tmp_path)
+    elsewhere.pid_space = "another-boot/pid:[1]"
+    status = elsewhere.poll("wq-test-1")
+    assert status.state == MISSING and "another machine" in status.reason
+    elsewhere.cancel("wq-test-1")
+    assert local.poll("wq-test-1").state == RUNNING  # not signalled from there
+    local.cancel("wq-test-1")
+    assert local.poll("wq-test-1").state == FAILED
+
+
 def finished(local: CommandRunner, run_id: str = "wq-test-1") -> None:
     wait(lambda: local.poll(run_id).state != RUNNING, timeout=30, message="finished")
 

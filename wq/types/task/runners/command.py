@@ -36,6 +36,7 @@ from wq.types.task.runners import (
     RunSpec,
     RunState,
     RunStatus,
+    pid_space,
     tail,
 )
 from wq.types.task.runners.logfile import read_growing, tail_offset
@@ -51,6 +52,11 @@ REAP_WAIT_SECONDS = 1.0
 # How a missing run is reported when its directory is not there (another replica's
 # runs_dir is not this one's: `wq.types.task.executors` says so).
 NO_RUN_DIRECTORY = "no run directory"
+ELSEWHERE = (
+    "the run was started on another machine or in another container (its process ids"
+    " are not this replica's to watch or signal): a runs_dir is for one machine; give"
+    " each machine its own, or use the kubernetes runner"
+)
 
 
 class TemplateError(ValueError):
@@ -107,6 +113,7 @@ class CommandRunner:
         self.log_tail_bytes = log_tail_bytes
         # Supervisors this process started: polled so that they never linger as zombies.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self.pid_space = pid_space.current()
 
     def _dir(self, run_id: str) -> Path:
         if "/" in run_id or run_id.startswith("."):
@@ -173,7 +180,7 @@ class CommandRunner:
         except OSError as err:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise RunnerUnavailable(f"cannot start the supervisor: {err}") from None
-        write_json(run_dir / "supervisor.json", {"pid": process.pid})
+        write_json(run_dir / "supervisor.json", {"pid": process.pid, "pid_space": self.pid_space})
         self._children[spec.run_id] = process
 
     def _read(self, path: Path) -> dict[str, Any] | None:
@@ -208,6 +215,8 @@ class CommandRunner:
         announced = self._read(run_dir / "supervisor.json")
         if announced is None:
             return None
+        if self._started_elsewhere(announced):
+            return False
         pid = int(announced["pid"])
         try:
             os.kill(pid, 0)
@@ -225,6 +234,12 @@ class CommandRunner:
                 announced_at = (run_dir / "supervisor.json").stat().st_mtime
                 return None if time.time() - announced_at < EXEC_GRACE_SECONDS else False
         return True
+
+    def _started_elsewhere(self, announced: dict[str, Any] | None) -> bool:
+        """Whether the run's supervisor lives in another PID space (another machine or
+        container sharing the runs_dir): its process ids mean nothing here."""
+        space = announced.get("pid_space") if announced else None
+        return space is not None and space != self.pid_space
 
     def _reap(self, ended: str | None = None) -> None:
         """Collect the exit of our supervisors that have ended, so that none lingers as a
@@ -264,11 +279,11 @@ class CommandRunner:
             if alive:
                 return RunStatus(RUNNING, log_tail=self._tail(run_dir))
             # The supervisor ended: read exit.json once more (it may have just written it).
-        return RunStatus(
-            MISSING,
-            log_tail=self._tail(run_dir),
-            reason="the run's supervisor ended without an exit status",
-        )
+        if self._started_elsewhere(self._read(run_dir / "supervisor.json")):
+            reason = ELSEWHERE
+        else:
+            reason = "the run's supervisor ended without an exit status"
+        return RunStatus(MISSING, log_tail=self._tail(run_dir), reason=reason)
 
     def _signal_group(self, run_dir: Path, number: int) -> bool:
         pids = self._read(run_dir / "pid.json")
@@ -292,6 +307,8 @@ class CommandRunner:
         if not run_dir.is_dir() or (run_dir / "exit.json").exists():
             return
         (run_dir / "cancel").touch(mode=FILE_MODE)
+        if self._started_elsewhere(self._read(run_dir / "supervisor.json")):
+            return  # its process ids are another machine's: signalling them hits strangers
         if not self._signal_group(run_dir, signal.SIGTERM):
             # Not announced yet: the supervisor sees the `cancel` file after starting.
             self._wait_exit(run_dir, self.config.kill_grace_seconds)
