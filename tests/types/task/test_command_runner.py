@@ -138,6 +138,47 @@ def test_a_run_started_on_another_machine_is_neither_signalled_nor_judged_by_its
     assert local.poll("wq-test-1").state == FAILED
 
 
+def test_output_past_the_limit_is_dropped_but_its_last_lines_are_kept(tmp_path: Path) -> None:
+    """One chatty run must not fill the disk that every other run and the daemon share;
+    what it printed last (most often why it failed) still ends its log."""
+    local = runner(tmp_path, max_output_bytes=100_000)
+    source = (
+        "import sys\n"
+        "for n in range(200_000):\n"
+        "    sys.stdout.write('line %06d of noise\\n' % n)\n"
+        "print('the real reason', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    local.start(spec(program(source)))
+    status = wait(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
+    assert status.state == FAILED and status.exit_code == 3
+    assert status.log_tail.endswith("the real reason\n")
+    log = (tmp_path / "runs" / "wq-test-1" / "output.log").read_bytes()
+    assert len(log) <= 2 * 100_000 + 200  # not the 4.6 MB printed
+    assert log.startswith(b"line 000000 of noise\n")
+    assert b"bytes of output dropped" in log
+
+
+def test_a_start_that_fails_half_way_leaves_no_run_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the run's files are written: the start fails, and the next one
+    starts the run instead of attaching to a directory no supervisor will ever fill."""
+    local = runner(tmp_path)
+
+    def disk_full(path: Path, document: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(command, "write_json", disk_full)
+        with pytest.raises(RunnerUnavailable, match="No space left on device"):
+            local.start(spec(program("print('ran')")))
+    assert not (tmp_path / "runs" / "wq-test-1").exists()
+    local.start(spec(program("print('ran')")))
+    status = wait(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
+    assert status.state == SUCCEEDED and "ran" in status.log_tail
+
+
 def finished(local: CommandRunner, run_id: str = "wq-test-1") -> None:
     wait(lambda: local.poll(run_id).state != RUNNING, timeout=30, message="finished")
 

@@ -27,6 +27,7 @@ from wq.engine.config import (
 )
 from wq.types.project import ProjectPath
 from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
+from wq.types.task.runners.supervise import DEFAULT_MAX_OUTPUT_BYTES
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
 # The environment a local run inherits by default: enough to find programs, no secrets.
@@ -137,6 +138,8 @@ class CommandRunnerConfig(_Strict):
     inherit_env: list[str] = Field(default_factory=lambda: list(DEFAULT_INHERITED_ENV))
     workdir: str | None = None
     kill_grace_seconds: Seconds = 5.0
+    # A run's output.log keeps this much of the start and the last part of the rest.
+    max_output_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_OUTPUT_BYTES
 
 
 class KubernetesRunnerConfig(_Strict):

@@ -164,9 +164,10 @@ class CommandRunner:
             "env": env,
             "cwd": self.config.workdir,
             "payload": spec.payload,
+            "max_output_bytes": self.config.max_output_bytes,
         }
-        write_json(run_dir / "spec.json", document)
         try:
+            write_json(run_dir / "spec.json", document)
             # The child keeps its own copy of the log's descriptor; ours closes at once.
             with open_private_append(run_dir / "supervisor.log") as supervisor_log:
                 process = subprocess.Popen(
@@ -178,8 +179,9 @@ class CommandRunner:
                     close_fds=True,
                 )
         except OSError as err:
+            # Half made (a full disk): gone, or the next start would take it for a run.
             shutil.rmtree(run_dir, ignore_errors=True)
-            raise RunnerUnavailable(f"cannot start the supervisor: {err}") from None
+            raise RunnerUnavailable(f"cannot start the run in {run_dir}: {err}") from None
         write_json(run_dir / "supervisor.json", {"pid": process.pid, "pid_space": self.pid_space})
         self._children[spec.run_id] = process
 
