@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -177,6 +179,34 @@ def test_a_start_that_fails_half_way_leaves_no_run_behind(
     local.start(spec(program("print('ran')")))
     status = wait(lambda: (s := local.poll("wq-test-1")).state != RUNNING and s, message="end")
     assert status.state == SUCCEEDED and "ran" in status.log_tail
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_run_whose_supervisor_died_is_stopped_when_found_lost(tmp_path: Path) -> None:
+    """Its supervisor killed (an OOM kill, an operator): the run is lost, and its command
+    must not run on beside the copy a retry starts."""
+    local = runner(tmp_path)
+    local.start(spec(program("import time; print('up', flush=True); time.sleep(600)")))
+    wait(lambda: "up" in local.poll("wq-test-1").log_tail, message="up")
+    pids = json.loads((tmp_path / "runs" / "wq-test-1" / "pid.json").read_text())
+    os.kill(int(pids["supervisor"]), signal.SIGKILL)
+    later = runner(tmp_path)  # another replica, or this daemon restarted
+    status = wait(
+        lambda: (s := later.poll("wq-test-1")).state != RUNNING and s, message="found lost"
+    )
+    try:
+        assert status.state == MISSING and "supervisor ended" in status.reason
+        wait(lambda: not group_alive(int(pids["pgid"])), message="the command stopped")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(pids["pgid"]), signal.SIGKILL)
 
 
 def finished(local: CommandRunner, run_id: str = "wq-test-1") -> None:

@@ -102,6 +102,18 @@ def render_argv(template: list[str], values: dict[str, Any]) -> list[str]:
     return argv
 
 
+def group_environments(pgid: int) -> Iterator[bytes]:
+    """The environments of the processes in a process group (those this user may read)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The fields after the command's name, which may hold spaces and parentheses.
+            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                yield (entry / "environ").read_bytes()
+
+
 class CommandRunner:
     """Runs tasks as local processes."""
 
@@ -285,7 +297,21 @@ class CommandRunner:
             reason = ELSEWHERE
         else:
             reason = "the run's supervisor ended without an exit status"
+            self._stop_orphans(run_id, run_dir)
         return RunStatus(MISSING, log_tail=self._tail(run_dir), reason=reason)
+
+    def _stop_orphans(self, run_id: str, run_dir: Path) -> None:
+        """Kill what is left of a run whose supervisor died: a retry starts it anew, and
+        the old copy must not run on beside it. Only a group one of whose processes
+        carries the run's id in its environment: the group's id may have been reused."""
+        pids = self._read(run_dir / "pid.json")
+        if pids is None:
+            return
+        pgid = int(pids["pgid"])
+        marker = f"WQ_RUN_ID={run_id}".encode()
+        if any(marker in environ.split(b"\0") for environ in group_environments(pgid)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
 
     def _signal_group(self, run_dir: Path, number: int) -> bool:
         pids = self._read(run_dir / "pid.json")
