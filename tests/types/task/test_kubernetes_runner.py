@@ -95,6 +95,45 @@ def test_a_job_is_created_labelled_from_the_template_and_followed(
     assert done.state == SUCCEEDED and done.exit_code == 0 and "all done" in done.log_tail
 
 
+def test_a_kinds_job_template_adds_to_the_runs_container_and_keeps_other_containers(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    """Credentials mounted into the run's container by name (as in a Deployment) reach
+    it: the template's containers are merged by name, not replaced."""
+    runner = make_runner(fake, tmp_path)
+    secret_env = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}
+    template = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "task",
+                            "envFrom": [{"secretRef": {"name": "agent-credentials"}}],
+                            "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                            "env": [secret_env],
+                        },
+                        {"name": "proxy", "image": "registry.example/proxy:2"},
+                    ],
+                    "volumes": [{"name": "cache", "emptyDir": {}}],
+                }
+            }
+        }
+    }
+    runner.start(spec(job=template))
+    job = fake.job("wq-run-1")
+    assert job is not None
+    containers = {c["name"]: c for c in job["spec"]["template"]["spec"]["containers"]}
+    assert set(containers) == {"task", "proxy"}
+    task_container = containers["task"]
+    assert task_container["image"] == "registry.example/agent:1"
+    assert task_container["envFrom"] == [{"secretRef": {"name": "agent-credentials"}}]
+    assert task_container["volumeMounts"] == [{"name": "cache", "mountPath": "/cache"}]
+    env = {entry["name"]: entry for entry in task_container["env"]}
+    assert env["TOKEN"] == secret_env and env["WQ_RUN_ID"]["value"] == "wq-run-1"
+    assert containers["proxy"]["image"] == "registry.example/proxy:2"
+
+
 def test_the_pods_log_is_followed_through_the_api_until_the_pod_ends(
     fake: FakeKubernetes, tmp_path: Path
 ) -> None:

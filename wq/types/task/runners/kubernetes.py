@@ -57,11 +57,30 @@ def label_value(value: str) -> str:
     return cleaned.strip("-_.")
 
 
+def _named(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(entry, dict) and "name" in entry for entry in value
+    )
+
+
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` over `base`: maps merged key by key, and lists of named entries
+    (containers, env, volumes, volumeMounts) entry by entry by name, as Kubernetes'
+    strategic merge does; other values replaced."""
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = _merge(merged[key], value)
+        elif _named(value) and _named(merged.get(key)):
+            entries = {entry["name"]: entry for entry in merged[key]}
+            for entry in value:
+                old = entries.get(entry["name"])
+                # An env entry's value replaces the other's (value and valueFrom clash).
+                if old is None or "value" in entry or "valueFrom" in entry:
+                    entries[entry["name"]] = entry
+                else:
+                    entries[entry["name"]] = _merge(old, entry)
+            merged[key] = list(entries.values())
         else:
             merged[key] = value
     return merged
