@@ -224,6 +224,44 @@ def test_submit_needs_the_submit_permission(store: Store, tmp_path: Path) -> Non
             },
             "runners.kubernetes.command: [1] '{item}': unknown placeholder",
         ),
+        # Kinds that could never run, refused at start instead of at every task.
+        (
+            {"kinds": {"x": {"scope": "project", "command": ["/bin/echo", "{payload!r}"]}}},
+            "kinds.x.command: [1] '{payload!r}': no conversion (!r)",
+        ),
+        (
+            {"kinds": {"x": {"scope": "project", "command": ["x"], "env": {"A=B": "1"}}}},
+            "kinds.x.env: 'A=B': not a variable name",
+        ),
+        (
+            {"runners": {"command": {"env": {"A": "with\x00nul"}}}},
+            "runners.command.env: 'A': its value holds a NUL character",
+        ),
+        (
+            {
+                "kinds": {
+                    "x": {
+                        "scope": "project",
+                        "command": ["x"],
+                        "payload_schema": {"properties": {"a": {"$ref": "#/$defs/gone"}}},
+                    }
+                }
+            },
+            "kinds.x.payload_schema: $ref '#/$defs/gone' does not resolve",
+        ),
+        (
+            {
+                "kinds": {
+                    "x": {
+                        "scope": "project",
+                        "command": ["x"],
+                        "payload_schema": {"$ref": "https://schemas.example/task.json"},
+                    }
+                }
+            },
+            "$ref 'https://schemas.example/task.json' does not resolve (wq fetches no schema",
+        ),
+        ({"grafana": {"default_project": "../x"}}, "grafana.default_project:"),
     ],
 )
 def test_bad_settings_name_the_key(settings: dict[str, Any], message: str) -> None:

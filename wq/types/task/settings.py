@@ -14,7 +14,15 @@ import sys
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator, SchemaError
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
 
 from wq.engine import config as engine_config
 from wq.engine.config import (
@@ -28,6 +36,7 @@ from wq.engine.config import (
 from wq.types.project import ProjectPath
 from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
 from wq.types.task.runners.supervise import DEFAULT_MAX_OUTPUT_BYTES
+from wq.types.task.schema_refs import unresolvable_ref
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
 # The environment a local run inherits by default: enough to find programs, no secrets.
@@ -49,9 +58,11 @@ def check_argv_template(template: list[str] | None) -> None:
             fields = list(string.Formatter().parse(part))
         except ValueError as err:
             raise ValueError(f"[{index}] {part!r}: {err}") from None
-        for _, name, spec, _ in fields:
+        for _, name, spec, conversion in fields:
             if name is None:
                 continue
+            if conversion:
+                raise ValueError(f"[{index}] {part!r}: no conversion (!{conversion}) is taken")
             if "{" in (spec or ""):
                 raise ValueError(f"[{index}] {part!r}: a placeholder inside {{{name}:...}}")
             if not _TEMPLATE_FIELD.match(name):
@@ -60,6 +71,19 @@ def check_argv_template(template: list[str] | None) -> None:
                     f"[{index}] {part!r}: unknown placeholder {{{name}}}"
                     f" (known: {known}, {{payload[key]}})"
                 )
+
+
+def _check_environment(env: dict[str, str]) -> dict[str, str]:
+    """Refuse variables no process can be given: a name with `=` or NUL, a NUL value."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"{name!r}: not a variable name")
+        if "\0" in value:
+            raise ValueError(f"{name!r}: its value holds a NUL character")
+    return env
+
+
+Environment = Annotated[dict[str, str], AfterValidator(_check_environment)]
 
 
 class _Strict(BaseModel):
@@ -79,7 +103,7 @@ class KindConfig(_Strict):
     # The command runner's argv template; placeholders {id}, {project}, {kind},
     # {repository} and {payload[key]} are filled in, no shell is involved.
     command: list[str] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Environment = Field(default_factory=dict)
     # The kubernetes runner's Job template for this kind (overrides the runner's).
     job: dict[str, Any] | None = None
     # A JSON Schema (2020-12) the payload must satisfy: a submission that does not is
@@ -110,6 +134,12 @@ class KindConfig(_Strict):
                 Draft202012Validator.check_schema(schema)
             except SchemaError as err:
                 raise ValueError(f"not a JSON Schema: {err.message}") from None
+            ref = unresolvable_ref(schema)
+            if ref is not None:
+                raise ValueError(
+                    f"$ref {ref!r} does not resolve (wq fetches no schema: refer to"
+                    " `$defs` in the schema itself)"
+                )
         return schema
 
     @field_validator("command")
@@ -134,7 +164,7 @@ class CommandRunnerConfig(_Strict):
 
     # Where runs keep their output and exit status (default: under the data dir).
     runs_dir: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Environment = Field(default_factory=dict)
     inherit_env: list[str] = Field(default_factory=lambda: list(DEFAULT_INHERITED_ENV))
     workdir: str | None = None
     kill_grace_seconds: Seconds = 5.0
@@ -152,7 +182,7 @@ class KubernetesRunnerConfig(_Strict):
     command: list[str] | None = None
     service_account: str | None = None
     resources: dict[str, Any] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Environment = Field(default_factory=dict)
     ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=engine_config.MAX_SECONDS)] = 3600
     job: dict[str, Any] | None = None
 
@@ -175,7 +205,7 @@ class GrafanaConfig(_Strict):
 
     kind: Name = "incident"
     project_label: str = "project"
-    default_project: str | None = None
+    default_project: Annotated[ProjectPath, Field(max_length=512)] | None = None
     cooldown_seconds: SecondsOrZero = 600.0
     # An environment variable holding a shared secret Grafana sends as its Bearer token.
     secret_env: str | None = None
