@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import Store
 from tests.engine.helpers import audit_types
-from tests.types.task.helpers import KINDS, submit, task, task_daemon, wait
+from tests.types.task.helpers import KINDS, program, submit, task, task_daemon, wait
 from wq.client.shown import attempts as attempts_shown
 from wq.daemon.runtime import Runtime
 from wq.engine.models import utcnow
@@ -43,6 +43,31 @@ def test_exit_zero_completes_with_the_output_tail(store: Store, tmp_path: Path) 
         trail = audit_types(runtime.sessions, done.id)
         assert trail[:3] == ["created", "queued", "admitted"]
         assert "phase_changed" in trail and trail.count("released") == 1
+
+
+def test_a_long_log_tail_leaves_its_last_line_in_error(store: Store, tmp_path: Path) -> None:
+    """With `log_tail_bytes` above the error's 4,000 characters, the error keeps the end
+    of the tail: its last line most often says why the run failed."""
+    noisy = {
+        "scope": "project",
+        "command": program(
+            "print(('progress line' + chr(10)) * 500)\n"
+            "print('the real reason')\n"
+            "raise SystemExit(2)\n"
+        ),
+    }
+    kinds = {**KINDS, "noisy": noisy}
+    with task_daemon(store, tmp_path / "runs", kinds=kinds, log_tail_bytes=20_000) as (
+        runtime,
+        client,
+    ):
+        item = submit(client, "noisy")
+        failed = wait(
+            lambda: (t := task(runtime, item["id"])).phase == "failed" and t, message="failed"
+        )
+        assert failed.error is not None and len(failed.error) <= 4000
+        assert failed.error.startswith("exit status 2")
+        assert failed.error.endswith("the real reason")
 
 
 def test_non_zero_exit_fails_with_the_log_tail_in_error(store: Store, tmp_path: Path) -> None:

@@ -25,11 +25,14 @@ from wq.types.task.runners import (
     RunSpec,
     RunStatus,
     run_id_for,
+    tail,
 )
 from wq.types.task.runners.command import NO_RUN_DIRECTORY, TemplateError
 from wq.types.task.settings import TaskSettings
 
 Executor = Callable[[ActionContext], None]
+# The most of a failed run's summary and output tail an item's `error` holds.
+ERROR_CHARS = 4000
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,9 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         task.next_check_at = None
         error = None
         if phase != COMPLETED:
-            error = f"{summary}\n{status.log_tail}".rstrip()[:4000]
+            # The end of the tail: its last lines most often say why the run failed.
+            error = f"{summary}\n{tail(status.log_tail.rstrip(), ERROR_CHARS - len(summary) - 1)}"
+            error = error.rstrip()[:ERROR_CHARS]
         items.set_phase(
             ctx.session,
             task,
