@@ -119,3 +119,12 @@ def test_json_lines_carry_each_entry_as_an_object() -> None:
     ]
     assert {line["logger"] for line in lines} == {"wq.audit"}
     assert lines[0]["audit"]["timestamp"] == "2026-12-04T04:30:00.000000Z"
+
+
+def test_http_clients_do_not_log_a_line_per_request(logged: CountingStream) -> None:
+    """The Kubernetes runner's client (httpx) logs every request at INFO: a line per
+    poll of every running task, which buries the daemon's own lines."""
+    logging.getLogger("httpx").info('HTTP Request: GET https://k8s/apis/batch/v1 "200 OK"')
+    logging.getLogger("httpx").warning("a retry")
+    assert "HTTP Request" not in logged.getvalue()
+    assert "a retry" in logged.getvalue()

@@ -96,3 +96,5 @@ def setup_logging(log_format: str = "text", stream: IO[str] | None = None) -> No
     # Alembic announces its dialect, its plugins and each step at INFO on every start:
     # noise for operators. The daemon says in one line what a migration changed.
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # httpx (the Kubernetes runner's client) logs every request at INFO: a line per poll.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
