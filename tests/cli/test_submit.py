@@ -142,6 +142,17 @@ def test_submit_task_with_a_too_deep_payload_is_one_error_line(
     assert lines[0] == "wq: error: invalid request: payload: nested deeper than 32 levels", result
 
 
+def test_submit_task_with_a_key_given_twice_is_refused_not_guessed(
+    daemon: RunningDaemon, cache_home: Path
+) -> None:
+    # The API refuses such a body (which value is meant?): the CLI must not keep one.
+    payload = '{"goal": "keep", "goal": "drop"}'
+    args = ["submit", "task", "--project", "demo", "--kind", "echo", "--payload", payload]
+    result = invoke(args, env(daemon, cache_home))
+    assert result.code == 2 and result.stdout == "", result
+    assert result.stderr.startswith("wq: error: --payload: the key 'goal' is given twice\n"), result
+
+
 def test_a_too_long_project_is_said_in_characters(daemon: RunningDaemon, cache_home: Path) -> None:
     project = "group/" + "p" * 300
     args = mr_args("wq/long", "--delete", "old.txt", project=project)

@@ -32,6 +32,25 @@ from wq.client.json_numbers import JSON_NUMBER_HOOKS, NotAJsonNumber
 from wq.client.utf8 import is_utf8
 
 
+class RepeatedKey(ValueError):
+    """A JSON object gives one key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the payload; the API refuses one that gives a key twice, and so does
+    the CLI rather than keep one of the values."""
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise RepeatedKey(key)
+        document[key] = value
+    return document
+
+
 def read_payload(value: str | None) -> dict[str, Any]:
     """The payload from `--payload` (JSON text, `@file` or `@-`); a usage error if bad."""
     if value is None:
@@ -59,7 +78,9 @@ def read_payload(value: str | None) -> dict[str, Any]:
     if not is_utf8(text):  # bytes of another encoding in the argument itself
         usage_error("--payload: not valid UTF-8 text")
     try:
-        payload = json.loads(text, **JSON_NUMBER_HOOKS)
+        payload = json.loads(text, object_pairs_hook=_refuse_repeated_keys, **JSON_NUMBER_HOOKS)
+    except RepeatedKey as err:
+        usage_error(f"--payload: the key {err.key!r} is given twice")
     except json.JSONDecodeError as err:
         usage_error(f"--payload: not JSON: {err.msg} (line {err.lineno}, column {err.colno})")
     except NotAJsonNumber as err:
