@@ -7,6 +7,7 @@ on the item as a readable error. Tokens never appear in messages.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,7 +100,8 @@ def describe(err: BaseException) -> str:
         return "GitLab's answer could not be read (not JSON)"
     said = f"GitLab answered {err.response_code}: {err.error_message}"
     for token in tuple(_sent_tokens):  # a copy: workers add theirs meanwhile
-        said = said.replace(token, "[token]")
+        # In any case: an echo in capitals would still give most of the token away.
+        said = re.sub(re.escape(token), "[token]", said, flags=re.IGNORECASE)
     return said
 
 
