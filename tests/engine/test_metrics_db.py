@@ -343,9 +343,10 @@ def test_the_gauges_are_read_without_parallel_workers(
 
 
 # Indexes that restrict a query to the live working set: partial indexes over queued,
-# admitted, unfinished or unarchived rows, or a `(type, phase)` range (an Index Cond, not a Filter).
+# admitted, unfinished or unarchived rows, or a `(type, phase, admission)` range (an Index
+# Cond, not a Filter).
 RESTRICTING = {
-    "items": ("ix_work_items_idempotency_key", "ix_work_items_dedup_key"),
+    "items": ("ix_work_items_idempotency_key", "ix_work_items_dedup_scope"),
     "queued": ("ix_work_items_queue",),
     "admitted": ("ix_work_items_in_flight", "ix_work_items_claimable"),
     "audit": ("ix_audit_log_unarchived",),

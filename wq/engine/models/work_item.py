@@ -144,7 +144,9 @@ class WorkItem(Base):
             sqlite_where=text("phase = 'failed'"),
             postgresql_where=text("phase = 'failed'"),
         ),
-        Index("ix_work_items_type_phase", "type", "phase"),
+        # Admission too: the gauges count active items by it from the index alone, not
+        # from heap pages scattered through a long history.
+        Index("ix_work_items_type_phase_admission", "type", "phase", "admission"),
         Index("ix_work_items_project_phase", "project", "phase"),
         # No index holds a lease column: a claim then rewrites its row in place (a HOT
         # update on PostgreSQL, migration 0016). Lease expiry is read among the admitted
