@@ -58,11 +58,14 @@ class _CappedLog:
         self.dropped = 0
         self.kept = bytearray()
         self.lock = threading.Lock()
+        self.closed = False
 
     def pump(self, source: int) -> None:
         """Copy the command's output from a pipe until it closes."""
         while chunk := os.read(source, 65536):
             with self.lock:
+                if self.closed:  # a process that left the group still writes: dropped
+                    return
                 self._write(chunk)
 
     def _write(self, chunk: bytes) -> None:
@@ -84,11 +87,11 @@ class _CappedLog:
                 gone = self.dropped - len(self.kept)
                 self.out.write(
                     f"\nwq: {gone} bytes of output dropped past max_output_bytes"
-                    f" ({self.limit}); the last {len(self.kept)} follow\n".encode()
+                    f" ({self.limit}); the last {len(self.kept)} bytes follow\n".encode()
                 )
                 self.out.write(self.kept)
             self.out.flush()
-            self.dropped = 0
+            self.closed = True
 
 
 def supervise(run_dir: Path) -> int:
