@@ -23,6 +23,8 @@ from wq.engine.registry import PermanentFailure, Requeue, RetryLater
 from wq.engine.releases import snapshot
 from wq.engine.wakeup import PROJECT_QUEUED, signal, signal_later
 
+# The most of a failure an item's `error` holds.
+ERROR_CHARS = 4000
 log = logging.getLogger("wq.engine.processing")
 
 
@@ -51,7 +53,8 @@ def record_failure(
     The caller holds the item's lease fence in the open transaction.
     """
     known = isinstance(err, RetryLater | PermanentFailure | Requeue)
-    message = (f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}")[:4000]
+    message = f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}"
+    message = message[:ERROR_CHARS]
     # Kept as the audit keeps it: PostgreSQL's text refuses NUL (quoted from an answer).
     message = message.replace("\x00", NUL_STAND_IN)
     log.warning("work item %s: %s", item.id, message)

@@ -52,6 +52,12 @@ def make_runner(fake: FakeKubernetes, tmp_path: Path) -> KubernetesRunner:
     return KubernetesRunner(config, log_tail_bytes=100)
 
 
+def job_kinds(**fields: Any) -> dict[str, Any]:
+    """The test kinds and `issueLifecycle`, a repository-scoped kind run as a Job."""
+    job = {"scope": "repository", "runner": "kubernetes", "command": ["agent"], **fields}
+    return {**KINDS, "issueLifecycle": job}
+
+
 def spec(run_id: str = "wq-run-1", **fields: Any) -> RunSpec:
     values: dict[str, Any] = {
         "run_id": run_id,
@@ -224,10 +230,7 @@ def test_an_api_that_cannot_be_reached_is_a_start_failure_and_a_lost_read(
 def test_tasks_run_as_jobs_through_the_daemon_and_jobs_go_with_gc(
     store: Store, tmp_path: Path, fake: FakeKubernetes
 ) -> None:
-    kinds = {
-        **KINDS,
-        "issueLifecycle": {"scope": "repository", "runner": "kubernetes", "command": ["agent"]},
-    }
+    kinds = job_kinds()
     runners = {"kubernetes": runner_config(fake, tmp_path)}
     with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (runtime, client):
         ok = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})
@@ -253,10 +256,7 @@ def test_a_replica_without_the_runner_leaves_a_running_job_to_one_that_has_it(
 ) -> None:
     """A rolling update that adds the `kubernetes` runner: a replica without it that
     comes to follow a Job another started retries later instead of failing the task."""
-    kinds = {
-        **KINDS,
-        "issueLifecycle": {"scope": "repository", "runner": "kubernetes", "command": ["agent"]},
-    }
+    kinds = job_kinds()
     runners = {"kubernetes": runner_config(fake, tmp_path)}
     with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (first, client):
         item = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})
@@ -287,15 +287,7 @@ def test_a_running_job_outlives_an_api_outage(
 ) -> None:
     """The API answering errors for a while (more checks than `max_attempts`) failed the
     task while its Job ran on; now it is looked at again until the API answers."""
-    kinds = {
-        **KINDS,
-        "issueLifecycle": {
-            "scope": "repository",
-            "runner": "kubernetes",
-            "command": ["agent"],
-            "timeout_seconds": 600,
-        },
-    }
+    kinds = job_kinds(timeout_seconds=600)
     runners = {"kubernetes": runner_config(fake, tmp_path)}
     with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (runtime, client):
         item = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})
@@ -315,10 +307,7 @@ def test_a_cancel_outlasts_an_api_outage(
 ) -> None:
     """A cancel that cannot reach the API (more tries than `max_attempts`) failed the
     task, freeing its slot while its Job ran on; now it is tried until the API answers."""
-    kinds = {
-        **KINDS,
-        "issueLifecycle": {"scope": "repository", "runner": "kubernetes", "command": ["agent"]},
-    }
+    kinds = job_kinds()
     runners = {"kubernetes": runner_config(fake, tmp_path)}
     with task_daemon(store, tmp_path / "runs", kinds=kinds, runners=runners) as (runtime, client):
         item = submit(client, "issueLifecycle", repository="shop/api", payload={"issue": 1})

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from wq.engine import items
+from wq.engine.failures import ERROR_CHARS
 from wq.engine.models import CANCELLED, COMPLETED, FAILED
 from wq.engine.registry import ActionContext, PermanentFailure, Requeue, RetryLater
 from wq.types.task.models import TaskItem
@@ -31,8 +32,6 @@ from wq.types.task.runners.command import NO_RUN_DIRECTORY, TemplateError
 from wq.types.task.settings import TaskSettings
 
 Executor = Callable[[ActionContext], None]
-# The most of a failed run's summary and output tail an item's `error` holds.
-ERROR_CHARS = 4000
 
 log = logging.getLogger(__name__)
 
