@@ -22,7 +22,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI, Header, HTTPException, Response
 
-from wq.daemon.body import HEADER_PARSE_LIMIT
+from wq.daemon.http_protocol import bounded_protocol
 
 
 def floor_app(document: bytes, token: str) -> FastAPI:
@@ -49,7 +49,9 @@ def main() -> None:
         log_config=None,
         access_log=False,
         proxy_headers=False,
-        h11_max_incomplete_event_size=HEADER_PARSE_LIMIT,
+        # The daemon's event loop and HTTP parser (wq.daemon.serve).
+        loop="uvloop",
+        http=bounded_protocol(10.0),
     )
     uvicorn.Server(config).run(sockets=[sock])
 
