@@ -25,6 +25,11 @@ from tests.fakes.loopback import Answer, LoopbackListener
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
+# Kubernetes' pattern of a resource quantity, written out again (not imported from wq).
+QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(/log)?$")
 
 
@@ -246,6 +251,26 @@ class FakeKubernetes:
             return _status(422, "Invalid", "spec.template.spec.containers: Required value")
         if (template.get("spec") or {}).get("restartPolicy") not in ("Never", "OnFailure"):
             return _status(422, "Invalid", "spec.template.spec.restartPolicy: Unsupported value")
+        if metadata.get("namespace") not in (None, namespace):
+            return _status(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the"
+                " request",
+            )
+        for index, container in enumerate(containers):
+            for part in ("limits", "requests"):
+                for resource, amount in (
+                    (container.get("resources") or {}).get(part) or {}
+                ).items():
+                    if not QUANTITY.match(str(amount)) or str(amount).startswith("-"):
+                        return _status(
+                            422,
+                            "Invalid",
+                            f"spec.template.spec.containers[{index}].resources.{part}[{resource}]:"
+                            f" Invalid value: {amount!r}: quantities must match the regular"
+                            " expression",
+                        )
         if (namespace, name) in self.jobs:
             return _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
         uid = str(uuid.uuid4())

@@ -212,6 +212,23 @@ def test_an_unreachable_or_refusing_api_is_a_start_failure(
     with pytest.raises(RunnerUnavailable, match="no image"):
         KubernetesRunner(config, 100).start(spec())
     assert fake.jobs == {}
+    # What `wq config check` refuses (job_checks), the API server refuses on every start
+    # (a template's other namespace lightkube refuses before sending).
+    template = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "proxy", "image": "p", "resources": {"limits": {"cpu": "two"}}}
+                    ]
+                }
+            }
+        }
+    }
+    config = KubernetesRunnerConfig.model_validate(runner_config(fake, tmp_path, job=template))
+    with pytest.raises(RunnerUnavailable, match="quantities must match"):
+        KubernetesRunner(config, 100).start(spec())
+    assert fake.jobs == {}
 
 
 def test_an_api_that_cannot_be_reached_is_a_start_failure_and_a_lost_read(

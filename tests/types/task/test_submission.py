@@ -262,12 +262,81 @@ def test_submit_needs_the_submit_permission(store: Store, tmp_path: Path) -> Non
             "$ref 'https://schemas.example/task.json' does not resolve (wq fetches no schema",
         ),
         ({"grafana": {"default_project": "../x"}}, "grafana.default_project:"),
+        # What the API server refuses on every Job (the fake refuses them too).
+        (
+            {
+                "runners": {"kubernetes": {"namespace": "agents", "image": "i"}},
+                "kinds": {
+                    "x": {
+                        "scope": "project",
+                        "runner": "kubernetes",
+                        "job": {"metadata": {"namespace": "default"}},
+                    }
+                },
+            },
+            "kinds.x.job.metadata.namespace: Jobs are created in runners.kubernetes.namespace"
+            " (agents)",
+        ),
+        (
+            {"runners": {"kubernetes": {"image": "i", "resources": {"limits": {"cpu": "two"}}}}},
+            "runners.kubernetes.resources.limits.cpu: 'two' is not a quantity",
+        ),
+        (
+            {"runners": {"kubernetes": {"image": "i", "resources": {"requests": {"memory": -1}}}}},
+            "runners.kubernetes.resources.requests.memory: '-1': a resource amount cannot be",
+        ),
+        (
+            {
+                "runners": {
+                    "kubernetes": {
+                        "image": "i",
+                        "job": {
+                            "spec": {
+                                "template": {
+                                    "spec": {
+                                        "containers": [
+                                            {
+                                                "name": "x",
+                                                "resources": {"limits": {"memory": "1 GB"}},
+                                            }
+                                        ]
+                                    }
+                                }
+                            }
+                        },
+                    }
+                }
+            },
+            "runners.kubernetes.job.spec.template.spec.containers.0.resources.limits.memory:"
+            " '1 GB' is not a quantity",
+        ),
     ],
 )
 def test_bad_settings_name_the_key(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         register(TypeRegistry(), settings, source="wq.yml")
     assert message in str(caught.value)
+
+
+def test_kubernetes_quantities_and_the_runners_namespace_are_accepted() -> None:
+    register(
+        TypeRegistry(),
+        {
+            "runners": {
+                "kubernetes": {
+                    "namespace": "agents",
+                    "image": "i",
+                    "resources": {
+                        "limits": {"cpu": "500m", "memory": "1Gi"},
+                        "requests": {"cpu": 2},
+                    },
+                    "job": {"metadata": {"namespace": "agents", "labels": {"team": "a"}}},
+                }
+            },
+            "kinds": {"x": {"scope": "project", "runner": "kubernetes"}},
+        },
+        source="wq.yml",
+    )
 
 
 def test_the_kinds_their_scopes_and_the_payload_rule_are_in_the_openapi_document(

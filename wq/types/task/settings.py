@@ -11,6 +11,7 @@ import re
 import shutil
 import string
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator, SchemaError
@@ -35,6 +36,7 @@ from wq.engine.config import (
 )
 from wq.types.project import ProjectPath
 from wq.types.task.demo import MAX_COUNT, MAX_SECONDS
+from wq.types.task.job_checks import resources_problems, template_problems
 from wq.types.task.runners.supervise import DEFAULT_MAX_OUTPUT_BYTES
 from wq.types.task.schema_refs import unresolvable_ref
 
@@ -297,6 +299,19 @@ def _fail(prefix: str, key: str, message: str) -> ConfigError:
     return ConfigError(f"{prefix}.{key}: {message}")
 
 
+def _kubernetes_problems(
+    kubernetes: KubernetesRunnerConfig, kinds: dict[str, KindConfig]
+) -> Iterator[tuple[str, str]]:
+    """(key, problem) for what the API server would refuse on every start of a Job."""
+    if kubernetes.resources is not None:
+        yield from resources_problems(kubernetes.resources, "runners.kubernetes.resources")
+    templates = [("runners.kubernetes.job", kubernetes.job)]
+    templates += [(f"kinds.{name}.job", kind.job) for name, kind in kinds.items()]
+    for key, template in templates:
+        if template:
+            yield from template_problems(template, key, kubernetes.namespace)
+
+
 def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
     """Validate `handled_types.task`; errors name the key at fault (fail closed)."""
     prefix = f"config {source}: handled_types.task"
@@ -318,6 +333,10 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
                 raise _fail(
                     prefix, f"kinds.{name}.job.image", "no image (nor runners.kubernetes.image)"
                 )
+    kubernetes = settings.runners.kubernetes
+    if kubernetes is not None:
+        for key, problem in _kubernetes_problems(kubernetes, settings.kinds):
+            raise _fail(prefix, key, problem)
     grafana = settings.grafana
     if grafana is not None:
         if grafana.kind not in settings.kinds:
