@@ -335,8 +335,9 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
                 )
     kubernetes = settings.runners.kubernetes
     if kubernetes is not None:
-        for key, problem in _kubernetes_problems(kubernetes, settings.kinds):
-            raise _fail(prefix, key, problem)
+        refused = next(_kubernetes_problems(kubernetes, settings.kinds), None)
+        if refused is not None:
+            raise _fail(prefix, *refused)
     grafana = settings.grafana
     if grafana is not None:
         if grafana.kind not in settings.kinds:
