@@ -45,7 +45,9 @@ def test_config_check_warns_of_a_task_program_missing_on_this_host(tmp_path: Pat
     # A task of that kind could never start here: say so before a deployment finds out.
     config = write(
         tmp_path / "agents.yml",
-        "handled_types:\n  task:\n    kinds:\n"
+        "handled_types:\n  task:\n"
+        "    runners:\n      command:\n        workdir: /srv/no-such-checkouts\n"
+        "    kinds:\n"
         "      agent:\n        scope: project\n"
         "        command: [/usr/local/bin/no-such-agent, run]\n"
         "      shell:\n        scope: project\n        command: [sh, -c, 'true']\n",
@@ -53,8 +55,10 @@ def test_config_check_warns_of_a_task_program_missing_on_this_host(tmp_path: Pat
     result = run_wq("config", "check", str(config), env=clean_env(tmp_path), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
+        "wq: warning: handled_types.task.runners.command.workdir: directory "
+        "'/srv/no-such-checkouts' not found on this host",
         "wq: warning: handled_types.task.kinds.agent.command: program "
-        "'/usr/local/bin/no-such-agent' not found on this host"
+        "'/usr/local/bin/no-such-agent' not found on this host",
     ], result.stderr
 
 

@@ -80,9 +80,9 @@ def start_warnings(
         )
     if "task" in registry.names:
         from wq.types.task import TaskRuntime
-        from wq.types.task.settings import missing_programs
+        from wq.types.task.settings import missing_on_this_host
 
         task = registry.get("task").settings
         assert isinstance(task, TaskRuntime)
-        warnings += [f"handled_types.task.{found}" for found in missing_programs(task.settings)]
+        warnings += [f"handled_types.task.{found}" for found in missing_on_this_host(task.settings)]
     return warnings

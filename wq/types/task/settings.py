@@ -377,11 +377,15 @@ def parse_settings(data: dict[str, Any], *, source: str = "") -> TaskSettings:
     return settings
 
 
-def missing_programs(settings: TaskSettings) -> list[str]:
-    """Warnings for command-runner kinds whose program is not found on this host (a
-    task of such a kind could never start here). A program named by a placeholder is
-    not checked: it is only known per task."""
+def missing_on_this_host(settings: TaskSettings) -> list[str]:
+    """Warnings for what command-runner kinds need and this host lacks: their program, or
+    the runner's `workdir` (a task of such a kind could never start here). A program named
+    by a placeholder is not checked: it is only known per task."""
     found = []
+    workdir = settings.runners.command.workdir
+    runs_commands = any(kind.runner == "command" for kind in settings.kinds.values())
+    if runs_commands and workdir is not None and not os.path.isdir(workdir):
+        found.append(f"runners.command.workdir: directory {workdir!r} not found on this host")
     for name, kind in settings.kinds.items():
         if kind.runner != "command" or not kind.command or "{" in kind.command[0]:
             continue
