@@ -6,6 +6,8 @@ body is consumed, by counting what the app actually received from the client.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +16,7 @@ from sqlalchemy import func, select
 
 from tests.conftest import Store, make_config
 from tests.support.chain import Behaviour, chain_registry
+from wq.daemon import body as body_module
 from wq.daemon.app import create_app
 from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.models import WorkItem
@@ -309,3 +312,45 @@ def test_a_webhooks_body_is_read_only_with_its_secret_and_within_the_limit(
             headers=hook | {"X-Gitlab-Token": "the-secret"},
         )
         assert ok.status_code in (202, 400), ok.text  # read and judged: no 413
+
+
+def test_a_large_body_being_judged_holds_no_other_request(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsing megabytes takes seconds: meanwhile the probes and other callers are
+    answered (on the event loop, a liveness probe would time out)."""
+    config = make_config(store.url)
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    judging, answered = threading.Event(), threading.Event()
+    seen_answered: list[bool] = []
+    real_check = body_module.check_body
+
+    def slow_check(body: bytes, **limits: int) -> None:
+        judging.set()
+        seen_answered.append(answered.wait(timeout=10))  # as parsing a huge body would
+        real_check(body, **limits)
+
+    monkeypatch.setattr(body_module, "check_body", slow_check)
+    large = json.dumps({"project": "group/app", "labels": {"pad": "x" * 100_000}})
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        results: list[int] = []
+        sender = threading.Thread(
+            target=lambda: results.append(
+                client.post(
+                    "/api/work-items/chain",
+                    content=large,
+                    headers=headers | {"Content-Type": "application/json"},
+                ).status_code
+            )
+        )
+        sender.start()
+        assert judging.wait(timeout=10)
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/api/whoami", headers=headers).status_code == 200
+        answered.set()
+        sender.join(timeout=20)
+    runtime.engine.dispose()
+    assert seen_answered == [True], "other requests waited for the large body's check"
+    assert results and results[0] in (201, 422), results

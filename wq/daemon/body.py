@@ -10,7 +10,10 @@ up to the configured limit (413 as soon as the limit is passed, whatever
 client that sends its body slowly, or stops half way, would otherwise hold one of the
 requests the daemon lets in, `wq.daemon.shedding`, for as long as it liked), then
 refuses a body that is not JSON (400) or a field that could not be stored and written
-back (422, wq.daemon.documents). The route then gets the buffered body.
+back (422, wq.daemon.documents). The route then gets the buffered body. A body larger
+than `INLINE_CHECK_BYTES` is judged on a thread of its own, one at a time: parsing
+megabytes takes seconds, and on the event loop it would hold every other request and
+the probes (a liveness probe would fail and have the daemon restarted).
 
 A webhook checks its own secret from the headers, then reads the body itself and
 judges it (its sender's documents are not ours to limit per field, and a caller without
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 
 import anyio
+import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -40,6 +44,9 @@ WEBHOOK_PREFIX = "/api/webhooks/"
 # Headers beyond this are refused with 431 (a head beyond wq.daemon.http_protocol's
 # own bound never reaches the app).
 MAX_HEADER_BYTES = 256 * 1024
+# Bodies up to this size are judged on the event loop (a few milliseconds at most;
+# every submission the CLI sends is far smaller), larger ones on a thread.
+INLINE_CHECK_BYTES = 16 * 1024
 
 
 def _is_api(path: str) -> bool:
@@ -91,6 +98,9 @@ class BodyGuard:
         self.body_timeout = body_timeout_seconds
         self.max_depth = max_document_depth
         self.max_document = max_document_bytes
+        # One large body judged at a time: each holds its parsed document in memory.
+        # A limiter belongs to its event loop: made on the first large body a loop serves.
+        self._large_bodies: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -142,7 +152,12 @@ class BodyGuard:
         if body is None:
             await self._too_large()(scope, receive, send)
             return
-        refused = self._check_documents(body)
+        if len(body) <= INLINE_CHECK_BYTES:
+            refused = self._check_documents(body)
+        else:
+            refused = await anyio.to_thread.run_sync(
+                self._check_documents, body, limiter=self._large_body_limiter()
+            )
         if refused is not None:
             await refused(scope, receive, send)
             return
@@ -162,6 +177,12 @@ class BodyGuard:
             response: Response = await handler(request, refusal)
             return response
         return None
+
+    def _large_body_limiter(self) -> anyio.CapacityLimiter:
+        loop = asyncio.get_running_loop()
+        if self._large_bodies is None or self._large_bodies[0] is not loop:
+            self._large_bodies = (loop, anyio.CapacityLimiter(1))
+        return self._large_bodies[1]
 
     def _check_documents(self, body: bytes) -> Response | None:
         """400 for a body that is not JSON, 422 for a field that could not be kept."""
