@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.daemon.test_daemon_process import clean_env, error_lines, run_wq, wq_args, write
 
 START_TIMEOUT = 30.0  # a refused start ends at once; one that is not is stopped here
@@ -212,6 +214,24 @@ def test_aliases_within_aliases_are_refused_before_anything_walks_them(tmp_path:
         f"wq: error: config {config}: not valid YAML: more than 1,000,000 values once its"
         " aliases are expanded"
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a: " + "[" * 5000 + "]" * 5000 + "\n", "".join(f"{' ' * n}k:\n" for n in range(3000))],
+    ids=["flow", "block"],
+)
+def test_a_config_nested_too_deeply_is_one_line(tmp_path: Path, text: str) -> None:
+    # The parser recursed until Python's limit: every command reading it printed a
+    # RecursionError's traceback of thousands of lines.
+    config = write(tmp_path / "deep.yml", text)
+    check = run_wq("config", "check", str(config), env=clean_env(tmp_path), cwd=tmp_path)
+    assert check.returncode == 1, check.stdout
+    assert error_lines(check.stderr) == [
+        f"wq: error: config {config}: not valid YAML: nested too deeply"
+        " (real configs nest a few levels)"
+    ]
+    assert "Traceback" not in check.stderr
 
 
 def test_config_check_says_what_a_start_would_warn_of(tmp_path: Path) -> None:

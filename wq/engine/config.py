@@ -368,8 +368,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def load_yaml(text: str) -> Any:
     """`yaml.safe_load`, refusing a key given twice in a mapping, and a document that
-    holds more than `MAX_CONFIG_VALUES` values once its aliases are expanded."""
-    document = yaml.load(text, Loader=_UniqueKeyLoader)
+    holds more than `MAX_CONFIG_VALUES` values once its aliases are expanded, or whose
+    nesting is too deep for the parser (its recursion would end in a traceback)."""
+    try:
+        document = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply (real configs nest a few levels)") from None
     _refuse_expansion(document)
     return document
 
