@@ -184,6 +184,40 @@ def test_a_missing_file_is_a_usage_error(config: Path, tmp_path: Path) -> None:
     assert "cannot read" in result.stderr and "Traceback" not in result.output
 
 
+def test_a_device_named_as_the_trace_is_a_usage_error(config: Path) -> None:
+    # /dev/zero seeks "successfully" to an end of 0: explain then read it forever,
+    # 8 GB of memory within seconds.
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
+
+    args = ["ci-retry", "explain", "-c", str(config), "--trace", "/dev/zero"]
+    result = subprocess.run(
+        [sys.executable, "-m", "wq", *args],
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "wq: error: --trace: /dev/zero is not a file or a pipe" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_trace_from_a_pipe_is_read(config: Path) -> None:
+    trace = b"$ make test\nKilled\n"
+    args = ["ci-retry", "explain", "-c", str(config), "--json", "--trace", "/dev/stdin"]
+    result = subprocess.run(
+        [sys.executable, "-m", "wq", *args],
+        input=trace,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["matcher"]["name"] == "oom"
+
+
 def test_only_the_end_of_a_huge_trace_is_read(config: Path, tmp_path: Path) -> None:
     # A 4 GiB trace (sparse: no disk used) under a 1.5 GB address-space limit: reading it
     # whole, as explain did, is a MemoryError; its last job_trace_max_bytes are enough.

@@ -10,6 +10,7 @@ are not known here: `--attempt` stands for the job's retries so far.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -43,11 +44,15 @@ OUTCOMES = {
 
 def _read_end(path: Path, size: int) -> bytes:
     """The last `size` bytes of a file or a pipe, in bounded memory: a trace can be
-    gigabytes, and only its end is looked at (as the daemon streams it)."""
+    gigabytes, and only its end is looked at (as the daemon streams it). A device is a
+    usage error: `/dev/zero` seeks to an end of 0 and then never ends."""
     with path.open("rb") as stream:
-        if stream.seekable():
+        mode = os.fstat(stream.fileno()).st_mode
+        if stat.S_ISREG(mode):
             stream.seek(max(0, stream.seek(0, os.SEEK_END) - size))
             return stream.read()
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            usage_error(f"--trace: {path} is not a file or a pipe")
         end = b""
         while chunk := stream.read(1 << 20):
             end = (end + chunk)[-size:]
