@@ -396,6 +396,29 @@ def test_endless_headers_are_cut_off_with_431(tmp_path: Path, daemons: list[Daem
 
 
 @pytest.mark.usefixtures("no_system_config")
+def test_a_request_the_parser_cannot_read_is_a_json_400(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    # uvicorn answered these in plain text ("Invalid HTTP request received."), where
+    # every other refusal is a JSON document with its `error`.
+    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
+    daemon.wait_healthy()
+    host, port = daemon.url.removeprefix("http://").split(":")
+    for request in (b"FOO /healthz HTTP/1.1\r\nHost: wq\r\n\r\n", b"GET / HTTP/9\x00\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(request)
+            answer = b""
+            with contextlib.suppress(OSError):
+                while chunk := sock.recv(65536):
+                    answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"content-type: application/json" in head.lower()
+        assert json.loads(body)["error"].startswith("not a valid HTTP/1.1 request")
+    assert httpx.get(f"{daemon.url}/healthz", timeout=10).status_code == 200
+
+
+@pytest.mark.usefixtures("no_system_config")
 def test_embedded_daemon_stops_cleanly_on_sigint(tmp_path: Path, daemons: list[Daemon]) -> None:
     daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
     daemon.wait_healthy()

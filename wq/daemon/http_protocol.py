@@ -10,6 +10,8 @@ document. Nor does uvicorn bound the time a head takes (its keep-alive timeout s
 only after a response): a connection that sends nothing, or half a head, would be held
 for ever. So a head must end within `server.head_timeout_seconds` of its first byte
 (of the connection, for the first), else it is answered 408 and the connection closed.
+A request the parser cannot read (an unknown method, a malformed line) is answered 400
+with a JSON error document like every other refusal, not uvicorn's plain text.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ def _refusal(status: str, error: str) -> bytes:
 
 _TOO_LONG = _refusal(
     "431 Request Header Fields Too Large", f"the request head exceeds {HEAD_LIMIT} bytes"
+)
+_UNREADABLE = _refusal(
+    "400 Bad Request",
+    "not a valid HTTP/1.1 request: its request line or headers could not be read",
 )
 
 
@@ -80,6 +86,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """The request has ended: what follows on the connection is the next head."""
         self._head_bytes = 0
         super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the parser refused: answered as JSON, then closed (uvicorn logs it)."""
+        self._refuse(_UNREADABLE)
 
     def _time_head(self) -> None:
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_too_slow)
