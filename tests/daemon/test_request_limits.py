@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+import starlette.requests
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
@@ -354,3 +357,31 @@ def test_a_large_body_being_judged_holds_no_other_request(
     runtime.engine.dispose()
     assert seen_answered == [True], "other requests waited for the large body's check"
     assert results and results[0] in (201, 422), results
+
+
+def test_a_body_is_parsed_once_by_the_guard_not_again_on_the_loop(
+    limited: tuple[Runtime, str], store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FastAPI parsed every body a second time, on the event loop: a large body of many
+    small fields (each within the limits) held everyone for as long again."""
+    runtime, token = limited
+    parsed_again: list[int] = []
+
+    def counting_loads(body: bytes | str, **kwargs: Any) -> Any:
+        parsed_again.append(len(body))
+        return json.loads(body, **kwargs)
+
+    monkeypatch.setattr(starlette.requests, "json", SimpleNamespace(loads=counting_loads))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        small = client.post("/api/work-items/chain", json={"project": "a/b"}, headers=headers)
+        labels = {f"k{n}": "v" for n in range(300)}  # ~4 KiB: within LIMIT
+        wide = client.post(
+            "/api/work-items/chain",
+            content=json.dumps({"project": "a/c", "labels": labels}),
+            headers=headers,
+        )
+    assert small.status_code == 201, small.text
+    assert wide.status_code in (201, 422), wide.text
+    assert parsed_again == []
+    assert item_count(store) == 1 + (wide.status_code == 201)

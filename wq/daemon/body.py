@@ -10,10 +10,12 @@ up to the configured limit (413 as soon as the limit is passed, whatever
 client that sends its body slowly, or stops half way, would otherwise hold one of the
 requests the daemon lets in, `wq.daemon.shedding`, for as long as it liked), then
 refuses a body that is not JSON (400) or a field that could not be stored and written
-back (422, wq.daemon.documents). The route then gets the buffered body. A body larger
-than `INLINE_CHECK_BYTES` is judged on a thread of its own, one at a time: parsing
-megabytes takes seconds, and on the event loop it would hold every other request and
-the probes (a liveness probe would fail and have the daemon restarted).
+back (422, wq.daemon.documents). The route then gets the buffered body, and the
+document parsed from it: a `ParsedBodyRoute` hands FastAPI that document instead of
+parsing the body again. A body larger than `INLINE_CHECK_BYTES` is judged on a thread
+of its own, one at a time: parsing megabytes takes seconds, and on the event loop it
+would hold every other request and the probes (a liveness probe would fail and have
+the daemon restarted).
 
 A webhook checks its own secret from the headers, then reads the body itself and
 judges it (its sender's documents are not ours to limit per field, and a caller without
@@ -25,9 +27,12 @@ nothing of what it sends.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import anyio
 import anyio.to_thread
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -47,6 +52,8 @@ MAX_HEADER_BYTES = 256 * 1024
 # Bodies up to this size are judged on the event loop (a few milliseconds at most;
 # every submission the CLI sends is far smaller), larger ones on a thread.
 INLINE_CHECK_BYTES = 16 * 1024
+# Where the guard leaves the body's parsed document for the route (the ASGI scope).
+PARSED_BODY = "wq.parsed_body"
 
 
 def _is_api(path: str) -> bool:
@@ -153,14 +160,16 @@ class BodyGuard:
             await self._too_large()(scope, receive, send)
             return
         if len(body) <= INLINE_CHECK_BYTES:
-            refused = self._check_documents(body)
+            judged = self._check_documents(body)
         else:
-            refused = await anyio.to_thread.run_sync(
+            judged = await anyio.to_thread.run_sync(
                 self._check_documents, body, limiter=self._large_body_limiter()
             )
-        if refused is not None:
-            await refused(scope, receive, send)
+        if isinstance(judged, Response):
+            await judged(scope, receive, send)
             return
+        if body:
+            scope[PARSED_BODY] = judged
         await self.app(scope, _replay(body, receive), send)
 
     async def _authenticate(self, scope: Scope, path: str) -> Response | None:
@@ -184,12 +193,13 @@ class BodyGuard:
             self._large_bodies = (loop, anyio.CapacityLimiter(1))
         return self._large_bodies[1]
 
-    def _check_documents(self, body: bytes) -> Response | None:
-        """400 for a body that is not JSON, 422 for a field that could not be kept."""
+    def _check_documents(self, body: bytes) -> Any:
+        """The body's document; or the answer: 400 for a body that is not JSON, 422 for a
+        field that could not be kept."""
         if not body:
             return None
         try:
-            check_body(body, max_depth=self.max_depth, max_bytes=self.max_document)
+            return check_body(body, max_depth=self.max_depth, max_bytes=self.max_document)
         except NotJson as error:
             return _error(400, str(error))
         except DocumentRefused as error:
@@ -197,7 +207,6 @@ class BodyGuard:
                 ErrorBody(error=str(error), problems=[str(error)]).model_dump(),
                 status_code=422,
             )
-        return None
 
     def _too_large(self) -> Response:
         return _error(413, self._too_large_message())
@@ -266,3 +275,26 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+class ParsedBodyRequest(Request):
+    """A request whose JSON document `BodyGuard` has parsed already: not parsed again."""
+
+    async def json(self) -> Any:
+        """The guard's document, else the body parsed here (a body the guard let by)."""
+        if PARSED_BODY in self.scope:
+            return self.scope[PARSED_BODY]
+        return await super().json()
+
+
+class ParsedBodyRoute(APIRoute):
+    """A route whose JSON body FastAPI takes from `BodyGuard`'s document (parsed once,
+    and a large one off the event loop) instead of parsing it again on the loop."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def with_parsed_body(request: Request) -> Response:
+            return await handler(ParsedBodyRequest(request.scope, request.receive, request._send))
+
+        return with_parsed_body

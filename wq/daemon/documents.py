@@ -68,8 +68,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
-def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
-    """Raise NotJson or DocumentRefused unless every field of `body` is storable."""
+def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> Any:
+    """The document of `body`; NotJson or DocumentRefused unless every field is storable."""
     try:
         # A key given twice: the last would win here, and a proxy in front may have
         # read the first.
@@ -98,3 +98,4 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> None:
             if shown == limit:  # just over: `256 KiB, at most 256 KiB` says nothing
                 shown, limit = f"{size:,} bytes", f"{max_bytes:,} bytes"
             raise DocumentRefused(f"{name}: {shown}, at most {limit}")
+    return document

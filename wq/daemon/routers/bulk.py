@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
+from wq.daemon.body import ParsedBodyRoute
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ProjectName, RuntimeDep
 from wq.daemon.routers.submissions import only_post
@@ -19,7 +20,7 @@ from wq.daemon.runtime import Runtime
 from wq.engine import bulk
 from wq.engine.models import utcnow
 
-router = APIRouter(prefix="/api/work-items", tags=["work items"])
+router = APIRouter(prefix="/api/work-items", tags=["work items"], route_class=ParsedBodyRoute)
 
 MAX_LIMIT = 1000
 # The fields that select items; `limit` and `dry_run` alone select nothing.

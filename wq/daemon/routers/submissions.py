@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, HTTPException, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from wq.daemon.body import ParsedBodyRoute
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import Permit, PrincipalDep, require
 from wq.daemon.loop_reads import LoopReads
@@ -129,7 +130,7 @@ def build_router(types: list[ItemType]) -> APIRouter:
     answer (its `{item_id}` would match "mr" by its path alone, and GET would be a 422
     for an id that is not a UUID).
     """
-    router = APIRouter(prefix="/api/work-items", tags=["submissions"])
+    router = APIRouter(prefix="/api/work-items", tags=["submissions"], route_class=ParsedBodyRoute)
     for item_type in types:
         if item_type.submission is not None:
             router.add_api_route(

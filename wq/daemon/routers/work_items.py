@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
+from wq.daemon.body import ParsedBodyRoute
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import (
     NO_NUL,
@@ -53,7 +54,7 @@ from wq.engine import items as item_service
 from wq.engine import pending as pending_service
 from wq.engine.models import WorkItem, utcnow
 
-router = APIRouter(prefix="/api/work-items", tags=["work items"])
+router = APIRouter(prefix="/api/work-items", tags=["work items"], route_class=ParsedBodyRoute)
 
 # An audit entry's or event's id: the last of the previous page. 18 digits stay below
 # 2**63, so every value of this form is a position the server takes.
