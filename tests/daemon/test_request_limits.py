@@ -385,3 +385,35 @@ def test_a_body_is_parsed_once_by_the_guard_not_again_on_the_loop(
     assert wide.status_code in (201, 422), wide.text
     assert parsed_again == []
     assert item_count(store) == 1 + (wide.status_code == 201)
+
+
+def test_a_body_of_very_many_fields_is_refused_by_its_count(store: Store) -> None:
+    # A million small keys passed every field's limit; FastAPI then validated each on
+    # the event loop and answered a 422 of 100 MB, one problem per key.
+    config = make_config(store.url)
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    document = {"project": "a/b"} | {f"k{n}": 0 for n in range(1500)}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        response = client.post("/api/work-items/chain", json=document, headers=headers)
+    runtime.engine.dispose()
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "body: 1,501 fields, at most 1,000"
+    assert item_count(store) == 0
+
+
+def test_a_422_lists_twenty_problems_and_counts_the_rest(limited: tuple[Runtime, str]) -> None:
+    runtime, token = limited
+    headers = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        response = client.post(
+            "/api/work-items/retry",
+            json={"phase": "failed", "ids": [f"not-an-id-{n}" for n in range(50)]},
+            headers=headers,
+        )
+    assert response.status_code == 422, response.text
+    problems = response.json()["problems"]
+    assert len(problems) == 21, problems
+    assert problems[0].startswith("ids.0: "), problems[0]
+    assert problems[-1].startswith("... and ") and problems[-1].endswith(" more problems")

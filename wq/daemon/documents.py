@@ -68,6 +68,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
+# Fields a body's object may have: no route takes more than a few dozen, and FastAPI
+# validates each one of a body on the event loop (a million keys held it for seconds).
+MAX_BODY_FIELDS = 1000
+
+
 def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> Any:
     """The document of `body`; NotJson or DocumentRefused unless every field is storable."""
     try:
@@ -82,6 +87,8 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> Any:
         raise DocumentRefused(f"body: nested deeper than {max_depth} levels") from None
     except ValueError as error:  # UnicodeDecodeError and JSONDecodeError
         raise NotJson(f"the body is not valid JSON: {error}") from None
+    if isinstance(document, dict) and len(document) > MAX_BODY_FIELDS:
+        raise DocumentRefused(f"body: {len(document):,} fields, at most {MAX_BODY_FIELDS:,}")
     fields = document.items() if isinstance(document, dict) else [("body", document)]
     for name, value in fields:
         if not is_utf8(name):

@@ -21,6 +21,10 @@ from wq.engine.registry import SubmissionRejected
 log = logging.getLogger(__name__)
 
 
+# Problems a 422 lists at most: one per field of a huge body would be a huge answer.
+MAX_PROBLEMS = 20
+
+
 def _error(
     status: int,
     message: str,
@@ -137,6 +141,9 @@ def install_error_handlers(app: FastAPI, outage: OutageLog) -> None:
             where = ".".join(str(part) for part in err.get("loc", ()) if part != "body")
             said = _said(err)
             problems.append(f"{where}: {said}" if where else said)
+        if len(problems) > MAX_PROBLEMS:
+            left = len(problems) - MAX_PROBLEMS
+            problems = [*problems[:MAX_PROBLEMS], f"... and {left:,} more problems"]
         return _error(422, "; ".join(problems) or "invalid request", problems=problems)
 
     @app.exception_handler(ItemNotFound)
