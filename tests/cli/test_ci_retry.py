@@ -184,21 +184,26 @@ def test_a_missing_file_is_a_usage_error(config: Path, tmp_path: Path) -> None:
     assert "cannot read" in result.stderr and "Traceback" not in result.output
 
 
-def test_a_device_named_as_the_trace_is_a_usage_error(config: Path) -> None:
-    # /dev/zero seeks "successfully" to an end of 0: explain then read it forever,
-    # 8 GB of memory within seconds.
+def explain_limited(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`wq ci-retry explain` in a process of its own, limited to 1.5 GB of address space."""
+
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
 
-    args = ["ci-retry", "explain", "-c", str(config), "--trace", "/dev/zero"]
-    result = subprocess.run(
-        [sys.executable, "-m", "wq", *args],
+    return subprocess.run(
+        [sys.executable, "-m", "wq", "ci-retry", "explain", "-c", str(config), *args],
         preexec_fn=limited,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_a_device_named_as_the_trace_is_a_usage_error(config: Path) -> None:
+    # /dev/zero seeks "successfully" to an end of 0: explain then read it forever,
+    # 8 GB of memory within seconds.
+    result = explain_limited(config, "--trace", "/dev/zero")
     assert result.returncode == 2, result.stderr
     assert "wq: error: --trace: /dev/zero is not a file or a pipe" in result.stderr
     assert "Traceback" not in result.stderr
@@ -219,26 +224,13 @@ def test_a_trace_from_a_pipe_is_read(config: Path) -> None:
 
 
 def test_only_the_end_of_a_huge_trace_is_read(config: Path, tmp_path: Path) -> None:
-    # A 4 GiB trace (sparse: no disk used) under a 1.5 GB address-space limit: reading it
+    # A 4 GiB trace (sparse: no disk used) within 1.5 GB of address space: reading it
     # whole, as explain did, is a MemoryError; its last job_trace_max_bytes are enough.
     trace = tmp_path / "huge.log"
     with trace.open("wb") as stream:
         stream.truncate(4 << 30)
         stream.seek(0, 2)
         stream.write(b"\nKilled\n")
-    limit = 1_500_000_000
-
-    def limited() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    args = ["ci-retry", "explain", "-c", str(config), "--json", "--trace", str(trace)]
-    result = subprocess.run(
-        [sys.executable, "-m", "wq", *args],
-        preexec_fn=limited,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = explain_limited(config, "--json", "--trace", str(trace))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["matcher"]["name"] == "oom"

@@ -372,6 +372,15 @@ def test_probes_and_scrape_answer_head_without_a_body(
         assert headers["content-type"] == got.headers["content-type"].lower(), path
 
 
+def read_to_close(sock: socket.socket) -> bytes:
+    """What the daemon sends on this connection until it closes it."""
+    answer = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
 @pytest.mark.usefixtures("no_system_config")
 def test_endless_headers_are_cut_off_with_431(tmp_path: Path, daemons: list[Daemon]) -> None:
     # uvicorn's httptools protocol buffers a request head without limit: a client that
@@ -385,10 +394,7 @@ def test_endless_headers_are_cut_off_with_431(tmp_path: Path, daemons: list[Daem
         with contextlib.suppress(OSError):  # the daemon closes the connection
             for _ in range(8 * 1024 * 1024 // len(line)):
                 sock.sendall(line)
-        answer = b""
-        with contextlib.suppress(OSError):
-            while chunk := sock.recv(65536):
-                answer += chunk
+        answer = read_to_close(sock)
     assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
     assert b"exceeds" in answer
     # The daemon goes on answering everyone else.
@@ -407,10 +413,7 @@ def test_a_request_the_parser_cannot_read_is_a_json_400(
     for request in (b"FOO /healthz HTTP/1.1\r\nHost: wq\r\n\r\n", b"GET / HTTP/9\x00\r\n\r\n"):
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(request)
-            answer = b""
-            with contextlib.suppress(OSError):
-                while chunk := sock.recv(65536):
-                    answer += chunk
+            answer = read_to_close(sock)
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 400"), answer[:200]
         assert b"content-type: application/json" in head.lower()
@@ -814,13 +817,7 @@ def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
         for sock in stalled:
             sock.sendall(head + b'{"project":')  # and nothing more
         started = time.monotonic()
-        answers = []
-        for sock in stalled:
-            answer = b""
-            with contextlib.suppress(OSError):
-                while chunk := sock.recv(65536):
-                    answer += chunk
-            answers.append(answer)
+        answers = [read_to_close(sock) for sock in stalled]
         waited = time.monotonic() - started
     finally:
         for sock in stalled:
@@ -895,13 +892,7 @@ def test_a_head_that_does_not_arrive_is_answered_408_and_closed(
         slow.sendall(b"GET /healthz HTTP/1.1\r\n")
         time.sleep(0.3)
         slow.sendall(b"Host: wq\r\nConnection: close\r\n\r\n")
-        answers = []
-        for sock in (silent, partial, slow):
-            answer = b""
-            with contextlib.suppress(OSError):
-                while chunk := sock.recv(65536):
-                    answer += chunk
-            answers.append(answer)
+        answers = [read_to_close(sock) for sock in (silent, partial, slow)]
     finally:
         for sock in (silent, partial, slow):
             sock.close()
