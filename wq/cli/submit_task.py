@@ -28,27 +28,8 @@ from wq.cli.submit import (
     output_mode,
     report,
 )
-from wq.client.json_numbers import JSON_NUMBER_HOOKS, NotAJsonNumber
+from wq.client.strict_json import STRICT_JSON_HOOKS, NotAJsonNumber, RepeatedKey, depth
 from wq.client.utf8 import is_utf8
-
-
-class RepeatedKey(ValueError):
-    """A JSON object gives one key twice."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object of the payload; the API refuses one that gives a key twice, and so does
-    the CLI rather than keep one of the values."""
-    document: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in document:
-            raise RepeatedKey(key)
-        document[key] = value
-    return document
 
 
 def read_payload(value: str | None) -> dict[str, Any]:
@@ -78,7 +59,7 @@ def read_payload(value: str | None) -> dict[str, Any]:
     if not is_utf8(text):  # bytes of another encoding in the argument itself
         usage_error("--payload: not valid UTF-8 text")
     try:
-        payload = json.loads(text, object_pairs_hook=_refuse_repeated_keys, **JSON_NUMBER_HOOKS)
+        payload = json.loads(text, **STRICT_JSON_HOOKS)
     except RepeatedKey as err:
         usage_error(f"--payload: the key {err.key!r} is given twice")
     except json.JSONDecodeError as err:
@@ -89,7 +70,7 @@ def read_payload(value: str | None) -> dict[str, Any]:
         usage_error(f"--payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     if not isinstance(payload, dict):
         usage_error("--payload: must be a JSON object")
-    if _depth(payload) > MAX_PAYLOAD_DEPTH:
+    if depth(payload) > MAX_PAYLOAD_DEPTH:
         usage_error(f"--payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     surrogate = _lone_surrogate(payload)
     if surrogate is not None:
@@ -112,19 +93,6 @@ def _lone_surrogate(payload: dict[str, Any]) -> str | None:
 # No server takes a deeper payload (server.max_document_depth is at most 128); each
 # server says its own, lower limit itself.
 MAX_PAYLOAD_DEPTH = 128
-
-
-def _depth(value: Any) -> int:
-    """How deeply objects and arrays nest in `value` (a scalar is 0), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            deepest = max(deepest, depth + 1)
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def task_done(item: dict[str, Any]) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wq.client.json_numbers import JSON_NUMBER_HOOKS, NotAJsonNumber
+from wq.client.strict_json import STRICT_JSON_HOOKS, NotAJsonNumber, RepeatedKey, depth
 from wq.client.utf8 import is_utf8
 
 
@@ -23,24 +23,6 @@ class NotJson(ValueError):
 
 class DocumentRefused(ValueError):
     """A decodable document over a limit, or with a value JSON has not (422)."""
-
-
-def _depth(value: Any) -> int:
-    """How many arrays/objects deep `value` nests (a scalar is 0), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, level = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            deepest = max(deepest, level)
-            continue
-        deepest = max(deepest, level + 1)
-        stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 # A JSON `\ud800` escape can spell half of a UTF-16 pair alone: a string no
@@ -56,18 +38,6 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object of the body; NotJson when a key comes twice (which one is meant?)."""
-    document = dict(pairs)
-    if len(document) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise NotJson(f"the body gives the key {key!r} twice in one object")
-            seen.add(key)
-    return document
-
-
 # Fields a body's object may have: no route takes more than a few dozen, and FastAPI
 # validates each one of a body on the event loop (a million keys held it for seconds).
 MAX_BODY_FIELDS = 1000
@@ -78,9 +48,9 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> Any:
     try:
         # A key given twice: the last would win here, and a proxy in front may have
         # read the first.
-        document = json.loads(body, object_pairs_hook=_unique_keys, **JSON_NUMBER_HOOKS)
-    except NotJson:
-        raise
+        document = json.loads(body, **STRICT_JSON_HOOKS)
+    except RepeatedKey as repeated:
+        raise NotJson(f"the body gives the key {repeated.key!r} twice in one object") from None
     except NotAJsonNumber as refused:
         raise DocumentRefused(f"body: {refused}") from None
     except RecursionError:
@@ -94,7 +64,7 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> Any:
         if not is_utf8(name):
             raise DocumentRefused(f"body: a field's name {_UNPAIRED}")
         # The body itself is one level: a field may nest max_depth levels below it.
-        if _depth(value) > max_depth:
+        if depth(value) > max_depth:
             raise DocumentRefused(f"{name}: nested deeper than {max_depth} levels")
         try:
             size = len(json.dumps(value, ensure_ascii=False).encode())
