@@ -63,7 +63,7 @@ def _load(path: Path) -> tuple[JobRetryConfig, int]:
     """The parsed block and the trace byte limit; exits 1 with one line when invalid."""
     import yaml
 
-    from wq.engine.config import load_yaml
+    from wq.engine.config_yaml import load_yaml
     from wq.types.mr.job_retry import DEFAULT_TRACE_MAX_BYTES
     from wq.types.mr.job_retry_parse import JobRetryConfigError, parse_job_retry
 

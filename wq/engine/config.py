@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from wq.engine.config_yaml import load_yaml, yaml_problem
 from wq.engine.project_names import canonical_project, project_problem
 
 SYSTEM_CONFIG_PATH = Path("/etc/wq/config.yml")
@@ -339,69 +339,6 @@ def require_webhook_secret(config: Config) -> None:
         raise ConfigError(f"config {config.source}: events.webhook_secret_env: {problem}")
 
 
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    """PyYAML's multi-line message as one line: the problem and where it is."""
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    mark = getattr(err, "problem_mark", None)
-    if mark is not None:
-        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
-    return str(problem)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the
-    last: a setting repeated further down a long file would silently win)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *defaults`: what it brings may be overridden
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(text: str) -> Any:
-    """`yaml.safe_load`, refusing a key given twice in a mapping, and a document that
-    holds more than `MAX_CONFIG_VALUES` values once its aliases are expanded, or whose
-    nesting is too deep for the parser (its recursion would end in a traceback)."""
-    try:
-        document = yaml.load(text, Loader=_UniqueKeyLoader)
-    except RecursionError:
-        raise yaml.YAMLError("nested too deeply (real configs nest a few levels)") from None
-    _refuse_expansion(document)
-    return document
-
-
-# Values a config document may hold, its aliases expanded: real ones hold hundreds.
-# Aliases of aliases ("billion laughs") stay small in memory, the parser sharing what
-# an alias names, but everything that walks the document (validation, a kind's payload
-# schema) walks every expanded value, for hours.
-MAX_CONFIG_VALUES = 1_000_000
-
-
-def _refuse_expansion(document: Any) -> None:
-    """Raise `yaml.YAMLError` once the walk of `document` passes `MAX_CONFIG_VALUES`."""
-    pending = [document]
-    values = 0
-    while pending:
-        value = pending.pop()
-        values += 1
-        if values > MAX_CONFIG_VALUES:
-            raise yaml.YAMLError(
-                f"more than {MAX_CONFIG_VALUES:,} values once its aliases are expanded"
-            )
-        if isinstance(value, dict):
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-
-
 # A config file bigger than this is refused unread (`-c /dev/zero`, a log named by
 # mistake); real ones are a few kilobytes.
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -422,7 +359,7 @@ def read_config_file(path: Path) -> Config:
     try:
         document = load_yaml(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"config {path}: not valid YAML: {_yaml_problem(err)}") from None
+        raise ConfigError(f"config {path}: not valid YAML: {yaml_problem(err)}") from None
     return parse_config(document, str(path))
 
 
