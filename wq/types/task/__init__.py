@@ -77,7 +77,7 @@ def register(
     from wq.types.task.gc import collect
     from wq.types.task.gitlab_rules import RESOLVED_KINDS, make_resolver
     from wq.types.task.gitlab_rules import handle as handle_event
-    from wq.types.task.models import TaskItem
+    from wq.types.task.models import TYPE_NAME, TaskItem
     from wq.types.task.output import make_output
     from wq.types.task.schemas import submission_schema
     from wq.types.task.settings import parse_settings
@@ -117,7 +117,7 @@ def register(
         )
     registry.register_type(
         ItemType(
-            name="task",
+            name=TYPE_NAME,
             model=TaskItem,
             decider=decide,
             executors=make_executors(parsed, runners),

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from wq.engine.audit import AuditRecord, audit
 from wq.engine.models import TERMINAL_PHASES, WorkItem
-from wq.types.task.models import TaskItem, TaskScheduleTick
+from wq.types.task.models import TYPE_NAME, TaskItem, TaskScheduleTick
 from wq.types.task.runners import Runner, run_id_for
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def collect(
     """Delete up to one batch of tasks finished more than `ttl` ago; return how many."""
     cutoff = now - ttl
     old = (
-        WorkItem.type == "task",
+        WorkItem.type == TYPE_NAME,
         WorkItem.phase.in_(sorted(TERMINAL_PHASES)),
         WorkItem.updated_at < cutoff,
     )

@@ -21,6 +21,7 @@ from wq.engine.config import validation_reason
 from wq.engine.metrics import declare_counter
 from wq.engine.models import TERMINAL_PHASES, WorkItem
 from wq.engine.registry import BadWebhookPayload, WebhookContext
+from wq.types.task.models import TYPE_NAME
 from wq.types.task.schemas import TaskCreate
 from wq.types.task.settings import GrafanaConfig, TaskSettings
 from wq.types.task.submit import submit_task
@@ -103,7 +104,7 @@ def _in_cooldown(
     recent = session.execute(
         select(WorkItem.id)
         .where(
-            WorkItem.type == "task",
+            WorkItem.type == TYPE_NAME,
             WorkItem.project == project,
             WorkItem.dedup_key == key,
             WorkItem.phase.in_(sorted(TERMINAL_PHASES)),
@@ -120,7 +121,7 @@ def _task(**fields: Any) -> TaskCreate:
         return TaskCreate(**fields)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "task"
+        where = ".".join(str(part) for part in first["loc"]) or TYPE_NAME
         raise BadWebhookPayload(
             f"the notification gives no usable task: {where}: {validation_reason(first)}"
         ) from None

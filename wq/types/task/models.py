@@ -11,6 +11,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from wq.engine.models import Base, JsonDoc, UtcDateTime, WorkItem, utcnow
 
+# The type's name: in `work_items.type`, the API's paths and the config.
+TYPE_NAME = "task"
+
 
 class TaskItem(WorkItem):
     """A task work item (joined-table inheritance on `work_items`).
@@ -61,7 +64,7 @@ class TaskItem(WorkItem):
     scheduling_columns = ("next_check_at",)
 
     __mapper_args__ = {  # noqa: RUF012 (SQLAlchemy's declared attribute)
-        "polymorphic_identity": "task",
+        "polymorphic_identity": TYPE_NAME,
         "polymorphic_load": "selectin",
     }
 
