@@ -388,3 +388,18 @@ def test_a_resubmission_during_ensure_mr_is_pushed_too(
     item = harness.settled(item_id)
     assert item.status("needs_mr").status == "false"  # type: ignore[union-attr]
     assert item.attempts == 0
+
+
+def test_a_new_title_during_ensure_mr_reaches_the_mr_too(
+    harness: Harness, gitlab: FakeGitLab
+) -> None:
+    """Only the title changes while the first push is under way: the MR still gets it
+    (the item does not take the MR as current for the title it started with)."""
+    gitlab.add_latency("POST", r"/repository/commits", 1.0, times=1)
+    _, item_id = harness.submit()
+    wait_for(lambda: gitlab.requests_to("POST", r"/repository/commits"), message="pushing")
+    assert harness.submit(title="Sync, retitled")[0] == "updated"
+    item = harness.settled(item_id)
+    assert item.mr_iid is not None
+    assert gitlab.merge_request(PROJECT, item.mr_iid).title == "Sync, retitled"
+    assert item.status("needs_mr").status == "false"  # type: ignore[union-attr]

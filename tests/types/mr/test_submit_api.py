@@ -77,8 +77,8 @@ def test_an_unchanged_resubmission_answers_the_item_as_get_shows_it(
         set_dimension(session, item, "needs_mr", False, detail={"mr": 7})
         set_dimension(session, item, "needs_ci", True, variant="job", detail=["a", 1])
 
-    # Only the content hash and the target decide: another title is unchanged too.
-    for again in (payload(), payload(title="Another title", labels=["other"])):
+    # The same state again, the labels in another order (a set on GitLab): unchanged.
+    for again in (payload(), payload(labels=["sync"]), payload(draft=True)):
         response = client.post(URL, json=again)
         assert response.status_code == 200, response.text
         shown = client.get(f"/api/work-items/{created['id']}").json()
@@ -87,7 +87,40 @@ def test_an_unchanged_resubmission_answers_the_item_as_get_shows_it(
         ("needs_ci", "job"),
         ("needs_mr", ""),
     ]
-    assert shown["details"] == created["details"]  # the title was not taken
+    assert shown["details"] == created["details"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"title": "Another title"},
+        {"description": "Another description"},
+        {"labels": ["sync", "urgent"]},
+        {"auto_merge": True},
+        {"commit_message": "Another message"},
+        {"package": "glibc"},
+    ],
+)
+def test_a_resubmission_that_changes_only_a_field_updates_the_item_and_asks_for_the_mr_again(
+    api: tuple[Runtime, TestClient], change: dict[str, Any]
+) -> None:
+    """Same files and target, another title (labels, auto-merge...): the item takes it
+    and `ensure_mr` runs again to bring the MR to it, the audit naming the field."""
+    runtime, client = api
+    created = _created(client, labels=["sync", "a"])
+    with runtime.sessions.begin() as session:
+        item = session.get(WorkItem, uuid.UUID(created["id"]))
+        assert item is not None
+        set_dimension(session, item, "needs_mr", False, detail={"mr": 7})
+
+    response = client.post(URL, json=payload(**{"labels": ["sync", "a"], **change}))
+    assert response.status_code == 200, response.text
+    assert response.json()["action"] == "updated"
+    shown = client.get(f"/api/work-items/{created['id']}").json()
+    assert {key: shown["details"].get(key, value) for key, value in change.items()} == change
+    assert {d["dimension"]: d["status"] for d in shown["dimensions"]}["needs_mr"] == "true"
+    updated = [entry for entry in _audit(runtime) if entry.event_type == "updated"]
+    assert [entry.new_state["fields"] for entry in updated] == [list(change)]
 
 
 def test_a_project_without_a_token_is_refused_before_anything_is_read_or_written(

@@ -145,14 +145,17 @@ def test_created_then_unchanged_then_updated(store: Store, monkeypatch: pytest.M
     assert created.admission == "queued" and created.details_dict()["package"] == "kernel"
 
     assert submit(store, registry) == ("unchanged", item_id)
-    # Only the hash decides: a new title alone is not an update.
+    # A new title alone is an update too: the MR is brought to it.
+    assert submit(store, registry, title="Another title") == ("updated", item_id)
+    assert mr(store, item_id).title == "Another title"
     assert submit(store, registry, title="Another title") == ("unchanged", item_id)
     # Another target changes the branch as much as new content does.
     assert submit(store, registry, target_branch="release") == ("updated", item_id)
     assert mr(store, item_id).target_branch == "release"
 
     new_actions = [{"action": "update", "file_path": "sources", "content": "v3\n"}]
-    assert submit(store, registry, file_actions=new_actions) == ("updated", item_id)
+    changed = {"title": "Another title", "file_actions": new_actions}
+    assert submit(store, registry, **changed) == ("updated", item_id)
     updated = mr(store, item_id)
     assert updated.file_actions == [{**new_actions[0], "encoding": "text"}]
     assert updated.content_hash != created.content_hash

@@ -44,6 +44,20 @@ class MrItem(WorkItem):
 
     # The file contents can be large; `details` shows none of these.
     api_unshown = ("description", "commit_message", "file_actions", "applied_labels")
+    # What a submission asks for: when any of them changes, the MR is brought to it again.
+    submitted_columns = (
+        "content_hash",
+        "target_branch",
+        "title",
+        "description",
+        "commit_message",
+        "labels",
+        "package",
+        "source",
+        "change_kind",
+        "auto_merge",
+    )
+
     api_details_columns = (
         "package",
         "source",

@@ -1,10 +1,11 @@
 """MR submission: an upsert keyed on (project, source_branch).
 
 Callers always send the desired state. No active item: a new one is created
-(generation n+1 after a completed or cancelled one). An active item with the same
-content hash and target branch is left unchanged; with another hash or target it is
-updated and pushed again (a new target changes the branch as much as new content). A
-failed item is refreshed and retried. The idempotency key
+(generation n+1 after a completed or cancelled one). An active item whose content hash,
+target branch and other fields (title, description, labels, commit message, package,
+source, change kind, auto-merge) all match is left unchanged; otherwise it is updated
+and brought to the new state (a new hash or target pushes the branch again, a new
+title or labels are set on the MR). A failed item is refreshed and retried. The idempotency key
 `mr:{project}:{source_branch}:{generation}` is unique among non-terminal items, so
 two racing submissions make one item: the loser's insert fails and it upserts again.
 """
@@ -72,7 +73,12 @@ _DETAILS = MrItem.__table__
 # details the API shows (the columns the upsert decides on among them). Built once,
 # so that its cache key is too.
 _LATEST = (
-    select(*_ITEMS.c, *(_DETAILS.c[name] for name in MrItem.api_details_columns))
+    select(
+        *_ITEMS.c,
+        *(_DETAILS.c[name] for name in MrItem.api_details_columns),
+        _DETAILS.c.description,
+        _DETAILS.c.commit_message,
+    )
     .select_from(_ITEMS.join(_DETAILS, _DETAILS.c.id == _ITEMS.c.id))
     .where(
         _ITEMS.c.project == bindparam("project"),
@@ -109,13 +115,28 @@ def _digest(payload: MrCreate) -> str:
     return content_hash([action.gitlab() for action in payload.file_actions])
 
 
+def _changed_fields(latest: Any, payload: MrCreate, digest: str) -> list[str]:
+    """The submitted columns (`MrItem.submitted_columns`) `payload` would change on `latest`."""
+    wanted = {
+        **payload.model_dump(mode="json", include=set(MrItem.submitted_columns)),
+        "content_hash": digest,
+    }
+    changed = []
+    for name in MrItem.submitted_columns:
+        old, new = getattr(latest, name), wanted[name]
+        if name == "labels":  # a set on GitLab: their order changes nothing
+            old, new = sorted(old or []), sorted(new)
+        if old != new:
+            changed.append(name)
+    return changed
+
+
 def _leaves_unchanged(latest: Any, payload: MrCreate, digest: str) -> bool:
-    """An active item with the payload's content and target: nothing to do."""
+    """An active item already in the payload's state: nothing to do."""
     return (
         latest is not None
         and latest.phase == ACTIVE
-        and latest.content_hash == digest
-        and latest.target_branch == payload.target_branch
+        and not _changed_fields(latest, payload, digest)
     )
 
 
@@ -184,6 +205,7 @@ def _upsert(
     changed = session.get(MrItem, latest.id)
     assert changed is not None
     old = {"content_hash": changed.content_hash, "target_branch": changed.target_branch}
+    fields = _changed_fields(changed, payload, digest)
     _refresh(changed, payload, digest)
     set_dimension(session, changed, "needs_mr", True)
     if changed.phase == FAILED:
@@ -197,7 +219,11 @@ def _upsert(
             ctx.actor,
             changed.id,
             old_state=old,
-            new_state={"content_hash": digest, "target_branch": payload.target_branch},
+            new_state={
+                "content_hash": digest,
+                "target_branch": payload.target_branch,
+                "fields": fields,
+            },
             trigger=trigger,
         ),
     )
