@@ -22,6 +22,14 @@ BAD_URLS = [
     ("postgresql+asyncpg://wq@db/wq", "postgresql+asyncpg:// is not supported"),
     ("postgresql://wq@db:port/wq", "cannot be parsed"),
 ]
+# A SQLite URL that names no file: the daemon's pool cannot share an in-memory database
+# between its threads (a traceback from every command), and what it held would be lost.
+NOT_A_FILE = [
+    ("sqlite://", "must be a file"),
+    ("sqlite:///", "must be a file"),
+    ("sqlite:///:memory:", "must be a file"),
+    ("sqlite:///%00", "holds a NUL character"),
+]
 
 
 def assert_one_line(result: Result, *words: str) -> None:
@@ -43,7 +51,14 @@ def test_a_bad_database_url_in_the_environment_is_named(
     assert_one_line(result, f"environment variable {variable}: ", said, SUPPORTED)
 
 
-@pytest.mark.parametrize(("url", "said"), BAD_URLS)
+@pytest.mark.parametrize(("url", "said"), NOT_A_FILE)
+def test_a_sqlite_url_without_a_file_is_refused(url: str, said: str, cache_home: Path) -> None:
+    for command in (["db", "current"], ["db", "migrate"]):
+        result = invoke(command, cli_env(cache_home, WQ_DATABASE_URL=url))
+        assert_one_line(result, "environment variable WQ_DATABASE_URL: ", said)
+
+
+@pytest.mark.parametrize(("url", "said"), BAD_URLS + NOT_A_FILE)
 def test_config_check_refuses_a_bad_database_url(
     url: str, said: str, tmp_path: Path, cache_home: Path
 ) -> None:

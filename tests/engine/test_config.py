@@ -203,7 +203,6 @@ def test_a_database_url_without_a_driver_is_refused_by_key_and_variable(
     "url",
     [
         "sqlite:///wq.db",
-        "sqlite://",
         "postgresql://wq@db/wq",
         "postgres://db/wq",
         "postgresql+psycopg://wq:pw@db:5432/wq",

@@ -171,11 +171,18 @@ def url_problem(url: str) -> str | None:
     """Why `url` is no database URL wq can use, in words without its password; None if
     it is one."""
     try:
-        drivername = make_url(url).drivername
+        parsed = make_url(url)
     except (exc.ArgumentError, ValueError):  # no scheme; a port that is not a number
         return f"cannot be parsed as a database URL ({SUPPORTED_URLS})"
-    if drivername not in SUPPORTED_DRIVERS:
-        return f"{drivername}:// is not supported ({SUPPORTED_URLS})"
+    if parsed.drivername not in SUPPORTED_DRIVERS:
+        return f"{parsed.drivername}:// is not supported ({SUPPORTED_URLS})"
+    if parsed.drivername.startswith("sqlite"):
+        path = parsed.database or ""
+        if path in ("", ":memory:"):
+            # Each connection would have a database of its own, lost with the process.
+            return "a SQLite database must be a file, such as sqlite:////var/lib/wq/wq.db"
+        if "\0" in path:
+            return "the SQLite file's name holds a NUL character"
     return None
 
 

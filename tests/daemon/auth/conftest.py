@@ -35,7 +35,7 @@ def clock() -> Clock:
 
 def auth_config(authorization: dict[str, Any] | None, **extra: Any) -> Config:
     """A config whose only interesting part is its authorization section."""
-    data: dict[str, Any] = {"database_url": "sqlite://", **extra}
+    data: dict[str, Any] = {"database_url": "sqlite:////nonexistent/wq-auth-tests.db", **extra}
     if authorization is not None:
         data["authorization"] = authorization
     return parse_config(data, "test.yml")
