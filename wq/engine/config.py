@@ -309,8 +309,8 @@ def parse_config(data: Any, source: str) -> Config:
 def secret_problem(variable: str) -> str | None:
     """Why the secret in environment variable `variable` cannot be used, or None.
 
-    Unset or empty; or with a space or control character at either end or inside, such
-    as the newline a secret made from a file keeps: sent in a header it is refused by
+    Unset or empty; or with a space at either end, or a control character anywhere (such
+    as the newline a secret made from a file keeps): sent in a header it is refused by
     the HTTP library, whose error quotes the value, or never matches what a peer sends.
     The value itself is never part of the answer.
     """
