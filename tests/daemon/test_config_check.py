@@ -188,6 +188,10 @@ def test_a_secret_with_a_trailing_newline_is_refused_by_its_key_without_its_valu
         assert error_lines(check.stderr) == [said]
         assert refused_start(config, env, cwd=tmp_path) == said
         assert secrets[variable] not in check.stderr + check.stdout
+    # A space inside is a header value's own (docs/configuration.md): taken.
+    env = clean_env(tmp_path, **{**secrets, "HOOK_SECRET": "hook value"})
+    check = run_wq("config", "check", str(config), env=env, cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
 
 
 def test_aliases_within_aliases_are_refused_before_anything_walks_them(tmp_path: Path) -> None:
