@@ -122,6 +122,7 @@ def test_a_group_alone_still_prints_its_help(cache_home: Path) -> None:
         # These two were tracebacks (Invalid IPv6 URL; httpx's Invalid IPv4 address).
         "http://[::1",
         "http://256.1.1.1:80",
+        "http://exa mple",
     ],
 )
 def test_a_url_without_a_scheme_is_a_usage_error(url: str, cache_home: Path) -> None:
@@ -129,6 +130,16 @@ def test_a_url_without_a_scheme_is_a_usage_error(url: str, cache_home: Path) -> 
     assert_usage(result, f"--url {url!r}: not a URL")
     env_result = invoke(["whoami"], cli_env(cache_home, WQ_URL=url))
     assert_usage(env_result, f"WQ_URL {url!r}: not a URL")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8080?x=1", "http://127.0.0.1:8080/#frag", "https://wq.x/?"]
+)
+def test_a_query_or_fragment_in_the_url_is_a_usage_error(url: str, cache_home: Path) -> None:
+    """They were taken, and then failed as "not logged in": the token cache is keyed on
+    the server's URL, which has none."""
+    result = invoke(["status", "--url", url], cli_env(cache_home, WQ_TOKEN="t"))
+    assert_usage(result, "a server's URL has no ?query or #fragment")
 
 
 @pytest.mark.parametrize(

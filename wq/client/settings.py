@@ -82,6 +82,13 @@ def resolve_url(flag: str | None, environ: Mapping[str, str] | None = None) -> s
         raise UsageError(
             f"{source} {url!r}: not a URL", hint="use http:// or https:// and a host name"
         )
+    if any(char.isspace() for char in parts.netloc):
+        raise UsageError(f"{source} {url!r}: not a URL (a space in its host)", hint=_URL_HINT)
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        # The token cache and every request path are keyed on the server's URL alone.
+        raise UsageError(
+            f"{source} {url!r}: a server's URL has no ?query or #fragment", hint=_URL_HINT
+        )
     return url
 
 
