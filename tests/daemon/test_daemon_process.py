@@ -193,6 +193,13 @@ def start_daemon(
     return daemon
 
 
+def healthy_embedded_daemon(daemons: list[Daemon], root: Path) -> Daemon:
+    """A `wq daemon` on its embedded store under `root`, answering `/healthz`."""
+    daemon = start_daemon(daemons, root, clean_env(root))
+    daemon.wait_healthy()
+    return daemon
+
+
 def token_files(root: Path) -> list[Path]:
     directory = root / "cache" / "wq" / "tokens"
     return sorted(directory.glob("*.json")) if directory.exists() else []
@@ -291,8 +298,7 @@ def test_a_hang_up_shuts_the_daemon_down_as_sigterm_does(
 ) -> None:
     # `wq daemon` in a terminal that is closed, or an SSH session that drops: the signal's
     # default killed it at once, leaving its local token file and its replica row behind.
-    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
-    daemon.wait_healthy()
+    daemon = healthy_embedded_daemon(daemons, tmp_path)
     path, _ = read_token(tmp_path, daemon.url)
     code = daemon.terminate(signal.SIGHUP, EMBEDDED_GRACE_SECONDS)
     assert code == 0, f"exit code {code} after SIGHUP:\n{daemon.log()}"
@@ -307,8 +313,7 @@ def test_kept_alive_connection_answers_without_nagle_delay(
     # Nagle's algorithm on the server meeting the client's delayed ACK costs ~40 ms on
     # every request after the first one of a connection; TCP_NODELAY removes it.
     # Each request must answer well under 40 ms (issue 9, point 19).
-    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
-    daemon.wait_healthy()
+    daemon = healthy_embedded_daemon(daemons, tmp_path)
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     rounds: list[list[float]] = []
     with httpx.Client(
@@ -337,8 +342,7 @@ def test_kept_alive_connection_answers_without_nagle_delay(
 @pytest.mark.usefixtures("no_system_config")
 def test_huge_authorization_header_gets_an_answer(tmp_path: Path, daemons: list[Daemon]) -> None:
     # uvicorn's parser gave up on ~200 KB of headers and the connection was reset.
-    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
-    daemon.wait_healthy()
+    daemon = healthy_embedded_daemon(daemons, tmp_path)
     with httpx.Client(base_url=daemon.url, timeout=httpx.Timeout(10.0)) as client:
         for size in (20_000, 200_000, 600_000):
             response = client.get(
@@ -353,8 +357,7 @@ def test_probes_and_scrape_answer_head_without_a_body(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:
     # `curl -I` and load balancers' HEAD checks got 405 Method Not Allowed.
-    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
-    daemon.wait_healthy()
+    daemon = healthy_embedded_daemon(daemons, tmp_path)
     host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
     for path in ("/healthz", "/readyz", "/metrics"):
         with httpx.Client(base_url=daemon.url, timeout=HTTP_TIMEOUT) as client:
@@ -385,8 +388,7 @@ def read_to_close(sock: socket.socket) -> bytes:
 def test_endless_headers_are_cut_off_with_431(tmp_path: Path, daemons: list[Daemon]) -> None:
     # uvicorn's httptools protocol buffers a request head without limit: a client that
     # never ends its headers would grow the daemon's memory until it died.
-    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
-    daemon.wait_healthy()
+    daemon = healthy_embedded_daemon(daemons, tmp_path)
     host, port = daemon.url.removeprefix("http://").split(":")
     line = b"X-Pad: " + b"a" * 16_000 + b"\r\n"
     with socket.create_connection((host, int(port)), timeout=10) as sock:
@@ -407,8 +409,7 @@ def test_a_request_the_parser_cannot_read_is_a_json_400(
 ) -> None:
     # uvicorn answered these in plain text ("Invalid HTTP request received."), where
     # every other refusal is a JSON document with its `error`.
-    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
-    daemon.wait_healthy()
+    daemon = healthy_embedded_daemon(daemons, tmp_path)
     host, port = daemon.url.removeprefix("http://").split(":")
     for request in (b"FOO /healthz HTTP/1.1\r\nHost: wq\r\n\r\n", b"GET / HTTP/9\x00\r\n\r\n"):
         with socket.create_connection((host, int(port)), timeout=10) as sock:
@@ -423,8 +424,7 @@ def test_a_request_the_parser_cannot_read_is_a_json_400(
 
 @pytest.mark.usefixtures("no_system_config")
 def test_embedded_daemon_stops_cleanly_on_sigint(tmp_path: Path, daemons: list[Daemon]) -> None:
-    daemon = start_daemon(daemons, tmp_path, clean_env(tmp_path))
-    daemon.wait_healthy()
+    daemon = healthy_embedded_daemon(daemons, tmp_path)
     path, _ = read_token(tmp_path, daemon.url)
     code = daemon.terminate(signal.SIGINT, EMBEDDED_GRACE_SECONDS)
     assert code is not None, f"still running {EMBEDDED_GRACE_SECONDS}s after SIGINT"

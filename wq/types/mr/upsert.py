@@ -69,9 +69,9 @@ def submit_mr(
 
 _ITEMS = WorkItem.__table__
 _DETAILS = MrItem.__table__
-# The branch's newest generation as one row, locked: every `work_items` column and the
-# details the API shows (the columns the upsert decides on among them). Built once,
-# so that its cache key is too.
+# The branch's newest generation as one row, locked: every `work_items` column, the
+# details the API shows, and the description and commit message (with those, every
+# submitted column the upsert compares). Built once, so that its cache key is too.
 _LATEST = (
     select(
         *_ITEMS.c,
