@@ -64,6 +64,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     for engine in (runtime.engine, runtime.probe_engine):
         if engine is not None:
             note_checkouts(engine)
+    types = [runtime.registry.get(name) for name in runtime.registry.names]
     # Runs before any route reads a body (inside the auth layer's header filter).
     server = runtime.config.server
     app.add_middleware(
@@ -72,9 +73,13 @@ def create_app(runtime: Runtime) -> FastAPI:
         max_document_depth=server.max_document_depth,
         max_document_bytes=server.max_document_bytes,
         body_timeout_seconds=server.body_timeout_seconds,
+        self_bounded={
+            f"/api/work-items/{item_type.name}": item_type.submission.self_bounded
+            for item_type in types
+            if item_type.submission is not None
+        },
     )
     install_auth_handling(app)
-    types = [runtime.registry.get(name) for name in runtime.registry.names]
     # Order matters: a type's own submission route and the bulk actions before the
     # item routes (whose `{item_id}` would take their paths), the unknown-type fallback
     # after them. The webhooks come first: they take the most requests, and no other
@@ -96,7 +101,6 @@ def create_app(runtime: Runtime) -> FastAPI:
     for router in routers:
         app.include_router(router)
     # Before any other layer spends CPU on a request it would answer too late.
-    server = runtime.config.server
     app.add_middleware(
         LoadShedding,
         threads=server.request_threads,

@@ -99,12 +99,15 @@ class BodyGuard:
         max_document_depth: int = 32,
         max_document_bytes: int = 256 * 1024,
         body_timeout_seconds: float = 30.0,
+        self_bounded: dict[str, frozenset[str]] | None = None,
     ) -> None:
         self.app = app
         self.limit = max_body_bytes
         self.body_timeout = body_timeout_seconds
         self.max_depth = max_document_depth
         self.max_document = max_document_bytes
+        # Per path: the body fields its route bounds itself (`Submission.self_bounded`).
+        self.self_bounded = self_bounded or {}
         # One large body judged at a time: each holds its parsed document in memory.
         # A limiter belongs to its event loop: made on the first large body a loop serves.
         self._large_bodies: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
@@ -159,11 +162,12 @@ class BodyGuard:
         if body is None:
             await self._too_large()(scope, receive, send)
             return
+        exempt = self.self_bounded.get(path, frozenset())
         if len(body) <= INLINE_CHECK_BYTES:
-            judged = self._check_documents(body)
+            judged = self._check_documents(body, exempt)
         else:
             judged = await anyio.to_thread.run_sync(
-                self._check_documents, body, limiter=self._large_body_limiter()
+                self._check_documents, body, exempt, limiter=self._large_body_limiter()
             )
         if isinstance(judged, Response):
             await judged(scope, receive, send)
@@ -193,13 +197,18 @@ class BodyGuard:
             self._large_bodies = (loop, anyio.CapacityLimiter(1))
         return self._large_bodies[1]
 
-    def _check_documents(self, body: bytes) -> Any:
+    def _check_documents(self, body: bytes, self_bounded: frozenset[str]) -> Any:
         """The body's document; or the answer: 400 for a body that is not JSON, 422 for a
         field that could not be kept."""
         if not body:
             return None
         try:
-            return check_body(body, max_depth=self.max_depth, max_bytes=self.max_document)
+            return check_body(
+                body,
+                max_depth=self.max_depth,
+                max_bytes=self.max_document,
+                self_bounded=self_bounded,
+            )
         except NotJson as error:
             return _error(400, str(error))
         except DocumentRefused as error:

@@ -43,8 +43,13 @@ def _size(count: int) -> str:
 MAX_BODY_FIELDS = 1000
 
 
-def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> Any:
-    """The document of `body`; NotJson or DocumentRefused unless every field is storable."""
+def check_body(
+    body: bytes, *, max_depth: int, max_bytes: int, self_bounded: frozenset[str] = frozenset()
+) -> Any:
+    """The document of `body`; NotJson or DocumentRefused unless every field is storable.
+
+    Fields named in `self_bounded` are not held to `max_bytes` (the route's schema
+    bounds them, and no list writes them back); every other check applies to them."""
     try:
         # A key given twice: the last would win here, and a proxy in front may have
         # read the first.
@@ -70,7 +75,7 @@ def check_body(body: bytes, *, max_depth: int, max_bytes: int) -> Any:
             size = len(json.dumps(value, ensure_ascii=False).encode())
         except UnicodeEncodeError:
             raise DocumentRefused(f"{name}: {_UNPAIRED}") from None
-        if size > max_bytes:
+        if size > max_bytes and name not in self_bounded:
             shown, limit = _size(size), _size(max_bytes)
             if shown == limit:  # just over: `256 KiB, at most 256 KiB` says nothing
                 shown, limit = f"{size:,} bytes", f"{max_bytes:,} bytes"

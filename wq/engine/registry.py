@@ -213,12 +213,19 @@ class UnchangedCheck:
 
 @dataclass(frozen=True)
 class Submission:
-    """A type's submission API: its validated payload schema and the handler."""
+    """A type's submission API: its validated payload schema and the handler.
+
+    `self_bounded` names body fields the API never writes back (a type's
+    `api_unshown` columns) and that the schema bounds itself: the daemon holds them to
+    the body's limit, not to the per-field `server.max_document_bytes` (an MR's files
+    have a limit of their own, `max_file_bytes`).
+    """
 
     schema: type[BaseModel]
     project_of: Callable[[Any], str]
     handle: Callable[[Session, Any, SubmitContext], SubmitResult]
     unchanged: UnchangedCheck | None = None
+    self_bounded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -253,3 +253,43 @@ def test_the_configured_projects_are_in_the_openapi_document(
             URL, json=payload(project=project, source_branch=f"wq/{len(project)}")
         )
         assert (response.status_code == 201) == documented, (project, response.text)
+
+
+@pytest.fixture
+def default_api(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Runtime, TestClient]]:
+    """The daemon's app with the `mr` type's and the server's default limits."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    runtime = build_runtime(make_config(store.url, handled_types={"mr": mr_settings()}))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with TestClient(create_app(runtime), headers=headers) as client:
+        yield runtime, client
+    runtime.engine.dispose()
+
+
+def test_files_are_held_to_max_file_bytes_not_the_per_field_document_limit(
+    default_api: tuple[Runtime, TestClient],
+) -> None:
+    # `server.max_document_bytes` (256 KiB per body field) refused a 300 KB file, or
+    # three of 133 KB, although `max_file_bytes` allows 10 MiB per file.
+    runtime, client = default_api
+    one_large = _files({"action": "create", "file_path": "large", "content": "x" * 300_000})
+    three = _files(
+        *[{"action": "create", "file_path": f"f{n}", "content": "y" * 133_000} for n in range(3)]
+    )
+    for number, overrides in enumerate((one_large, three)):
+        response = client.post(URL, json=payload(source_branch=f"wq/large-{number}", **overrides))
+        assert response.status_code == 201, response.text[:300]
+        item = client.get(f"/api/work-items/{response.json()['item']['id']}")
+        assert item.status_code == 200
+    assert client.get("/api/work-items").status_code == 200
+    # Still refused: a file over max_file_bytes, and a listed field over the server's limit.
+    too_large = _files({"action": "create", "file_path": "huge", "content": "z" * 10_485_761})
+    response = client.post(URL, json=payload(source_branch="wq/huge", **too_large))
+    assert response.status_code == 422 and "max_file_bytes" in response.json()["error"]
+    response = client.post(URL, json=payload(source_branch="wq/d", description="d" * 300_000))
+    assert response.status_code == 422
+    assert "description: 292 KiB, at most 256 KiB" in response.json()["error"]
+    assert _count(runtime) == 2

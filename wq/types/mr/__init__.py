@@ -37,6 +37,8 @@ def register(registry: TypeRegistry, settings: dict[str, Any], *, source: str = 
                 project_of=lambda payload: payload.project,
                 handle=lambda session, payload, ctx: submit_mr(session, payload, ctx, parsed),
                 unchanged=unchanged_check(parsed),
+                # Bounded per file and in count by the schema, never listed.
+                self_bounded=frozenset({"file_actions"}),
             ),
             settings=parsed,
             retry_veto=retry_veto,
