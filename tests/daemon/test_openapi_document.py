@@ -16,8 +16,9 @@ from wq.daemon.schemas import Admission, Lane, Phase
 from wq.engine.models import ADMISSION_STATES, LANES, PHASES
 
 # What an /api/ route that takes a body can answer: not JSON, no token, no permission,
-# too slow, too large, not application/json, invalid, headers too large, unavailable.
-WITH_BODY = {400, 401, 403, 408, 413, 415, 422, 431, 503}
+# too slow, too large, not application/json, invalid, the caller's share of bodies,
+# headers too large, unavailable.
+WITH_BODY = {400, 401, 403, 408, 413, 415, 422, 429, 431, 503}
 # Every status each route can answer besides its successes (see wq.daemon.contract).
 ERRORS = {
     ("get", "/healthz"): {431},

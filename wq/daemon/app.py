@@ -73,6 +73,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         max_document_depth=server.max_document_depth,
         max_document_bytes=server.max_document_bytes,
         body_timeout_seconds=server.body_timeout_seconds,
+        bodies_per_caller=server.bodies_per_caller,
         self_bounded={
             f"/api/work-items/{item_type.name}": item_type.submission.self_bounded
             for item_type in types

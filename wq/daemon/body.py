@@ -15,7 +15,9 @@ document parsed from it: a `ParsedBodyRoute` hands FastAPI that document instead
 parsing the body again. A body larger than `INLINE_CHECK_BYTES` is judged on a thread
 of its own, one at a time: parsing megabytes takes seconds, and on the event loop it
 would hold every other request and the probes (a liveness probe would fail and have
-the daemon restarted).
+the daemon restarted). One caller sends at most its share of bodies at once
+(`wq.daemon.shedding.CallerShare`, 429 beyond), so that a caller sending slowly cannot
+hold every request the daemon lets in.
 
 A webhook checks its own secret from the headers, then reads the body itself and
 judges it (its sender's documents are not ours to limit per field, and a caller without
@@ -43,6 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from wq.daemon.auth import Refusal, authenticate_request, authenticated_at_once
 from wq.daemon.contract import ErrorBody
 from wq.daemon.documents import DocumentRefused, NotJson, check_body
+from wq.daemon.shedding import CallerShare
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WEBHOOK_PREFIX = "/api/webhooks/"
@@ -100,6 +103,7 @@ class BodyGuard:
         max_document_bytes: int = 256 * 1024,
         body_timeout_seconds: float = 30.0,
         self_bounded: dict[str, frozenset[str]] | None = None,
+        bodies_per_caller: int = 10,
     ) -> None:
         self.app = app
         self.limit = max_body_bytes
@@ -108,6 +112,7 @@ class BodyGuard:
         self.max_document = max_document_bytes
         # Per path: the body fields its route bounds itself (`Submission.self_bounded`).
         self.self_bounded = self_bounded or {}
+        self.share = CallerShare(bodies_per_caller)
         # One large body judged at a time: each holds its parsed document in memory.
         # A limiter belongs to its event loop: made on the first large body a loop serves.
         self._large_bodies: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
@@ -124,9 +129,9 @@ class BodyGuard:
         if scope["method"] not in BODY_METHODS or not _is_api(path):
             await self.app(scope, receive, send)
             return
-        refused = await self._authenticate(scope, path)
-        if refused is not None:
-            await refused(scope, receive, send)
+        caller = await self._authenticate(scope, path)
+        if isinstance(caller, Response):
+            await caller(scope, receive, send)
             return
         headers = Headers(scope=scope)
         declared = headers.get("content-length")
@@ -153,12 +158,18 @@ class BodyGuard:
             # Read by the route once it has checked the sender's secret.
             await self.app(scope, self._bounded(receive), send)
             return
+        assert caller is not None  # only a webhook's caller is not known yet
+        if not self.share.enter(caller):
+            await self._over_share()(scope, receive, send)
+            return
         try:
             with anyio.fail_after(self.body_timeout):
                 body = await self._read(receive)
         except TimeoutError:
             await _error(408, self._too_slow_message())(scope, receive, send)
             return
+        finally:
+            self.share.leave(caller)
         if body is None:
             await self._too_large()(scope, receive, send)
             return
@@ -176,20 +187,22 @@ class BodyGuard:
             scope[PARSED_BODY] = judged
         await self.app(scope, _replay(body, receive), send)
 
-    async def _authenticate(self, scope: Scope, path: str) -> Response | None:
-        """None when the caller is authenticated (or the path has its own check)."""
+    async def _authenticate(self, scope: Scope, path: str) -> tuple[str, str] | Response | None:
+        """The caller (its tier and identity) once authenticated, or the refusal; None
+        for a path with its own check."""
         if path.startswith(WEBHOOK_PREFIX):
             return None
         request = Request(scope)
         try:
-            if authenticated_at_once(request) is None:
-                await run_in_threadpool(authenticate_request, request)
+            principal = authenticated_at_once(request)
+            if principal is None:
+                principal = await run_in_threadpool(authenticate_request, request)
+            return principal.tier, principal.identity
         except Refusal as refusal:
             # The app's own handler answers and audits it, as for any refusal.
             handler = request.app.exception_handlers[Refusal]
             response: Response = await handler(request, refusal)
             return response
-        return None
 
     def _large_body_limiter(self) -> anyio.CapacityLimiter:
         loop = asyncio.get_running_loop()
@@ -216,6 +229,16 @@ class BodyGuard:
                 ErrorBody(error=str(error), problems=[str(error)]).model_dump(),
                 status_code=422,
             )
+
+    def _over_share(self) -> Response:
+        response = _error(
+            429,
+            f"this caller is already sending {self.share.limit} request bodies: send the"
+            " next once one has arrived (a quarter of server.request_threads +"
+            " server.max_waiting_requests)",
+        )
+        response.headers["Retry-After"] = "1"
+        return response
 
     def _too_large(self) -> Response:
         return _error(413, self._too_large_message())

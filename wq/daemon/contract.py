@@ -38,7 +38,9 @@ DESCRIPTIONS: dict[int, str] = {
     413: "the request body is over server.max_body_bytes",
     415: "a request body that is not application/json",
     422: "invalid input: `problems` names each parameter or field and why",
-    429: "not enqueued: the project's limit of queued autonomous items is reached",
+    429: "not enqueued: the project's limit of queued autonomous items is reached; or, "
+    "with Retry-After, the caller is already sending its share of request bodies "
+    "(a quarter of the requests the daemon lets in)",
     431: "the request headers are over 256 KiB",
     503: "the database (or the token's issuer) cannot be reached now, or the daemon is "
     "overloaded; retry after Retry-After",
@@ -56,6 +58,7 @@ HEADERS: dict[int, dict[str, Any]] = {
             "schema": {"type": "string", "example": "Bearer"},
         }
     },
+    429: {"Retry-After": {**RETRY_AFTER_HEADER, "required": False}},
     503: {"Retry-After": RETRY_AFTER_HEADER},
 }
 
@@ -63,8 +66,8 @@ HEADERS: dict[int, dict[str, Any]] = {
 ANY_ROUTE = (431,)
 API_ROUTE = (*ANY_ROUTE, 401, 403, 503)  # a Bearer token, a permission, the database
 WITH_PARAMETERS = (422,)
-# BodyGuard: not JSON, too slow, the size limit, the JSON media type
-WITH_BODY = (400, 408, 413, 415)
+# BodyGuard: not JSON, too slow, the size limit, the caller's share, the JSON media type
+WITH_BODY = (400, 408, 413, 415, 429)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -121,3 +121,35 @@ class LoadShedding:
             await self.app(scope, receive, send)
         finally:
             self.in_progress -= 1
+
+
+class CallerShare:
+    """How many request bodies each caller is sending at once, bounded per caller.
+
+    A request holds one of the places `LoadShedding` lets in while its body arrives,
+    and a caller may send it as slowly as `server.body_timeout_seconds` allows: one
+    caller with enough slow bodies held every place, and every other caller's requests
+    were answered 503. Bounding each caller's bodies in transit to a share of the
+    places leaves the rest to the others (a body that arrives at once is in transit
+    for microseconds, so the bound is felt only by a caller that sends slowly).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._sending: dict[tuple[str, str], int] = {}
+
+    def enter(self, caller: tuple[str, str]) -> bool:
+        """Count one more body from `caller`; False (nothing counted) past its share."""
+        sending = self._sending.get(caller, 0)
+        if sending >= self.limit:
+            return False
+        self._sending[caller] = sending + 1
+        return True
+
+    def leave(self, caller: tuple[str, str]) -> None:
+        """One body of `caller` has arrived (or will not)."""
+        sending = self._sending[caller] - 1
+        if sending:
+            self._sending[caller] = sending
+        else:
+            del self._sending[caller]

@@ -93,6 +93,12 @@ class ServerConfig(_Section):
     # thread of its own while it lasts. One more is answered 503.
     max_output_streams: Threads = 64
 
+    @property
+    def bodies_per_caller(self) -> int:
+        """Request bodies one caller may be sending at once (429 beyond): a quarter of
+        the requests let in, so that a caller sending slowly leaves room for others."""
+        return max(1, (self.request_threads + self.max_waiting_requests) // 4)
+
 
 class DatabaseConfig(_Section):
     """How long to wait for PostgreSQL before answering 503 (the URL is `database_url`)."""
