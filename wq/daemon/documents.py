@@ -68,16 +68,27 @@ def check_body(
     for name, value in fields:
         if not is_utf8(name):
             raise DocumentRefused(f"body: a field's name {_UNPAIRED}")
-        # The body itself is one level: a field may nest max_depth levels below it.
-        if depth(value) > max_depth:
-            raise DocumentRefused(f"{name}: nested deeper than {max_depth} levels")
-        try:
-            size = len(json.dumps(value, ensure_ascii=False).encode())
-        except UnicodeEncodeError:
-            raise DocumentRefused(f"{name}: {_UNPAIRED}") from None
-        if size > max_bytes and name not in self_bounded:
-            shown, limit = _size(size), _size(max_bytes)
-            if shown == limit:  # just over: `256 KiB, at most 256 KiB` says nothing
-                shown, limit = f"{size:,} bytes", f"{max_bytes:,} bytes"
-            raise DocumentRefused(f"{name}: {shown}, at most {limit}")
+        check_field(
+            name,
+            value,
+            max_depth=max_depth,
+            max_bytes=None if name in self_bounded else max_bytes,
+        )
     return document
+
+
+def check_field(name: str, value: Any, *, max_depth: int, max_bytes: int | None) -> None:
+    """DocumentRefused, naming `name`, unless `value` can be stored and written back
+    (nested at most `max_depth` levels, at most `max_bytes` once encoded)."""
+    # The body itself is one level: a field may nest max_depth levels below it.
+    if depth(value) > max_depth:
+        raise DocumentRefused(f"{name}: nested deeper than {max_depth} levels")
+    try:
+        size = len(json.dumps(value, ensure_ascii=False).encode())
+    except UnicodeEncodeError:
+        raise DocumentRefused(f"{name}: {_UNPAIRED}") from None
+    if max_bytes is not None and size > max_bytes:
+        shown, limit = _size(size), _size(max_bytes)
+        if shown == limit:  # just over: `256 KiB, at most 256 KiB` says nothing
+            shown, limit = f"{size:,} bytes", f"{max_bytes:,} bytes"
+        raise DocumentRefused(f"{name}: {shown}, at most {limit}")

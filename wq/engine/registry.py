@@ -252,12 +252,18 @@ class Ticker:
 
 @dataclass(frozen=True)
 class WebhookContext:
-    """What a type's webhook handler gets besides the session and the JSON document."""
+    """What a type's webhook handler gets besides the session and the JSON document.
+
+    `check_document(name, value)` raises ValueError (a 422 naming `name`) unless a
+    document the handler stores (a task's payload) is one the API would have taken
+    from a caller: within the server's per-field depth and size.
+    """
 
     registry: TypeRegistry
     pool_for: Callable[[str], PoolConfig]
     actor: str
     now: datetime
+    check_document: Callable[[str, Any], None]
 
 
 class BadWebhookPayload(ValueError):

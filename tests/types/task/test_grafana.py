@@ -273,3 +273,16 @@ def test_a_token_is_checked_off_the_event_loop(store: Store, tmp_path: Path) -> 
         runtime.authenticator.authenticate = on_loop  # type: ignore[method-assign]
         assert post(client, notification(), token="not-a-token").status_code == 401
         assert checks == [False]
+
+
+def test_an_incident_larger_than_a_task_payload_may_be_is_422(store: Store, tmp_path: Path) -> None:
+    # A 300 KB annotation was stored as the task's payload (and written back in every
+    # list) although `POST /api/work-items/task` refuses such a payload.
+    body = notification(commonAnnotations={"summary": "x" * 300_000})
+    with task_daemon(store, tmp_path / "runs", start=False, grafana=GRAFANA) as (runtime, client):
+        response = post(client, body)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"].startswith("payload: 293 KiB, at most 256 KiB")
+        assert count(runtime) == 0
+        assert post(client, notification()).status_code == 201
+        assert count(runtime) == 1

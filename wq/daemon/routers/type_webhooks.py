@@ -8,6 +8,7 @@ in constant time). The type's handler gets the parsed JSON and decides the answe
 from __future__ import annotations
 
 import hmac
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -18,6 +19,7 @@ from wq.daemon.auth.audit import count_decision
 from wq.daemon.auth.guard import authenticate_request, authorize
 from wq.daemon.contract import API_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
+from wq.daemon.documents import DocumentRefused, check_field
 from wq.daemon.runtime import Runtime
 from wq.engine.envelope import UndecodableMessage, contains_nul, may_spell_nul, parse_json
 from wq.engine.models import utcnow
@@ -29,7 +31,7 @@ _ANSWER = {"application/json": {"schema": {"type": "object", "additionalProperti
 WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "taken without a new item (the handler says why)", "content": _ANSWER},
     201: {"description": "a new item was created", "content": _ANSWER},
-    **error_responses(*API_ROUTE, 400, 408, 413),
+    **error_responses(*API_ROUTE, 400, 408, 413, 422),
 }
 REF_TEMPLATE = "#/components/schemas/{model}"
 NO_NUL = r"^[^\x00]*$"
@@ -90,8 +92,17 @@ def _authorized_actor(request: Request, type_name: str) -> str:
 
 
 def _run(runtime: Runtime, hook: Webhook, document: Any, actor: str) -> tuple[int, dict[str, Any]]:
+    server = runtime.config.server
     context = WebhookContext(
-        registry=runtime.registry, pool_for=runtime.config.pool_for, actor=actor, now=utcnow()
+        registry=runtime.registry,
+        pool_for=runtime.config.pool_for,
+        actor=actor,
+        now=utcnow(),
+        check_document=partial(
+            check_field,
+            max_depth=server.max_document_depth,
+            max_bytes=server.max_document_bytes,
+        ),
     )
     with runtime.sessions() as session:
         status, body = hook.handle(session, document, context)
@@ -113,6 +124,8 @@ def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
             status, body = await run_in_threadpool(_run, runtime, hook, document, actor)
         except BadWebhookPayload as err:
             raise HTTPException(400, str(err)) from None
+        except DocumentRefused as err:
+            raise HTTPException(422, str(err)) from None
         return JSONResponse(body, status_code=status)
 
     receive.__doc__ = f"Intake of `{item_type.name}` items from the {hook.name} webhook."
