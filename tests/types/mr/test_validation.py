@@ -150,6 +150,11 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
         "y is the file_path of two actions",
     ),
     (_files(_update("a/b"), {"action": "delete", "file_path": "a/b"}), "a/b is the file_path"),
+    # a move to its own path (no change a commit can hold) was accepted
+    (
+        _files({"action": "move", "file_path": "a/b", "previous_path": "a/b"}),
+        "a/b is moved to itself",
+    ),
 ]
 ACCEPTED: list[dict[str, Any]] = [
     _files(_update(".gitignore"), _update(".github/workflows/ci.yml"), _update("a/b.c/d")),

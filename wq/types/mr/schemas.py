@@ -211,8 +211,17 @@ class MoveAction(_FileActionBase):
     model_config = _BASE64_CONTENT
 
     action: Literal["move"]
-    previous_path: Annotated[RepoPath, Field(description="the path the file moves from")]
+    previous_path: Annotated[
+        RepoPath, Field(description="the path the file moves from (not its file_path)")
+    ]
     content: Content | None = None
+
+    @model_validator(mode="after")
+    def _moves_somewhere(self) -> MoveAction:
+        # No change a commit can hold: refused now, not left to GitLab once the item runs.
+        if self.previous_path == self.file_path:
+            raise ValueError(f"{self.file_path} is moved to itself (previous_path = file_path)")
+        return self
 
 
 # One change to one file, as GitLab's Commits API takes it; `action` says which, and
