@@ -417,3 +417,48 @@ def test_a_422_lists_twenty_problems_and_counts_the_rest(limited: tuple[Runtime,
     assert len(problems) == 21, problems
     assert problems[0].startswith("ids.0: "), problems[0]
     assert problems[-1].startswith("... and ") and problems[-1].endswith(" more problems")
+
+
+def test_a_large_webhook_body_being_parsed_holds_no_other_request(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A webhook parsed its body on the event loop: a 15 MB pipeline event held every
+    request and probe for over a second. A large one is parsed on a thread now."""
+    monkeypatch.setenv("WQ_TEST_LIMITS_HOOK", "the-secret")
+    config = make_config(store.url, events={"webhook_secret_env": "WQ_TEST_LIMITS_HOOK"})
+    runtime = build_runtime(config, registry=chain_registry(Behaviour()))
+    parsing, answered = threading.Event(), threading.Event()
+    seen_answered: list[bool] = []
+    real_parse = body_module.parse_json
+
+    def slow_parse(body: bytes) -> Any:
+        if len(body) > body_module.INLINE_CHECK_BYTES:
+            parsing.set()
+            seen_answered.append(answered.wait(timeout=10))  # as parsing megabytes would
+        return real_parse(body)
+
+    monkeypatch.setattr(body_module, "parse_json", slow_parse)
+    event = {"object_kind": "pipeline", "project": {"path_with_namespace": "g/p"}}
+    large = json.dumps({**event, "builds": [{"id": n, "name": "x" * 50} for n in range(500)]})
+    headers = {
+        "X-Gitlab-Event": "Pipeline Hook",
+        "X-Gitlab-Token": "the-secret",
+        "Content-Type": "application/json",
+    }
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        results: list[int] = []
+        sender = threading.Thread(
+            target=lambda: results.append(
+                client.post("/api/webhooks/gitlab", content=large, headers=headers).status_code
+            )
+        )
+        sender.start()
+        assert parsing.wait(timeout=10)
+        assert client.get("/healthz").status_code == 200
+        small = client.post("/api/webhooks/gitlab", json=event, headers=headers)
+        assert small.status_code == 202, small.text
+        answered.set()
+        sender.join(timeout=20)
+    runtime.engine.dispose()
+    assert seen_answered == [True], "other requests waited for the large body's parse"
+    assert results == [202], results

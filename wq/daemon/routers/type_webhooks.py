@@ -17,11 +17,11 @@ from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth.audit import count_decision
 from wq.daemon.auth.guard import authenticate_request, authorize
+from wq.daemon.body import webhook_document
 from wq.daemon.contract import API_ROUTE, error_responses
 from wq.daemon.deps import RuntimeDep
 from wq.daemon.documents import DocumentRefused, check_field
 from wq.daemon.runtime import Runtime
-from wq.engine.envelope import UndecodableMessage, contains_nul, may_spell_nul, parse_json
 from wq.engine.models import utcnow
 from wq.engine.registry import BadWebhookPayload, ItemType, Webhook, WebhookContext
 
@@ -113,13 +113,7 @@ def _run(runtime: Runtime, hook: Webhook, document: Any, actor: str) -> tuple[in
 def _endpoint(item_type: ItemType, hook: Webhook) -> Any:
     async def receive(request: Request, runtime: RuntimeDep) -> Any:
         actor = await _caller(request, hook, item_type.name)
-        raw = await request.body()
-        try:
-            document = parse_json(raw)
-        except UndecodableMessage as err:
-            raise HTTPException(400, f"the body is not usable JSON: {err}") from None
-        if may_spell_nul(raw) and contains_nul(document):
-            raise HTTPException(400, "the payload contains NUL characters")
+        document = await webhook_document(await request.body())
         try:
             status, body = await run_in_threadpool(_run, runtime, hook, document, actor)
         except BadWebhookPayload as err:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from wq.daemon.auth import log_decision, webhook_refused
+from wq.daemon.body import webhook_document
 from wq.daemon.contract import ANY_ROUTE, error_responses
 from wq.daemon.lanes import RequestOnlyRoute
 from wq.daemon.loop_events import ingest_on_loop
@@ -33,10 +34,7 @@ from wq.daemon.runtime import Runtime
 from wq.daemon.schemas import answer
 from wq.engine.envelope import (
     UndecodableMessage,
-    contains_nul,
     event_from_payload,
-    may_spell_nul,
-    parse_json,
 )
 from wq.engine.events import event_queries, ingest
 from wq.engine.models import utcnow
@@ -97,13 +95,7 @@ async def receive_gitlab_event(request: Request) -> Response:
         raise webhook_refused("missing or wrong X-Gitlab-Token")  # audited
     log_decision(request, "allow", "webhook:gitlab", {"tier": "webhook"})
     runtime.webhook_received_at = utcnow()
-    body = await request.body()
-    try:
-        document = parse_json(body)
-    except UndecodableMessage as err:
-        raise HTTPException(400, f"the body is not usable JSON: {err}") from None
-    if may_spell_nul(body) and contains_nul(document):
-        raise HTTPException(400, "the payload contains NUL characters")
+    document = await webhook_document(await request.body())
     try:
         event = event_from_payload(document)
     except UndecodableMessage as err:
