@@ -86,6 +86,39 @@ def test_non_zero_exit_fails_with_the_log_tail_in_error(store: Store, tmp_path: 
         assert attempts_shown(shown) == "1"
 
 
+def test_output_with_nul_bytes_is_kept_with_a_stand_in(store: Store, tmp_path: Path) -> None:
+    # On PostgreSQL (text cannot hold NUL) the finish failed on every attempt: the task
+    # held its pool place for over a minute, then ended failed with a database error,
+    # a run that exited 0 included, its exit status and output lost.
+    kinds = {
+        **KINDS,
+        "binary": {
+            "scope": "project",
+            "command": program("import sys; sys.stdout.buffer.write(b'hello\\x00world\\xff\\n')"),
+        },
+        "binary-fail": {
+            "scope": "project",
+            "command": program(
+                "import sys; sys.stdout.buffer.write(b'broke\\x00here\\n'); raise SystemExit(3)"
+            ),
+        },
+    }
+    with task_daemon(store, tmp_path / "runs", kinds=kinds) as (runtime, client):
+        passed, failed = submit(client, "binary"), submit(client, "binary-fail")
+        done = wait(
+            lambda: (t := task(runtime, passed["id"])).phase in ("completed", "failed") and t,
+            message="the binary task ended",
+        )
+        assert (done.phase, done.exit_status) == ("completed", 0), done.error
+        assert done.log_tail == "hello\N{SYMBOL FOR NULL}world\N{REPLACEMENT CHARACTER}\n"
+        ended = wait(
+            lambda: (t := task(runtime, failed["id"])).phase == "failed" and t,
+            message="the failing binary task ended",
+        )
+        assert ended.exit_status == 3
+        assert ended.error == "exit status 3\nbroke\N{SYMBOL FOR NULL}here"
+
+
 def test_argv_template_takes_project_and_payload_without_a_shell(
     store: Store, tmp_path: Path
 ) -> None:
