@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import exc, text
 from sqlalchemy.engine import make_url
 
+from tests.conftest import Store
 from tests.support.modes import mode, umask_022  # noqa: F401 - fixture
 from wq.engine import db, schema
 from wq.engine.db import make_engine, shown_url
@@ -127,3 +128,15 @@ def test_a_database_that_cannot_be_created_names_what_and_why(tmp_path: Path) ->
 )
 def test_a_shown_url_hides_every_password(url: str, shown: str) -> None:
     assert shown_url(make_url(url)) == shown
+
+
+def test_a_database_error_does_not_quote_the_statements_values(store: Store) -> None:
+    # The error's text is logged and kept as an item's error: it quoted the values (a
+    # task's output, a payload) that the statement carried.
+    with pytest.raises(exc.DBAPIError) as raised, store.engine.connect() as connection:
+        connection.execute(
+            text("INSERT INTO work_items (id, type) VALUES (:id, :type)"),
+            {"id": "not-secret", "type": "the-secret-value"},
+        )
+    assert "the-secret-value" not in str(raised.value)
+    assert "parameters hidden" in str(raised.value)

@@ -322,6 +322,7 @@ def make_engine(
         engine = create_engine(
             url,
             json_serializer=jsontext.dumps,
+            hide_parameters=True,
             connect_args={"check_same_thread": False, "timeout": 30},
             pool_size=pool_size,
             max_overflow=pool_size,
@@ -331,12 +332,17 @@ def make_engine(
         _configure_sqlite(engine)
         return engine
     if not pooled:
-        engine = create_engine(url, json_serializer=jsontext.dumps, poolclass=NullPool)
+        engine = create_engine(
+            url, json_serializer=jsontext.dumps, hide_parameters=True, poolclass=NullPool
+        )
         _connect_with(engine, timeouts)
         return engine
     engine = create_engine(
         url,
         json_serializer=jsontext.dumps,
+        # A database error's message (logged, and kept as an item's error) would quote
+        # the statement's values: a task's payload or output, a token's claims.
+        hide_parameters=True,
         pool_size=pool_size,
         max_overflow=pool_size,
         # No ping per checkout (a round trip on every transaction): connections idle

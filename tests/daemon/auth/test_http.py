@@ -235,9 +235,20 @@ def test_a_rule_limited_to_projects_acts_on_their_items_only(setup: Setup) -> No
         assert "in project 'group/beta'" in answer.json()["error"]
     assert post(f"/api/work-items/{own}/cancel", headers=ci).status_code == 200
     assert post(f"/api/work-items/{own}/retry", headers=ci).status_code == 200
-    # In bulk the projects are not looked at one by one: nothing is selected.
+    # In bulk: a project named outright that the rule does not cover is refused as such
+    # (it answered "no items match", though the caller can read its items), and one
+    # it covers is acted on (nothing was ever selected).
     bulk = post("/api/work-items/cancel", json={"project": "group/beta"}, headers=ci)
-    assert bulk.status_code == 200 and bulk.json()["results"] == [], bulk.text
+    assert bulk.status_code == 403, bulk.text
+    assert "'retry' permission" in bulk.json()["error"]
+    assert "in project 'group/beta'" in bulk.json()["error"]
+    fresh = post("/api/work-items/chain", json={"project": "group/alpha"}, headers=ci)
+    bulk = post("/api/work-items/cancel", json={"project": "group/alpha"}, headers=ci)
+    assert bulk.status_code == 200, bulk.text
+    # The first group/alpha item and the fresh one (the other was in group/alpha/sub).
+    results = bulk.json()["results"]
+    assert [result["outcome"] for result in results] == ["cancelled", "cancelled"], results
+    assert results[-1]["id"] == fresh.json()["item"]["id"]
     shown = setup.get("/api/whoami", setup.jwt(sub="ci", project_path="group/alpha")).json()
     rule = shown["authorization"]["matching_rules"][-1]
     assert (rule["permissions"], rule["projects"]) == (["submit", "retry"], ["group/alpha"])

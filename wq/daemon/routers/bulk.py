@@ -139,8 +139,15 @@ def _run(
         ids=None if body.ids is None else tuple(body.ids),
     )
     # Types the caller may not act on are left out: their items are neither shown nor
-    # counted, as an item of such a type is not found one at a time.
-    types = [name for name in runtime.registry.names if principal.allows("retry", name)]
+    # counted, as an item of such a type is not found one at a time. With a project
+    # named, a grant limited to projects counts where it covers that project.
+    types = [
+        name for name in runtime.registry.names if principal.allows("retry", name, body.project)
+    ]
+    if body.project is not None and not types:
+        # Named outright, as a type is: "no items match" would hide items the caller
+        # can see but may not act on.
+        authorize(request, principal, "retry", body.type, project=body.project)
     query = bulk.statement(
         action, selector, types=types, registry=runtime.registry, now=utcnow(), limit=body.limit
     )
@@ -165,7 +172,16 @@ def _run(
     else:
 
         def permitted(session: Session, item_id: uuid.UUID, item_type: str) -> None:
-            authorize_item(request, principal, "retry", item_id, item_type, session=session)
+            # Every selected item is of the project named, if one is.
+            authorize_item(
+                request,
+                principal,
+                "retry",
+                item_id,
+                item_type,
+                project=body.project,
+                session=session,
+            )
 
         outcomes = bulk.act(
             runtime.sessions,
