@@ -22,7 +22,7 @@ from tests.fakes.oidc import (
 from tests.fakes.openshift import FakeOpenShift
 from tests.support.waiting import wait_for
 from wq.daemon.auth import AuthenticationFailed, AuthenticationUnavailable, Authenticator
-from wq.daemon.auth.oidc import FAILURE_MEMORY_SECONDS
+from wq.daemon.auth.oidc import FAILURE_MEMORY_SECONDS, MAX_FETCH_WAITERS
 
 JWKS = "/jwks"
 
@@ -312,13 +312,14 @@ def test_callers_with_no_keys_share_one_fetch_and_its_failure(
     token = fake_oidc.token(sub="x", aud=AUD)
     fake_oidc.fail_next(DISCOVERY_PATH, 502)
     fake_oidc.gate = threading.Event()
-    threads, results = in_threads(4, lambda: outcome(auth, token))
+    threads, results = in_threads(1 + MAX_FETCH_WAITERS, lambda: outcome(auth, token))
     wait_for(lambda: fake_oidc.count(DISCOVERY_PATH) == 1, message="the discovery fetch")
     time.sleep(0.2)  # the other callers come meanwhile
     fake_oidc.gate.set()
     for thread in threads:
         thread.join(timeout=10)
-    assert len(results) == 4 and all("HTTP 502" in result for result in results), results
+    assert len(results) == 1 + MAX_FETCH_WAITERS, results
+    assert all("HTTP 502" in result for result in results), results
     assert fake_oidc.count(DISCOVERY_PATH) == 1
     assert "HTTP 502" in outcome(auth, token)  # remembered for a second
     assert fake_oidc.count(DISCOVERY_PATH) == 1
@@ -343,6 +344,28 @@ def test_a_fetch_that_hangs_holds_no_other_caller_for_long(
         fake_oidc.gate.set()
     first[0].join(timeout=10)
     assert outcome(auth, token) == "x"
+
+
+def test_callers_beyond_the_few_waiting_for_a_fetch_are_answered_at_once(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer
+) -> None:
+    """Every token naming an issuer whose fetch hangs (no signature is needed for that)
+    held a request thread for up to `FETCH_WAIT_SECONDS`: two dozen such callers held
+    all of them. Beyond `MAX_FETCH_WAITERS`, a caller is answered without waiting."""
+    token = fake_oidc.token(sub="x", aud=AUD)
+    fake_oidc.gate = threading.Event()
+    try:
+        waiting, results = in_threads(1 + MAX_FETCH_WAITERS, lambda: outcome(auth, token))
+        wait_for(lambda: fake_oidc.count(DISCOVERY_PATH) == 1, message="the discovery fetch")
+        time.sleep(0.2)  # the waiters are waiting
+        late, late_results = in_threads(1, lambda: outcome(auth, token))
+        time.sleep(0.3)  # well within FETCH_WAIT_SECONDS: a waiter would still wait
+    finally:
+        fake_oidc.gate.set()
+    for thread in [*waiting, *late]:
+        thread.join(timeout=10)
+    assert late_results == [f"the keys of issuer {fake_oidc.issuer} are still being fetched"]
+    assert results == ["x"] * (1 + MAX_FETCH_WAITERS)
 
 
 def test_an_issuer_failing_again_and_again_is_asked_less_and_less_often(

@@ -66,6 +66,10 @@ FAILURE_MEMORY_MAX_SECONDS = 30.0
 # While no keys are held, a caller waits this long at most for the fetch under way
 # (503 after it): a fetch that hangs must not hold every request thread with it.
 FETCH_WAIT_SECONDS = 1.0
+# Callers waiting so at once, at most: one more is answered 503 without waiting, so that
+# tokens naming an issuer that hangs (no signature is needed to name one) hold at most
+# the fetching thread and these of the request threads.
+MAX_FETCH_WAITERS = 2
 
 
 class _KeySet:
@@ -143,6 +147,7 @@ class KeySource:
         self._clock = clock
         self._cond = threading.Condition()
         self._fetching = False  # a fetch is under way (its thread alone changes the state)
+        self._waiting = 0  # callers waiting for that fetch's outcome
         self._failure: tuple[float, AuthenticationUnavailable] | None = None
         self._failures_in_row = 0
         self._jwks_uri: str | None = None
@@ -204,11 +209,15 @@ class KeySource:
                 if self._held.keys and self._issuer is not None:
                     return
                 left = waited_until - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._waiting >= MAX_FETCH_WAITERS:
                     raise AuthenticationUnavailable(
                         f"the keys of issuer {self.name} are still being fetched"
                     )
-                self._cond.wait(timeout=left)
+                self._waiting += 1
+                try:
+                    self._cond.wait(timeout=left)
+                finally:
+                    self._waiting -= 1
             if self._failure is not None and not self._held.keys:
                 failed_at, failure = self._failure
                 memory = FAILURE_MEMORY_SECONDS * 2.0 ** min(self._failures_in_row - 1, 10)
