@@ -161,3 +161,21 @@ def test_an_issue_title_holding_nul_makes_its_task_with_the_nul_replaced(
         assert made == 1
         (task,) = tasks(runtime)
         assert task.payload["title"] == "nul\ufffdtitle"
+
+
+def test_an_event_with_megabytes_of_text_makes_a_task_of_bounded_size(
+    store: Store, tmp_path: Path
+) -> None:
+    """An issue event with an 8 MB title made a task whose payload (shown in every list,
+    and passed to a Kubernetes Job, which it could not fit) was 8 MB."""
+    with task_daemon(
+        store, tmp_path / "runs", start=False, kinds=KINDS_WITH_LIFECYCLE, issue_rules=RULES
+    ) as (runtime, _):
+        event = issue_event([], ["agent::lifecycle"])
+        event["object_attributes"]["title"] = "t" * 8_000_000
+        event["object_attributes"]["url"] = "https://gitlab.example/" + "u" * 8_000_000
+        made = ingest(runtime.sessions, runtime.registry, event_from_payload(event), source="sqs")
+        assert made == 1
+        (task,) = tasks(runtime)
+        assert task.payload["title"] == "t" * 255
+        assert len(task.payload["issue_url"]) == 2048

@@ -62,6 +62,19 @@ def _project_of(rule: IssueRule, repository: str) -> str:
     return group or repository
 
 
+# GitLab's own bounds on an issue's title; a URL of its is far shorter than this. An
+# event is taken from whoever holds the webhook secret, and a task's payload is shown
+# in every list: its text is cut to these, as a note is to `NOTE_CHARS`.
+TITLE_CHARS = 255
+URL_CHARS = 2048
+NOTE_CHARS = 4000
+
+
+def _text(value: Any, limit: int) -> str | None:
+    """A text field of the event, cut to `limit` characters; None unless text."""
+    return value[:limit] if isinstance(value, str) else None
+
+
 def _mentions(text: str, handle: str) -> bool:
     return re.search(rf"(?<![\w@]){re.escape(handle)}(?![\w-])", text) is not None
 
@@ -86,8 +99,8 @@ def _requests(
                 task_payload = {
                     "source": "gitlab",
                     "issue": iid,
-                    "issue_url": attributes.get("url"),
-                    "title": attributes.get("title"),
+                    "issue_url": _text(attributes.get("url"), URL_CHARS),
+                    "title": _text(attributes.get("title"), TITLE_CHARS),
                     "label": rule.label,
                 }
                 matched.append((rule, task_payload, sha256(repository, f"#{iid}")))
@@ -106,8 +119,8 @@ def _requests(
                     "source": "gitlab",
                     "merge_request": iid,
                     "note_id": note_id,
-                    "note": note[:4000],
-                    "note_url": attributes.get("url"),
+                    "note": note[:NOTE_CHARS],
+                    "note_url": _text(attributes.get("url"), URL_CHARS),
                 }
                 matched.append(
                     (rule, task_payload, sha256(repository, f"!{iid}", f"note {note_id}"))
