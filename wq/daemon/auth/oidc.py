@@ -294,7 +294,7 @@ class KeySource:
         document = fetch_json(
             self._client,
             self._jwks_uri,
-            what=f"the keys (JWKS) of issuer {self.name}",
+            what=f"the key set (JWKS) of issuer {self.name}",
             bearer=self._bearer(),
         )
         keys = document.get("keys")
