@@ -155,6 +155,18 @@ def test_an_expired_token(auth: Authenticator, fake_oidc: FakeOidcIssuer) -> Non
     assert auth.authenticate(fake_oidc.token(sub="x", aud=AUD, lifetime=-10))
 
 
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+def test_a_time_claim_that_is_not_a_number_is_refused(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer, claim: str
+) -> None:
+    # PyJWT took a string of digits (`"exp": "1796000000"`) as the date it spells.
+    now = int(time.time())
+    valid = {"exp": now + 600, "nbf": now - 10, "iat": now - 10}
+    token = fake_oidc.token(sub="x", aud=AUD, **{**valid, claim: str(valid[claim])})
+    assert refused(auth, token) == f"the token's {claim!r} claim is not a number"
+    assert auth.authenticate(fake_oidc.token(sub="x", aud=AUD, **valid))
+
+
 def test_a_token_not_valid_yet(auth: Authenticator, fake_oidc: FakeOidcIssuer) -> None:
     now = int(time.time())
     token = fake_oidc.token(sub="x", aud=AUD, nbf=now + 120, exp=now + 600)

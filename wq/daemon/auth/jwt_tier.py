@@ -31,6 +31,7 @@ from wq.daemon.auth.rules import RuleSet, value_set
 log = logging.getLogger(__name__)
 
 REQUIRED_CLAIMS = ["exp", "iss"]
+TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 def peek(token: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -150,4 +151,12 @@ class JwtTier:
             raise AuthenticationFailed(f"the token has no {err.claim!r} claim") from None
         except jwt_errors.PyJWTError as err:
             raise AuthenticationFailed(f"the token is not valid: {err}") from None
+        for name in TIME_CLAIMS:
+            # PyJWT takes anything int() takes ("1796000000" too): RFC 7519's NumericDate
+            # is a JSON number, and a token that says otherwise was not made with care.
+            value = claims.get(name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise AuthenticationFailed(f"the token's {name!r} claim is not a number")
         return claims
