@@ -61,6 +61,22 @@ def sqlite_daemon(
     return daemon
 
 
+def stalled_bodies(
+    daemon: Daemon, token: str, count: int, *, timeout: float
+) -> list[socket.socket]:
+    """Connections that each send a submission's head and the first bytes of its body,
+    then nothing more."""
+    host, port = daemon.url.removeprefix("http://").split(":")
+    head = (
+        "POST /api/work-items/task HTTP/1.1\r\nHost: wq\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n"
+    ).encode()
+    stalled = [socket.create_connection((host, int(port)), timeout=timeout) for _ in range(count)]
+    for sock in stalled:
+        sock.sendall(head + b'{"project":')
+    return stalled
+
+
 @pytest.mark.usefixtures("no_system_config")
 def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
     tmp_path: Path, daemons: list[Daemon]
@@ -73,15 +89,8 @@ def test_a_body_that_stalls_is_answered_408_and_frees_its_place(
         tmp_path, daemons, "{body_timeout_seconds: 1, request_threads: 1, max_waiting_requests: 1}"
     )
     _, token = read_token(tmp_path, daemon.url)
-    host, port = daemon.url.removeprefix("http://").split(":")
-    head = (
-        "POST /api/work-items/task HTTP/1.1\r\nHost: wq\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n"
-    ).encode()
-    stalled = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+    stalled = stalled_bodies(daemon, token, 3, timeout=10)
     try:
-        for sock in stalled:
-            sock.sendall(head + b'{"project":')  # and nothing more
         started = time.monotonic()
         answers = [read_to_close(sock) for sock in stalled]
         waited = time.monotonic() - started
@@ -199,15 +208,8 @@ def test_one_caller_sending_bodies_slowly_leaves_room_for_other_callers(
         extra=rules,
     )
     _, local = read_token(tmp_path, daemon.url)
-    host, port = daemon.url.removeprefix("http://").split(":")
-    head = (
-        "POST /api/work-items/task HTTP/1.1\r\nHost: wq\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer {local}\r\nContent-Length: 1000\r\n\r\n"
-    ).encode()
-    stalled = [socket.create_connection((host, int(port)), timeout=30) for _ in range(8)]
+    stalled = stalled_bodies(daemon, local, 8, timeout=30)
     try:
-        for sock in stalled:
-            sock.sendall(head + b'{"project":')  # and nothing more
         time.sleep(0.5)
         other = {"Authorization": f"Bearer {fake_oidc.token(aud=AUD, sub='other')}"}
         with httpx.Client(base_url=daemon.url, headers=other, timeout=10) as client:

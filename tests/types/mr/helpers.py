@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from tests.conftest import Store, make_config
+from wq.daemon.app import create_app
+from wq.daemon.runtime import Runtime, build_runtime
 from wq.engine.registry import TypeRegistry
 from wq.types.mr import register
 
@@ -47,3 +53,18 @@ def payload(**overrides: Any) -> dict[str, Any]:
     }
     data.update(overrides)
     return data
+
+
+@contextmanager
+def mr_api(
+    store: Store, monkeypatch: pytest.MonkeyPatch, **settings: Any
+) -> Iterator[tuple[Runtime, TestClient]]:
+    """The daemon's app (no processing: items stay as submitted) with the `mr` type
+    (these settings beside the test token) and a client holding the local token."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    runtime = build_runtime(make_config(store.url, handled_types={"mr": mr_settings(**settings)}))
+    assert runtime.local_tier is not None
+    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
+    with TestClient(create_app(runtime), headers=headers) as client:
+        yield runtime, client
+    runtime.engine.dispose()

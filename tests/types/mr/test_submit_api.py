@@ -18,12 +18,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from tests.conftest import Store, make_config
+from tests.conftest import Store
 from tests.daemon.test_api import every_request_thread_busy
 from tests.daemon.test_driver_reads import kill_connections
-from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_settings, payload
-from wq.daemon.app import create_app
-from wq.daemon.runtime import Runtime, build_runtime
+from tests.types.mr.helpers import mr_api, payload
+from wq.daemon.runtime import Runtime
 from wq.engine.dimensions import set_dimension
 from wq.engine.items import set_phase
 from wq.engine.models import AuditEntry, WorkItem
@@ -34,13 +33,8 @@ URL = "/api/work-items/mr"
 @pytest.fixture
 def api(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runtime, TestClient]]:
     """The API (no processing: items stay as submitted) with the local token."""
-    monkeypatch.setenv(TOKEN_ENV, TOKEN)
-    runtime = build_runtime(make_config(store.url, handled_types={"mr": mr_settings()}))
-    assert runtime.local_tier is not None
-    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
-    with TestClient(create_app(runtime), headers=headers) as client:
-        yield runtime, client
-    runtime.engine.dispose()
+    with mr_api(store, monkeypatch) as made:
+        yield made
 
 
 def _created(client: TestClient, **overrides: Any) -> dict[str, Any]:

@@ -13,10 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from tests.conftest import Store, make_config
-from tests.types.mr.helpers import TOKEN, TOKEN_ENV, mr_settings, payload
-from wq.daemon.app import create_app
-from wq.daemon.runtime import Runtime, build_runtime
+from tests.conftest import Store
+from tests.types.mr.helpers import mr_api, payload
+from wq.daemon.runtime import Runtime
 from wq.engine.models import WorkItem
 
 URL = "/api/work-items/mr"
@@ -179,14 +178,8 @@ ACCEPTED: list[dict[str, Any]] = [
 @pytest.fixture
 def api(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runtime, TestClient]]:
     """The daemon's app on the test database, with small per-item limits."""
-    monkeypatch.setenv(TOKEN_ENV, TOKEN)
-    config = make_config(store.url, handled_types={"mr": mr_settings(**LIMITS)})
-    runtime = build_runtime(config)
-    assert runtime.local_tier is not None
-    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
-    with TestClient(create_app(runtime), headers=headers) as client:
-        yield runtime, client
-    runtime.engine.dispose()
+    with mr_api(store, monkeypatch, **LIMITS) as made:
+        yield made
 
 
 def _count(runtime: Runtime) -> int:
@@ -265,13 +258,8 @@ def default_api(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Runtime, TestClient]]:
     """The daemon's app with the `mr` type's and the server's default limits."""
-    monkeypatch.setenv(TOKEN_ENV, TOKEN)
-    runtime = build_runtime(make_config(store.url, handled_types={"mr": mr_settings()}))
-    assert runtime.local_tier is not None
-    headers = {"Authorization": f"Bearer {runtime.local_tier.token}"}
-    with TestClient(create_app(runtime), headers=headers) as client:
-        yield runtime, client
-    runtime.engine.dispose()
+    with mr_api(store, monkeypatch) as made:
+        yield made
 
 
 def test_files_are_held_to_max_file_bytes_not_the_per_field_document_limit(
