@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from wq.engine import jsontext, on_commit
 from wq.engine.driver_reads import as_sqlalchemy_errors
 from wq.engine.models import AuditEntry, utcnow
+from wq.engine.models.base import NUL_STAND_IN
 
 log = logging.getLogger("wq.audit")
 AUDIT_TABLE: Table = cast(Table, AuditEntry.__table__)
@@ -132,11 +133,6 @@ _COPY_AUDIT = (
     "COPY audit_log (at, event_type, work_item_id, actor, old_state, new_state, "
     '"trigger", metadata) FROM STDIN'
 )
-
-
-# PostgreSQL's text and jsonb cannot hold NUL: a row with one (a refused request's path,
-# say) would be lost. This stands in for it, on both databases alike.
-NUL_STAND_IN = "\N{SYMBOL FOR NULL}"
 
 
 def without_nul(value: Any) -> Any:

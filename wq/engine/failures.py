@@ -15,10 +15,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from wq.engine.audit import NUL_STAND_IN, AuditRecord, audit
+from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.items import set_phase
 from wq.engine.models import FAILED, QUEUED, WorkItem
+from wq.engine.models.base import NUL_STAND_IN
 from wq.engine.registry import PermanentFailure, Requeue, RetryLater
 from wq.engine.releases import snapshot
 from wq.engine.wakeup import PROJECT_QUEUED, signal, signal_later

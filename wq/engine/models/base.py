@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from sqlalchemy import JSON, DateTime, MetaData, TypeDecorator
+from sqlalchemy import JSON, DateTime, MetaData, Text, TypeDecorator
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase
@@ -70,6 +70,24 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 
 JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+
+# PostgreSQL's text and jsonb cannot hold NUL: a row with one (a refused request's path,
+# a run's output) would be lost. This stands in for it, on both databases alike.
+NUL_STAND_IN = "\N{SYMBOL FOR NULL}"
+
+
+class OutsideText(TypeDecorator[str]):
+    """Text that comes from outside wq (a run's output, an error a service answered):
+    stored with `NUL_STAND_IN` for NUL. On PostgreSQL a NUL made every write of the row
+    fail; a task whose output held one could never finish."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is not None and "\x00" in value:
+            return value.replace("\x00", NUL_STAND_IN)
+        return value
 
 
 class Base(DeclarativeBase):

@@ -18,7 +18,6 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
-    Text,
     Uuid,
     func,
     text,
@@ -31,6 +30,7 @@ from wq.engine.models.base import (
     QUEUED,
     Base,
     JsonDoc,
+    OutsideText,
     UtcDateTime,
     new_stamp,
     utcnow,
@@ -48,7 +48,7 @@ class WorkItem(Base):
     project: Mapped[str] = mapped_column(String(512))
     phase: Mapped[str] = mapped_column(String(16), default=ACTIVE)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(OutsideText)
     # Processing lease: the token fences every state change of the holder.
     leased_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
     lease_owner: Mapped[str | None] = mapped_column(String(255))

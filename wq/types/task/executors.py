@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from wq.engine import items
-from wq.engine.audit import without_nul
 from wq.engine.failures import ERROR_CHARS
 from wq.engine.models import CANCELLED, COMPLETED, FAILED
 from wq.engine.registry import ActionContext, PermanentFailure, Requeue, RetryLater
@@ -80,17 +79,14 @@ def make_executors(settings: TaskSettings, runners: Mapping[str, Runner]) -> dic
         at: datetime | None = None,
     ) -> None:
         task = _task(ctx)
-        # A run's output may hold NUL, which PostgreSQL's text cannot: shown as a stand-in
-        # (the finish failed, again and again, and a run that succeeded ended failed).
-        log_tail, summary = without_nul(status.log_tail), without_nul(summary)
         task.finished_at = at or ctx.now
         task.exit_status = status.exit_code
-        task.log_tail = log_tail
+        task.log_tail = status.log_tail  # NUL in it is stored as a stand-in (OutsideText)
         task.next_check_at = None
         error = None
         if phase != COMPLETED:
             # The end of the tail: its last lines most often say why the run failed.
-            error = f"{summary}\n{tail(log_tail.rstrip(), ERROR_CHARS - len(summary) - 1)}"
+            error = f"{summary}\n{tail(status.log_tail.rstrip(), ERROR_CHARS - len(summary) - 1)}"
             error = error.rstrip()[:ERROR_CHARS]
         items.set_phase(
             ctx.session,

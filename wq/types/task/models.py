@@ -6,10 +6,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, ForeignKey, Integer, String, Text, Uuid
+from sqlalchemy import Boolean, ForeignKey, Integer, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wq.engine.models import Base, JsonDoc, UtcDateTime, WorkItem, utcnow
+from wq.engine.models.base import OutsideText
 
 # The type's name: in `work_items.type`, the API's paths and the config.
 TYPE_NAME = "task"
@@ -43,7 +44,7 @@ class TaskItem(WorkItem):
     next_check_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     exit_status: Mapped[int | None] = mapped_column(Integer)
-    log_tail: Mapped[str | None] = mapped_column(Text)
+    log_tail: Mapped[str | None] = mapped_column(OutsideText)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
 
     api_details_columns = (
