@@ -216,3 +216,22 @@ def test_a_value_json_would_not_carry_as_the_orm_does_is_left_to_the_orm(
         setattr(item, column, value)
         assert not GroupWrites().add(item)
         session.rollback()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_nul_in_an_error_or_output_is_written_with_its_stand_in(store: Store) -> None:
+    # PostgreSQL's text and jsonb hold no NUL: written as given, the group's statement
+    # failed (and the task whose output held one could never finish).
+    item_id = submitted(store, registry(), "columns")
+    with store.sessions() as session:
+        item = session.get(WorkItem, item_id)
+        assert isinstance(item, TaskItem)
+        writes = GroupWrites()
+        item.error, item.log_tail = "broke\x00here", "out\x00put"
+        assert writes.add(item)
+        writes.write(session.connection())
+        session.commit()
+    with store.sessions() as session:
+        stored = session.get(WorkItem, item_id)
+        assert isinstance(stored, TaskItem)
+        assert (stored.error, stored.log_tail) == ("broke\u2400here", "out\u2400put")

@@ -32,6 +32,7 @@ from sqlalchemy import (
 
 from wq.engine import jsontext
 from wq.engine.models import UtcDateTime
+from wq.engine.models.base import OutsideText, storable_text
 
 
 class UnfitValue(Exception):
@@ -42,6 +43,7 @@ class UnfitValue(Exception):
 # other column's change is left to the ORM.
 _RECORD_TYPES: tuple[tuple[type[Any], str], ...] = (
     (UtcDateTime, "timestamptz"),
+    (OutsideText, "text"),  # with its stand-in for NUL, as the ORM writes it
     (Boolean, "boolean"),
     (BigInteger, "bigint"),
     (Integer, "bigint"),
@@ -100,6 +102,8 @@ def _json_value(column: Column[Any], value: Any) -> Any:
         raise UnfitValue  # True is an int to Python, not to PostgreSQL
     if record == "double precision" and not math.isfinite(value):
         raise UnfitValue
+    if isinstance(column.type, OutsideText):
+        return storable_text(value)
     return value
 
 

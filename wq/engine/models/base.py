@@ -85,9 +85,12 @@ class OutsideText(TypeDecorator[str]):
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        if value is not None and "\x00" in value:
-            return value.replace("\x00", NUL_STAND_IN)
-        return value
+        return None if value is None else storable_text(value)
+
+
+def storable_text(value: str) -> str:
+    """`value` with `NUL_STAND_IN` for NUL (as `OutsideText` stores it)."""
+    return value.replace("\x00", NUL_STAND_IN) if "\x00" in value else value
 
 
 class Base(DeclarativeBase):
