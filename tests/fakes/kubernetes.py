@@ -315,12 +315,19 @@ class FakeKubernetes:
             return _json(self.pods[(namespace, name)])
         text = self.logs.get((namespace, name), "")
         tail = query.get("tailLines", [""])[0]
-        shown = text
-        if tail:
-            shown = "".join(text.splitlines(keepends=True)[-int(tail) :])
+        start = 0
+        if tail:  # the start of the last `tail` lines, found without copying the log
+            start = len(text)
+            for _ in range(int(tail)):
+                start = text.rfind("\n", 0, max(start - 1, 0)) + 1
+                if start == 0:
+                    break
+        shown = text[start:] if start else text
         if query.get("follow", [""])[0] == "true":
             return 200, {"Content-Type": "text/plain"}, self._follow(namespace, name, shown, text)
-        return 200, {"Content-Type": "text/plain"}, shown.encode()
+        # Streamed in chunks, as the API server sends a log.
+        chunks = (shown[at : at + 65536].encode() for at in range(0, len(shown), 65536))
+        return 200, {"Content-Type": "text/plain"}, chunks
 
     def _follow(self, namespace: str, name: str, shown: str, seen: str) -> Iterator[bytes]:
         """The log as the API server streams it with `follow=true`: what is there, then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -177,6 +178,25 @@ def test_failure_and_deadline_keep_exit_code_reason_and_tail(
     assert failed.log_tail.endswith("boom\n") and len(failed.log_tail) <= 100
     fake.finish("wq-run-2", succeeded=False, reason="DeadlineExceeded")
     assert runner.poll("wq-run-2").reason == "(DeadlineExceeded)"
+
+
+def test_a_huge_log_line_is_streamed_for_its_tail_not_held_whole(
+    fake: FakeKubernetes, tmp_path: Path
+) -> None:
+    runner = make_runner(fake, tmp_path)
+    runner.start(spec("wq-run-1"))
+    huge = "é" * 10_000_000 + "the end\n"  # one 20 MB line, as a program may print
+    fake.finish("wq-run-1", succeeded=True, log="first\n" + huge)
+    runner.poll("wq-run-1")  # the client's first request sets up its connection
+    tracemalloc.start()
+    try:
+        done = runner.poll("wq-run-1")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert done.state == SUCCEEDED and done.log_tail.endswith("éthe end\n")
+    assert len(done.log_tail) <= 100 and "\ufffd" not in done.log_tail
+    assert peak < 4_000_000  # the whole line read at once takes over 40 MB
 
 
 def test_a_second_start_and_a_new_runner_attach_by_label(

@@ -20,6 +20,7 @@ from typing import Any, cast
 import httpx
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.core import generic_client
+from lightkube.resources import core_v1
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
@@ -49,6 +50,9 @@ RUN_LABEL = "wq.dev/run-id"
 KIND_LABEL = "wq.dev/kind"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "wq"}
 CONTAINER = "task"
+# Lines of a Pod's log read for an item's output tail on each poll; their bytes are
+# streamed and only the tail kept, so one huge line costs no more memory than a short one.
+TAIL_LINES = 200
 
 
 def label_value(value: str) -> str:
@@ -218,11 +222,45 @@ class KubernetesRunner:
             name = pod.metadata.name if pod.metadata else None
             if name is None:
                 return "", exit_code
-            lines = self.client.log(name, namespace=self.config.namespace, tail_lines=200)
-            text = "".join(lines)
+            text = self._streamed_tail(name)
         except ApiError:
             text = ""  # not started yet, or already gone
         return tail(text, self.log_tail_bytes), exit_code
+
+    def _streamed_tail(self, pod_name: str) -> str:
+        """The end of a Pod's log, its last lines streamed keeping only the tail's bytes.
+
+        lightkube's `Client.log` reads a whole response before it yields a line, and the
+        API's `limitBytes` counts from the start of the lines selected, not their end.
+        """
+        api = self.client._client  # lightkube's own request path, as its log() uses it
+        request = api.prepare_request(
+            "get",
+            core_v1.PodLog,
+            name=pod_name,
+            namespace=self.config.namespace,
+            params={"tailLines": TAIL_LINES},
+        )
+        response = api.send(api.build_adapter_request(request), stream=True)
+        try:
+            if response.is_error:
+                response.read()  # the error's body names the reason
+                api.raise_for_status(response)  # type: ignore[no-untyped-call]
+            # Four bytes a character at most: the tail's characters are within these bytes.
+            keep = 4 * self.log_tail_bytes
+            kept = bytearray()
+            for chunk in response.iter_bytes():
+                kept += chunk
+                if len(kept) > 2 * keep:
+                    del kept[:-keep]
+        finally:
+            response.close()
+        if len(kept) > keep:
+            del kept[:-keep]
+            # The rest of a character cut in two (at most three bytes in UTF-8).
+            cut = next((i for i, byte in enumerate(kept[:3]) if not 0x80 <= byte < 0xC0), 3)
+            del kept[:cut]
+        return kept.decode("utf-8", errors="replace")
 
     def poll(self, run_id: str) -> RunStatus:
         """The Job's state, found by its run-id label."""
