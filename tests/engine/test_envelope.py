@@ -18,8 +18,8 @@ from wq.engine.envelope import (
     gunzip_bounded,
     may_spell_nul,
     parse_json,
-    without_nul,
 )
+from wq.engine.events import storable
 
 EVENT = {"object_kind": "merge_request", "object_attributes": {"iid": 1, "action": "merge"}}
 
@@ -87,7 +87,7 @@ def test_truncated_and_trailing_gzip_data_is_refused() -> None:
 def test_nul_is_found_and_replaced_everywhere() -> None:
     document = {"a\x00": ["x\x00y", {"k": "\x00"}], "n": 1, "t": None}
     assert contains_nul(document)
-    clean = without_nul(document)
+    clean = storable(document)
     assert not contains_nul(clean)
     assert clean == {"a\ufffd": ["x\ufffdy", {"k": "\ufffd"}], "n": 1, "t": None}
     assert not contains_nul(EVENT)

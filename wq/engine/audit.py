@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from wq.engine import jsontext, on_commit
 from wq.engine.driver_reads import as_sqlalchemy_errors
 from wq.engine.models import AuditEntry, utcnow
-from wq.engine.models.base import NUL_STAND_IN
+from wq.engine.models.base import without_nul
 
 log = logging.getLogger("wq.audit")
 AUDIT_TABLE: Table = cast(Table, AuditEntry.__table__)
@@ -133,17 +133,6 @@ _COPY_AUDIT = (
     "COPY audit_log (at, event_type, work_item_id, actor, old_state, new_state, "
     '"trigger", metadata) FROM STDIN'
 )
-
-
-def without_nul(value: Any) -> Any:
-    """`value` with NUL in its strings (keys too) replaced by `NUL_STAND_IN`."""
-    if isinstance(value, str):
-        return value.replace("\x00", NUL_STAND_IN)
-    if isinstance(value, dict):
-        return {without_nul(key): without_nul(each) for key, each in value.items()}
-    if isinstance(value, list | tuple):
-        return [without_nul(each) for each in value]
-    return value
 
 
 def json_column_text(value: Any) -> str:

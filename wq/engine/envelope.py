@@ -140,20 +140,6 @@ def contains_nul(document: Any) -> bool:
     return False
 
 
-def without_nul(document: Any) -> Any:
-    """A copy of a parsed document with NUL in strings and keys replaced (storable text)."""
-    if isinstance(document, str):
-        return document.replace("\x00", NUL_REPLACEMENT)
-    if isinstance(document, list):
-        return [without_nul(child) for child in document]
-    if isinstance(document, dict):
-        return {
-            key.replace("\x00", NUL_REPLACEMENT): without_nul(value)
-            for key, value in document.items()
-        }
-    return document
-
-
 def gunzip_bounded(raw: bytes, limit: int) -> bytes:
     """Decompress gzip data incrementally, refusing output beyond `limit` bytes."""
     out = bytearray()

@@ -28,13 +28,14 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from wq.engine import jsontext, on_commit, store
-from wq.engine.envelope import Event, contains_nul, without_nul
+from wq.engine.envelope import NUL_REPLACEMENT, Event, contains_nul
 from wq.engine.event_inserts import insert_events
 from wq.engine.group_writes import GroupWrites
 from wq.engine.item_loading import item_entity
 from wq.engine.items import settle_all
 from wq.engine.metrics import Metrics, after_commit, metrics_of
 from wq.engine.models import ADMITTED, TERMINAL_PHASES, PendingEvent, WorkItem, utcnow
+from wq.engine.models.base import without_nul
 from wq.engine.registry import EventContext, EventQuery, ItemType, TypeRegistry
 from wq.engine.releases import SIGNAL_SENT
 from wq.engine.wakeup import EVENT_STORED, NO_HUB, WAKEUP_KEY, Wakeup, signal
@@ -362,7 +363,7 @@ def ingest(
 
 def storable(payload: Any) -> Any:
     """The payload with NUL in its text replaced (the database cannot hold it)."""
-    return without_nul(payload) if contains_nul(payload) else payload
+    return without_nul(payload, NUL_REPLACEMENT) if contains_nul(payload) else payload
 
 
 def too_far_ahead(

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from wq.engine import jsontext
-from wq.engine.audit import without_nul
+from wq.engine.models.base import without_nul
 from wq.engine.store import NOTIFY_CHANNEL
 from wq.engine.wakeup import NO_HUB, NOTIFY_CHUNK_BYTES, SUBJECT_SEPARATOR, WAKEUP_KEY, Wakeup
 

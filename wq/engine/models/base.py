@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import JSON, DateTime, MetaData, Text, TypeDecorator
 from sqlalchemy.dialects.postgresql import JSONB
@@ -91,6 +92,20 @@ class OutsideText(TypeDecorator[str]):
 def storable_text(value: str) -> str:
     """`value` with `NUL_STAND_IN` for NUL (as `OutsideText` stores it)."""
     return value.replace("\x00", NUL_STAND_IN) if "\x00" in value else value
+
+
+def without_nul(value: Any, stand_in: str = NUL_STAND_IN) -> Any:
+    """A copy of a JSON-like value with `stand_in` for NUL in its strings, keys too."""
+    if isinstance(value, str):
+        return value.replace("\x00", stand_in)
+    if isinstance(value, dict):
+        return {
+            key.replace("\x00", stand_in): without_nul(each, stand_in)
+            for key, each in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [without_nul(each, stand_in) for each in value]
+    return value
 
 
 class Base(DeclarativeBase):
