@@ -167,6 +167,25 @@ def test_a_time_claim_that_is_not_a_number_is_refused(
     assert auth.authenticate(fake_oidc.token(sub="x", aud=AUD, **valid))
 
 
+@pytest.mark.parametrize("sub", [None, ""])
+def test_a_token_must_name_its_subject(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer, sub: Any
+) -> None:
+    # The subject is who acted in the audit trail (`jwt:<issuer>#<sub>`).
+    token = fake_oidc.token(aud=AUD) if sub is None else fake_oidc.token(sub=sub, aud=AUD)
+    assert refused(auth, token) == "the token names no subject (sub)"
+
+
+def test_a_subject_too_long_for_the_audit_trail_is_refused(
+    auth: Authenticator, fake_oidc: FakeOidcIssuer
+) -> None:
+    room = 255 - len(f"jwt:{fake_oidc.issuer}#")
+    principal = auth.authenticate(fake_oidc.token(sub="s" * room, aud=AUD))
+    assert principal is not None and principal.actor.endswith("#" + "s" * room)
+    token = fake_oidc.token(sub="s" * (room + 1), aud=AUD)
+    assert refused(auth, token) == f"the token's subject (sub) is over {room} characters"
+
+
 def test_a_token_not_valid_yet(auth: Authenticator, fake_oidc: FakeOidcIssuer) -> None:
     now = int(time.time())
     token = fake_oidc.token(sub="x", aud=AUD, nbf=now + 120, exp=now + 600)

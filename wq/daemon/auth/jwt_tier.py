@@ -24,7 +24,7 @@ import jwt
 from jwt import exceptions as jwt_errors
 
 from wq.daemon.auth.config import JwtConfig
-from wq.daemon.auth.core import UNDECIDED, AuthenticationFailed, Principal
+from wq.daemon.auth.core import ACTOR_MAX, UNDECIDED, AuthenticationFailed, Principal
 from wq.daemon.auth.oidc import KeySource
 from wq.daemon.auth.rules import RuleSet, value_set
 
@@ -92,9 +92,14 @@ class JwtTier:
         if value_set(claims.get("aud")).isdisjoint(audiences):
             raise AuthenticationFailed("the token's audience (aud) is not one this server accepts")
         subject = claims.get("sub")
-        identity = subject if isinstance(subject, str) and subject else f"{iss} (no sub)"
+        # The subject is who acted in the audit trail: a token must name one, whole.
+        if not isinstance(subject, str) or not subject:
+            raise AuthenticationFailed("the token names no subject (sub)")
+        room = ACTOR_MAX - len(f"jwt:{iss}#")
+        if len(subject) > room:
+            raise AuthenticationFailed(f"the token's subject (sub) is over {room} characters")
         return self.rules.for_claims(
-            identity, issuer=iss, issuer_names=names, claims=claims, tier=self.name
+            subject, issuer=iss, issuer_names=names, claims=claims, tier=self.name
         )
 
     def known(self, token: str) -> str | None:
