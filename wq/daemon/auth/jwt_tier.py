@@ -93,8 +93,7 @@ class JwtTier:
             raise AuthenticationFailed("the token's audience (aud) is not one this server accepts")
         subject = claims.get("sub")
         # The subject is who acted in the audit trail: a token must name one. (A long
-        # one, such as GitLab CI's with a long branch name, is cut in the row's actor
-        # and kept whole in its metadata.)
+        # one, such as GitLab CI's with a long branch name, is cut there, not refused.)
         if not isinstance(subject, str) or not subject:
             raise AuthenticationFailed("the token names no subject (sub)")
         return self.rules.for_claims(
