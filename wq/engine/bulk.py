@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import ColumnElement, Select, false, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -63,8 +62,8 @@ def statement(
     registry: TypeRegistry,
     now: datetime,
     limit: int,
-) -> Select[Any]:
-    """The ids and types of the items to act on, oldest first, `limit` + 1 of them.
+) -> Select[uuid.UUID, str, str]:
+    """The ids, types and projects of the items to act on, oldest first, `limit` + 1.
 
     `types` are those the caller may act on; `kind` is a column of a type's own model,
     so it narrows the selection to the types that have one.
@@ -98,10 +97,9 @@ def statement(
                 ),
             )
         )
-    columns: list[Any] = [WorkItem.id, WorkItem.type]
-    query: Select[Any] = select(*columns)
     return (
-        query.where(WorkItem.type.in_(allowed), *conditions)
+        select(WorkItem.id, WorkItem.type, WorkItem.project)
+        .where(WorkItem.type.in_(allowed), *conditions)
         .order_by(WorkItem.created_at, WorkItem.id)
         .limit(limit + 1)
     )

@@ -249,6 +249,18 @@ def test_a_rule_limited_to_projects_acts_on_their_items_only(setup: Setup) -> No
     results = bulk.json()["results"]
     assert [result["outcome"] for result in results] == ["cancelled", "cancelled"], results
     assert results[-1]["id"] == fresh.json()["item"]["id"]
+    # By ids alone: each named item is acted on where the rule covers its project, and
+    # one elsewhere is refused as one alone is (it was "not found", as if unreadable).
+    mine = post("/api/work-items/chain", json={"project": "group/alpha"}, headers=ci)
+    mine_id = mine.json()["item"]["id"]
+    bulk = post("/api/work-items/cancel", json={"ids": [foreign_id, mine_id]}, headers=ci)
+    assert bulk.status_code == 200, bulk.text
+    outcomes = {result["id"]: result for result in bulk.json()["results"]}
+    assert outcomes[mine_id]["outcome"] == "cancelled"
+    assert outcomes[foreign_id]["outcome"] == "skipped"
+    assert outcomes[foreign_id]["error"] == (
+        "ci lacks the 'retry' permission on type 'chain' in project 'group/beta'"
+    )
     shown = setup.get("/api/whoami", setup.jwt(sub="ci", project_path="group/alpha")).json()
     rule = shown["authorization"]["matching_rules"][-1]
     assert (rule["permissions"], rule["projects"]) == (["submit", "retry"], ["group/alpha"])

@@ -39,6 +39,7 @@ from wq.daemon.auth.guard import (
     authorize,
     authorize_item,
     authorize_lookup,
+    lacks,
 )
 from wq.daemon.auth.setup import build_authenticator
 
@@ -64,6 +65,7 @@ __all__ = [
     "build_authenticator",
     "denied",
     "install_auth_handling",
+    "lacks",
     "log_decision",
     "parse_authorization",
     "unauthenticated",

@@ -73,9 +73,10 @@ def authenticate_request(request: Request) -> Principal:
     return principal
 
 
-def _lacks(
+def lacks(
     principal: Principal, permission: str, item_type: str | None, project: str | None = None
 ) -> str:
+    """Why the caller is refused: the permission it lacks, on what and where."""
     scope = f"on type {item_type!r}" if item_type else "on any type"
     # The project is named to a caller who holds the permission in other projects.
     in_others = project is not None and principal.allows_in_some_project(permission, item_type)
@@ -98,7 +99,7 @@ def authorize(
     An allowed state-changing call is audited in `session`'s transaction when given.
     """
     if not principal.allows(permission, item_type, project):
-        message = _lacks(principal, permission, item_type, project)
+        message = lacks(principal, permission, item_type, project)
         raise denied(principal, permission, item_type, message)
     allowed(request, principal, permission, item_type, session=session)
 
@@ -111,7 +112,7 @@ def authorize_lookup(principal: Principal, permission: str) -> None:
     exist. The allow itself is logged by `authorize_item`, once the type is known.
     """
     if not principal.allows_in_some_project(permission):
-        raise denied(principal, permission, None, _lacks(principal, permission, None))
+        raise denied(principal, permission, None, lacks(principal, permission, None))
 
 
 def authorize_item(
@@ -134,7 +135,7 @@ def authorize_item(
         allowed(request, principal, permission, item_type, session=session, item_id=item_id)
         return
     if principal.allows("read", item_type):
-        message, status = _lacks(principal, permission, item_type, project), 403
+        message, status = lacks(principal, permission, item_type, project), 403
     else:
         message, status = f"work item {item_id} not found", 404
     raise denied(principal, permission, item_type, message, status=status, item_id=item_id)

@@ -8,10 +8,11 @@ from typing import Annotated, Literal, Self
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup
+from wq.daemon.auth import Principal, authorize, authorize_item, authorize_lookup, lacks
 from wq.daemon.body import ParsedBodyRoute
 from wq.daemon.contract import api_responses
 from wq.daemon.deps import NO_NUL, PrincipalDep, ProjectName, RuntimeDep
@@ -116,6 +117,14 @@ class BulkPublic(BaseModel):
     more: bool
 
 
+def _refusal(principal: Principal, row: Row[uuid.UUID, str, str]) -> str:
+    """Why a named item is skipped, as `authorize_item` says it of one alone: what the
+    caller lacks, or, to one who may not read its type, that it does not exist."""
+    if principal.allows("read", row.type):
+        return lacks(principal, "retry", row.type, row.project)
+    return f"work item {row.id} not found"
+
+
 def _run(
     runtime: Runtime,
     request: Request,
@@ -140,9 +149,14 @@ def _run(
     )
     # Types the caller may not act on are left out: their items are neither shown nor
     # counted, as an item of such a type is not found one at a time. With a project
-    # named, a grant limited to projects counts where it covers that project.
+    # named, a grant limited to projects counts where it covers that project; with ids
+    # alone, where it covers each item's project (told apart below, as one at a time).
+    by_item = body.ids is not None and body.project is None
     types = [
-        name for name in runtime.registry.names if principal.allows("retry", name, body.project)
+        name
+        for name in runtime.registry.names
+        if principal.allows("retry", name, body.project)
+        or (by_item and principal.allows_in_some_project("retry", name))
     ]
     if body.project is not None and not types:
         # Named outright, as a type is: "no items match" would hide items the caller
@@ -152,8 +166,15 @@ def _run(
         action, selector, types=types, registry=runtime.registry, now=utcnow(), limit=body.limit
     )
     with runtime.read_sessions() as session:
-        rows = [(row.id, row.type) for row in session.execute(query)]
-        selected, more = rows[: body.limit], len(rows) > body.limit
+        rows = list(session.execute(query))
+        more = len(rows) > body.limit
+        projects = {row.id: row.project for row in rows}
+        selected, outside = [], []
+        for row in rows[: body.limit]:
+            if principal.allows("retry", row.type, row.project):
+                selected.append((row.id, row.type))
+            else:  # a named item of a project the grant does not cover: as one alone
+                outside.append(bulk.Outcome(row.id, row.type, "skipped", _refusal(principal, row)))
         # Named ids left out are told apart, unless they may be among the `more`.
         skipped = (
             []
@@ -162,7 +183,7 @@ def _run(
                 session,
                 action,
                 selector,
-                [item_id for item_id, _ in selected],
+                [item_id for item_id, _ in selected] + [outcome.id for outcome in outside],
                 types=types,
                 registry=runtime.registry,
             )
@@ -172,14 +193,13 @@ def _run(
     else:
 
         def permitted(session: Session, item_id: uuid.UUID, item_type: str) -> None:
-            # Every selected item is of the project named, if one is.
             authorize_item(
                 request,
                 principal,
                 "retry",
                 item_id,
                 item_type,
-                project=body.project,
+                project=projects[item_id],
                 session=session,
             )
 
@@ -194,7 +214,8 @@ def _run(
         )
     return BulkPublic(
         results=[
-            BulkOutcomePublic.model_validate(vars(outcome)) for outcome in [*outcomes, *skipped]
+            BulkOutcomePublic.model_validate(vars(outcome))
+            for outcome in [*outcomes, *outside, *skipped]
         ],
         more=more,
     )
