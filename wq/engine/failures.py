@@ -19,7 +19,7 @@ from wq.engine.audit import AuditRecord, audit
 from wq.engine.config import ProcessingConfig
 from wq.engine.items import set_phase
 from wq.engine.models import FAILED, QUEUED, WorkItem
-from wq.engine.models.base import NUL_STAND_IN
+from wq.engine.models.base import storable_text
 from wq.engine.registry import PermanentFailure, Requeue, RetryLater
 from wq.engine.releases import snapshot
 from wq.engine.wakeup import PROJECT_QUEUED, signal, signal_later
@@ -56,8 +56,8 @@ def record_failure(
     known = isinstance(err, RetryLater | PermanentFailure | Requeue)
     message = f"{action}: {err}" if known else f"{action}: {type(err).__name__}: {err}"
     message = message[:ERROR_CHARS]
-    # Kept as the audit keeps it: PostgreSQL's text refuses NUL (quoted from an answer).
-    message = message.replace("\x00", NUL_STAND_IN)
+    # As the column stores it, for the log line and the audit row alike.
+    message = storable_text(message)
     log.warning("work item %s: %s", item.id, message)
     old = {**snapshot(item), "attempts": item.attempts}
     if not (item.error or "").startswith(f"{action}: "):
